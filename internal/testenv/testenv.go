@@ -1,0 +1,90 @@
+// Package testenv locates the servers that ratekit's integration tests need
+// (PostgreSQL, PgBouncer, Redis) and decides what a test does when one is
+// missing: outside CI it skips with a message that says how to provide it;
+// in CI (the CI environment variable is set) it fails, so an integration test
+// can never pass by skipping there.
+package testenv
+
+import (
+	"net"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+)
+
+// Environment variables that override the default addresses.
+const (
+	PostgresEnv  = "RATEKIT_POSTGRES_URL"
+	PgBouncerEnv = "RATEKIT_PGBOUNCER_URL"
+	RedisEnv     = "RATEKIT_REDIS_ADDR"
+)
+
+// Default addresses: the services a development machine of this project runs
+// locally (PgBouncer is started by .ci/pgbouncer.sh).
+const (
+	DefaultPostgresURL  = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultPgBouncerURL = "postgres://postgres@127.0.0.1:6432/test?sslmode=disable"
+	DefaultRedisAddr    = "127.0.0.1:6379"
+)
+
+// InCI reports whether the tests run in CI, where a missing server is a
+// failure rather than a reason to skip.
+func InCI() bool { return os.Getenv("CI") != "" }
+
+// PostgresURL returns the connection string of the PostgreSQL server for
+// tests, after checking that something listens at its address.
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	return requireURL(t, PostgresEnv, DefaultPostgresURL, "PostgreSQL")
+}
+
+// PgBouncerURL returns the connection string of a PgBouncer in transaction
+// pooling mode in front of the test PostgreSQL server.
+func PgBouncerURL(t testing.TB) string {
+	t.Helper()
+	return requireURL(t, PgBouncerEnv, DefaultPgBouncerURL, "PgBouncer (start it with: bash .ci/pgbouncer.sh)")
+}
+
+// RedisAddr returns the host:port of the Redis server for tests.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	addr := lookup(RedisEnv, DefaultRedisAddr)
+	require(t, addr, RedisEnv, "Redis")
+	return addr
+}
+
+func requireURL(t testing.TB, env, def, what string) string {
+	t.Helper()
+	raw := lookup(env, def)
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		t.Fatalf("testenv: %s=%q is not a URL with a host: %v", env, raw, err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "5432")
+	}
+	require(t, host, env, what)
+	return raw
+}
+
+func lookup(env, def string) string {
+	if v := os.Getenv(env); v != "" {
+		return v
+	}
+	return def
+}
+
+func require(t testing.TB, addr, env, what string) {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	if InCI() {
+		t.Fatalf("testenv: %s is not reachable at %s (%v); CI must provide it (set %s or start it in .ci/run)", what, addr, err, env)
+	}
+	t.Skipf("testenv: skipping, %s is not reachable at %s (%v); set %s to run this test", what, addr, err, env)
+}

@@ -1,0 +1,249 @@
+// Package ratekit is a rate-limiting toolkit for serverless and edge
+// functions: AWS Lambda handlers, Cloud Run services and anything else that
+// may run on a fresh instance for every request.
+//
+// Every strategy implements one interface, [Limiter], so a function picks how
+// strict it must be without changing the code around it:
+//
+//   - signedwindow stores nothing. The client carries an HMAC-signed token
+//     with its window and count. It is a friction layer against accidental
+//     floods and casual scripts, not a security boundary: a client that drops
+//     its token starts a fresh count.
+//   - tokenbucket keeps two numbers per key in a key-value store (in memory or
+//     Redis). It is approximate with a stated bound on eventually consistent
+//     stores and exact where the store updates atomically.
+//   - durable keeps exact counters in PostgreSQL, for quotas that are money.
+//
+// This package holds the contract ([Limiter], [Request], [Decision], the
+// optional [Peeker], [Refunder] and [Resetter] capabilities), the HTTP layer
+// shared by every adapter (the IETF RateLimit header fields, Retry-After and a
+// problem+json body for 429 responses) and [Middleware] for net/http. It
+// imports the standard library only.
+package ratekit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxKeyLen is the longest [Request.Key] (and [Request.IdempotencyKey]), in
+// bytes, that any ratekit strategy accepts. Longer keys are refused with
+// [ErrKeyTooLong] before any store is contacted, so a client cannot make the
+// limiter store or hash arbitrarily large values.
+const MaxKeyLen = 512
+
+// Limiter decides whether a request may proceed.
+//
+// Allow takes req.Cost units from the quota of req.Key when they are
+// available and reports the outcome as a [Decision]. A denial is a Decision
+// with Allowed false, not an error: an error means the limiter could not
+// decide (the store failed, the context ended, the request was invalid), and
+// what happens next is the caller's choice (see [FailurePolicy]).
+//
+// Allow validates req with [Request.Validate] and returns its error (an
+// [ErrInvalidRequest]) for bad input. A cost larger than the policy's limit
+// can never be admitted and is reported as [ErrCostExceedsLimit]. Errors
+// caused by ctx wrap ctx.Err().
+//
+// Implementations are safe for concurrent use by multiple goroutines.
+type Limiter interface {
+	Allow(ctx context.Context, req Request) (Decision, error)
+}
+
+// Peeker is implemented by limiters that can report the state of a key
+// without consuming from it.
+//
+// Peek returns the Decision that Allow would return for req at this moment
+// (Allowed reports whether req.Cost units are available), but takes nothing.
+// It returns the same errors as [Limiter.Allow].
+type Peeker interface {
+	Peek(ctx context.Context, req Request) (Decision, error)
+}
+
+// Refunder is implemented by limiters that can give units back, for example
+// when a paid call's downstream work failed.
+//
+// Refund returns req.Cost units to the quota of req.Key, never raising it
+// above the policy's limit, and returns the resulting Decision (Allowed is
+// true; for client-carried strategies Decision.State holds the updated
+// state). It returns the same errors as [Limiter.Allow].
+type Refunder interface {
+	Refund(ctx context.Context, req Request) (Decision, error)
+}
+
+// Resetter is implemented by limiters that can forget a key, restoring its
+// full quota.
+//
+// Reset returns [ErrEmptyKey] or [ErrKeyTooLong] for an invalid key, and an
+// error wrapping the store's error when the store fails. Resetting a key the
+// limiter has never seen is not an error.
+type Resetter interface {
+	Reset(ctx context.Context, key string) error
+}
+
+// Request is one request to a [Limiter].
+type Request struct {
+	// Key identifies what is being limited: an API key, a user ID, a client
+	// IP. It must be non-empty and at most MaxKeyLen bytes. Keys are opaque
+	// bytes; strategies that cannot store some bytes (PostgreSQL text cannot
+	// hold NUL) encode or refuse them as their documentation says.
+	Key string
+
+	// Cost is the number of units to take, at least 1. There is no default:
+	// a zero Cost is refused with [ErrInvalidCost] so that a forgotten field
+	// is not silently treated as free or as 1.
+	Cost int64
+
+	// State is the client-carried state for strategies that keep none
+	// (the signed-window token the client sent back). Server-side strategies
+	// ignore it. Empty means the client sent none.
+	State string
+
+	// IdempotencyKey, when non-empty, makes a retried request (a Lambda
+	// retry, a client retry) count once within its window. Strategies that
+	// honour it say so in their documentation; the others ignore it. At most
+	// MaxKeyLen bytes.
+	IdempotencyKey string
+}
+
+// Validate reports whether r is well formed: a non-empty Key and
+// IdempotencyKey of at most MaxKeyLen bytes and a Cost of at least 1. The
+// error it returns matches [ErrInvalidRequest] and the specific sentinel
+// ([ErrEmptyKey], [ErrKeyTooLong], [ErrInvalidCost]) with errors.Is.
+func (r Request) Validate() error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	if r.Cost < 1 {
+		return fmt.Errorf("%w (got %d)", ErrInvalidCost, r.Cost)
+	}
+	if len(r.IdempotencyKey) > MaxKeyLen {
+		return fmt.Errorf("%w: idempotency key is %d bytes", ErrKeyTooLong, len(r.IdempotencyKey))
+	}
+	return nil
+}
+
+// ValidateKey returns [ErrEmptyKey] for an empty key and [ErrKeyTooLong] for
+// a key longer than MaxKeyLen bytes, and nil otherwise.
+func ValidateKey(key string) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes", ErrKeyTooLong, len(key))
+	}
+	return nil
+}
+
+// Decision is the outcome of one [Limiter] call.
+//
+// The zero Decision denies with no policy; limiters always fill in Limit and
+// Policy.
+type Decision struct {
+	// Allowed reports whether the request's cost was admitted (and taken).
+	Allowed bool
+
+	// Limit is the most units the policy admits at once: the quota of a
+	// window strategy, the capacity (burst) of a token bucket.
+	Limit int64
+
+	// Remaining is the number of units still available after this decision,
+	// between 0 and Limit.
+	Remaining int64
+
+	// RetryAfter is how long the client should wait before a request of the
+	// same cost can be admitted. It is 0 when Allowed is true and positive
+	// when Allowed is false; it is never negative.
+	RetryAfter time.Duration
+
+	// ResetAfter is how long until the full Limit is available again (the
+	// end of the current window, or the time a token bucket needs to fill).
+	// It is never negative.
+	ResetAfter time.Duration
+
+	// Policy describes the quota policy that produced this decision; the HTTP
+	// layer advertises it in the RateLimit-Policy header field.
+	Policy Policy
+
+	// State is the client-carried state to hand back to the client (the new
+	// signed-window token). It is empty for server-side strategies.
+	State string
+
+	// StateError says why Request.State was not used, for strategies that
+	// read client state: missing, tampered, expired, signed by an unknown
+	// key, issued to another subject, or from a past window. It is nil when
+	// the state was accepted and for strategies that keep none. A rejected
+	// state is not an error of the limiter: the count starts afresh.
+	StateError error
+}
+
+// Policy describes a quota policy: Quota units per Window, under a name that
+// clients see in the RateLimit-Policy header field
+// (draft-ietf-httpapi-ratelimit-headers-10, section 4).
+type Policy struct {
+	// Name identifies the policy to clients, for example "contact-form".
+	// Strategies validate it with [ValidatePolicyName] at construction.
+	Name string
+
+	// Quota is the number of units the policy grants per Window (the
+	// draft's q parameter).
+	Quota int64
+
+	// Window is the time window the Quota applies to (the draft's w
+	// parameter, advertised in whole seconds, rounded up).
+	Window time.Duration
+}
+
+// MaxPolicyNameLen is the longest policy name, in bytes, that
+// [ValidatePolicyName] accepts.
+const MaxPolicyNameLen = 64
+
+// ValidatePolicyName reports whether name can be used as a policy name:
+// 1 to MaxPolicyNameLen bytes of ASCII letters, digits and the characters
+// '-', '_', '.' and ':'. Such a name is also a valid Structured Fields string
+// (RFC 9651) that needs no escaping and is safe as a storage prefix. The error
+// matches [ErrInvalidConfig].
+func ValidatePolicyName(name string) error {
+	if name == "" || len(name) > MaxPolicyNameLen {
+		return fmt.Errorf("%w: policy name must be 1 to %d bytes, got %d", ErrInvalidConfig, MaxPolicyNameLen, len(name))
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '-', c == '_', c == '.', c == ':':
+		default:
+			return fmt.Errorf("%w: policy name %q has byte %q; use letters, digits, '-', '_', '.', ':'", ErrInvalidConfig, name, c)
+		}
+	}
+	return nil
+}
+
+// Errors returned by ratekit and its strategies. Strategies wrap them with
+// detail, so compare with errors.Is.
+var (
+	// ErrInvalidRequest is matched by every error that [Request.Validate]
+	// returns: the request itself is malformed, whatever the limiter's state.
+	ErrInvalidRequest = errors.New("ratekit: invalid request")
+
+	// ErrEmptyKey is returned for a request or reset with an empty key.
+	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidRequest)
+
+	// ErrKeyTooLong is returned for a key or idempotency key longer than
+	// MaxKeyLen bytes.
+	ErrKeyTooLong = fmt.Errorf("%w: key longer than %d bytes", ErrInvalidRequest, MaxKeyLen)
+
+	// ErrInvalidCost is returned for a request whose Cost is below 1.
+	ErrInvalidCost = fmt.Errorf("%w: cost must be at least 1", ErrInvalidRequest)
+
+	// ErrCostExceedsLimit is returned when a request's Cost is larger than
+	// the policy's Limit, so that no amount of waiting could admit it. It
+	// also matches ErrInvalidRequest.
+	ErrCostExceedsLimit = fmt.Errorf("%w: cost exceeds the limit", ErrInvalidRequest)
+
+	// ErrInvalidConfig is matched by every error a constructor returns for
+	// an invalid configuration.
+	ErrInvalidConfig = errors.New("ratekit: invalid config")
+)
