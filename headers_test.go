@@ -1,0 +1,109 @@
+package ratekit
+
+import (
+	"encoding/json"
+	"net/http"
+	"reflect"
+	"testing"
+	"time"
+)
+
+func TestSetHeaders(t *testing.T) {
+	policy := Policy{Name: "contact-form", Quota: 5, Window: time.Minute}
+	tests := []struct {
+		name   string
+		d      Decision
+		legacy bool
+		want   http.Header
+	}{
+		{
+			name: "allowed",
+			d:    Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 41200 * time.Millisecond, Policy: policy},
+			want: http.Header{
+				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
+				"Ratelimit":        {`"contact-form";r=3;t=42`},
+			},
+		},
+		{
+			name: "denied: t and Retry-After agree, rounded up",
+			d:    Decision{Limit: 5, Remaining: 0, RetryAfter: 9001 * time.Millisecond, ResetAfter: 9001 * time.Millisecond, Policy: policy},
+			want: http.Header{
+				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
+				"Ratelimit":        {`"contact-form";r=0;t=10`},
+				"Retry-After":      {"10"},
+			},
+		},
+		{
+			name: "denied with a sub-second wait still says 1",
+			d:    Decision{Limit: 5, RetryAfter: time.Millisecond, Policy: policy},
+			want: http.Header{
+				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
+				"Ratelimit":        {`"contact-form";r=0;t=1`},
+				"Retry-After":      {"1"},
+			},
+		},
+		{
+			name:   "legacy fields on request",
+			d:      Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 30 * time.Second, Policy: Policy{Name: "api", Quota: 100, Window: 1500 * time.Millisecond}},
+			legacy: true,
+			want: http.Header{
+				"Ratelimit-Policy":      {`"api";q=100;w=2`},
+				"Ratelimit":             {`"api";r=99;t=30`},
+				"X-Ratelimit-Limit":     {"100"},
+				"X-Ratelimit-Remaining": {"99"},
+				"X-Ratelimit-Reset":     {"30"},
+			},
+		},
+		{
+			name: "no window: w omitted; negative values clamp to 0",
+			d:    Decision{Allowed: true, Limit: 1, Remaining: -2, ResetAfter: -time.Second, Policy: Policy{Name: "x", Quota: 1}},
+			want: http.Header{
+				"Ratelimit-Policy": {`"x";q=1`},
+				"Ratelimit":        {`"x";r=0;t=0`},
+			},
+		},
+		{
+			name: "quotes and backslashes are escaped",
+			d:    Decision{Allowed: true, Limit: 1, Policy: Policy{Name: `a"b\c`, Quota: 1, Window: time.Second}},
+			want: http.Header{
+				"Ratelimit-Policy": {`"a\"b\\c";q=1;w=1`},
+				"Ratelimit":        {`"a\"b\\c";r=0;t=0`},
+			},
+		},
+		{
+			name: "a name that is no sf-string omits the RateLimit fields",
+			d:    Decision{Limit: 1, RetryAfter: time.Second, Policy: Policy{Name: "bad\nname", Quota: 1}},
+			want: http.Header{"Retry-After": {"1"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{"Ratelimit": {"stale"}} // replaced, not appended to
+			if _, ok := tt.want["Ratelimit"]; !ok {
+				h = http.Header{}
+			}
+			SetHeaders(h, tt.d, tt.legacy)
+			if !reflect.DeepEqual(h, tt.want) {
+				t.Fatalf("SetHeaders:\n got %v\nwant %v", h, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeniedProblem(t *testing.T) {
+	d := Decision{Limit: 5, RetryAfter: 2500 * time.Millisecond, Policy: Policy{Name: "contact-form", Quota: 5, Window: time.Minute}}
+	var p Problem
+	if err := json.Unmarshal(DeniedProblem(d), &p); err != nil {
+		t.Fatal(err)
+	}
+	want := Problem{
+		Type:             ProblemTypeQuotaExceeded,
+		Title:            p.Title,
+		Status:           429,
+		Detail:           "Retry in 3 s.",
+		ViolatedPolicies: []string{"contact-form"},
+	}
+	if !reflect.DeepEqual(p, want) || p.Title == "" {
+		t.Fatalf("DeniedProblem = %+v, want %+v", p, want)
+	}
+}
