@@ -1,0 +1,127 @@
+// Command contactform serves a contact form protected by ratekit's
+// signedwindow strategy: a few posts a minute per client, with no storage at
+// all, and a proof-of-work challenge that the page solves in the browser
+// before it posts.
+//
+// Run it with:
+//
+//	go run ./examples/contactform            # http://localhost:8080
+//	go run ./examples/contactform -pow=false # limit visible with curl
+//
+// It listens on $PORT (default 8080) on all interfaces, so it runs unchanged
+// as a Cloud Run service. The HMAC secret comes from $RATEKIT_SECRET (at least
+// 32 bytes; every instance must share it); without it a random secret is made
+// at start, which is fine for one local process but makes tokens worthless
+// across instances and restarts.
+//
+// What the limit does and does not stop: it counts per client IP in a token
+// the client carries, so it stops accidental floods, runaway scripts and
+// casual abuse that keeps its cookie. A client that drops its cookie starts a
+// fresh count; the proof of work is what makes that expensive.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+		fmt.Fprintln(os.Stderr, "contactform:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, serves until ctx ends and returns nil after a clean
+// shutdown. When ready is not nil it receives the address the server
+// listens on.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
+	fs := flag.NewFlagSet("contactform", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg config
+	fs.BoolVar(&cfg.pow, "pow", true, "require a proof-of-work solution with every post")
+	fs.Int64Var(&cfg.limit, "limit", 5, "posts per window and client")
+	fs.DurationVar(&cfg.window, "window", time.Minute, "window length (whole seconds)")
+	fs.IntVar(&cfg.trustedProxies, "trusted-proxies", 0,
+		"number of proxies in front of the server that append to X-Forwarded-For (1 on Cloud Run); 0 keys by the connection address")
+	fs.IntVar(&cfg.powBits, "pow-bits", 16,
+		"proof-of-work difficulty in leading zero bits for the first two posts of a window; each further post adds 2, up to 8 more")
+	host := fs.String("host", "", "interface to listen on (empty: all)")
+	secure := fs.Bool("secure-cookie", getenv("K_SERVICE") != "",
+		"mark the token cookie Secure (default true on Cloud Run, where K_SERVICE is set)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.secureCookie = *secure
+
+	var logger *slog.Logger
+	if getenv("K_SERVICE") != "" {
+		logger = slog.New(slog.NewJSONHandler(stderr, nil)) // Cloud Logging reads JSON lines
+	} else {
+		logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+	cfg.logger = logger
+
+	cfg.secret = []byte(getenv("RATEKIT_SECRET"))
+	if len(cfg.secret) == 0 {
+		cfg.secret = make([]byte, 32)
+		rand.Read(cfg.secret)
+		logger.Warn("RATEKIT_SECRET is not set: using a random secret; tokens will not survive a restart or work across instances")
+	}
+
+	handler, err := newServer(cfg)
+	if err != nil {
+		return err
+	}
+
+	port := getenv("PORT")
+	if port == "" {
+		port = "8080"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(*host, port))
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	logger.Info("contact form listening", "addr", "http://"+ln.Addr().String(),
+		"limit", cfg.limit, "window", cfg.window, "pow", cfg.pow)
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
