@@ -64,7 +64,7 @@ func newServer(cfg config) (http.Handler, error) {
 		ReplayCacheSize: 10_000,
 		// The work a post costs rises with the posts already made in the
 		// window: each extra bit doubles it.
-		Difficulty: signedwindow.DifficultyPolicy{Base: cfg.powBits, Free: 2, Step: 2, Max: min(cfg.powBits+8, signedwindow.MaxDifficulty)},
+		Difficulty: &signedwindow.DifficultyPolicy{Base: cfg.powBits, Free: 2, Step: 2, Max: min(cfg.powBits+8, signedwindow.MaxDifficulty)},
 	})
 	if err != nil {
 		return nil, err

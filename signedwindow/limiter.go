@@ -1,0 +1,295 @@
+package signedwindow
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/ratekit/ratekit"
+)
+
+// Limiter is a fixed-window rate limiter whose state travels with the
+// client in a signed token. It implements [ratekit.Limiter],
+// [ratekit.Peeker] and [ratekit.Refunder], and issues nonces and
+// proof-of-work challenges for the same policy.
+//
+// It does not implement [ratekit.Resetter]: nothing is stored, so there is
+// nothing to forget (a client that drops its token already starts afresh).
+//
+// A Limiter is safe for concurrent use by multiple goroutines. Create one
+// with [New] and share it.
+type Limiter struct {
+	name      string
+	limit     int64
+	window    time.Duration
+	windowSec int64
+	now       func() time.Time
+	maxSkew   time.Duration
+	nonceTTL  time.Duration
+	chalTTL   time.Duration
+	diff      DifficultyPolicy
+	keys      *keyring
+	replay    *replayCache // nil when disabled
+	random    func([]byte) (int, error)
+}
+
+// Interfaces implemented by *Limiter.
+var (
+	_ ratekit.Limiter  = (*Limiter)(nil)
+	_ ratekit.Peeker   = (*Limiter)(nil)
+	_ ratekit.Refunder = (*Limiter)(nil)
+)
+
+// New returns a Limiter for cfg. It derives the MAC keys once, here. It
+// returns an error matching [ratekit.ErrInvalidConfig] when cfg is invalid:
+// see [Config] for the rules of each field.
+func New(cfg Config) (*Limiter, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	kr, err := newKeyring(cfg.Keys, cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signedwindow: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+	}
+	l := &Limiter{
+		name:      cfg.Name,
+		limit:     cfg.Limit,
+		window:    cfg.Window,
+		windowSec: int64(cfg.Window / time.Second),
+		now:       cfg.Now,
+		maxSkew:   cfg.MaxSkew,
+		nonceTTL:  cfg.NonceLifetime,
+		chalTTL:   cfg.ChallengeLifetime,
+		diff:      *cfg.Difficulty,
+		keys:      kr,
+		random:    rand.Read,
+	}
+	if cfg.ReplayCacheSize > 0 {
+		l.replay = newReplayCache(cfg.ReplayCacheSize)
+	}
+	return l, nil
+}
+
+// Policy returns the limiter's policy: its name, Limit as the quota and
+// Window.
+func (l *Limiter) Policy() ratekit.Policy {
+	return ratekit.Policy{Name: l.name, Quota: l.limit, Window: l.window}
+}
+
+// Allow takes req.Cost units from the window carried in req.State for the
+// subject req.Key, and returns the decision with the new token in
+// Decision.State. The client must send that token with its next request.
+//
+// When req.State is missing or not acceptable (see the Err* variables; the
+// reason is in Decision.StateError) the request is counted in a fresh window
+// that starts now: this is not an error. A denied request takes nothing;
+// Decision.State is then still a valid token for the same count. RetryAfter
+// is the time to the end of the window when denied and 0 when allowed;
+// ResetAfter is the time to the end of the window.
+//
+// Allow returns an error, and no decision, when req is invalid (a
+// [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], or
+// [ratekit.ErrCostExceedsLimit] when req.Cost is above Limit), when ctx is
+// done (the error wraps ctx.Err()), or when the clock reads a time before
+// 1970. req.IdempotencyKey is ignored: the strategy keeps no record of past
+// requests.
+func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	return l.decide(ctx, req, opAllow)
+}
+
+// Peek reports the decision Allow would make for req now, without taking
+// anything. Decision.State is req.State when that token was accepted, is
+// signed by the current key and its count is unchanged; otherwise it is a
+// newly signed token for the count Peek used (a fresh window starting now
+// when req.State was not accepted). It returns the same errors as Allow.
+func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	return l.decide(ctx, req, opPeek)
+}
+
+// Refund gives req.Cost units back to the window carried in req.State (the
+// count never goes below 0) and returns the decision with Allowed true and
+// the new token in Decision.State. A refund on a token that is not accepted
+// has nothing to give back: it returns a fresh window's token and the reason
+// in Decision.StateError. It returns the same errors as Allow.
+func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	return l.decide(ctx, req, opRefund)
+}
+
+type op uint8
+
+const (
+	opAllow op = iota
+	opPeek
+	opRefund
+)
+
+func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratekit.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return ratekit.Decision{}, err
+	}
+	if req.Cost > l.limit {
+		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, limit %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
+	}
+	if err := ctx.Err(); err != nil {
+		return ratekit.Decision{}, fmt.Errorf("signedwindow: %w", err)
+	}
+	now := l.now()
+	nowSec := now.Unix()
+	if nowSec < 0 || nowSec > maxUnixSeconds {
+		return ratekit.Decision{}, fmt.Errorf("signedwindow: clock reads %v, outside 1970 to year 36812", now)
+	}
+
+	signer := l.keys.signing
+	sc := signer.get(purposeToken)
+	defer signer.put(purposeToken, sc)
+
+	tf, stateErr := l.readToken(sc, req.State, req.Key, now)
+	valid := stateErr == nil
+	start, count := nowSec, int64(0)
+	if valid {
+		start, count = tf.start, tf.count
+	}
+	end := start + l.windowSec
+
+	var (
+		allowed  bool
+		newCount int64
+		replayed bool
+	)
+	var key uint64
+	cached := valid && l.replay != nil
+	if cached {
+		key = l.replay.windowKey(req.Key, start)
+	}
+	expiresMs := (start + min(tf.ttl, l.windowSec)) * 1000
+	switch op {
+	case opAllow:
+		if cached {
+			count, allowed, replayed = l.replay.spend(key, count, req.Cost, l.limit, expiresMs, now.UnixMilli())
+		} else {
+			allowed = count <= l.limit-req.Cost
+		}
+		newCount = count
+		if allowed {
+			newCount += req.Cost
+		}
+	case opPeek:
+		if cached {
+			count, replayed = l.replay.count(key, count, now.UnixMilli())
+		}
+		allowed = count <= l.limit-req.Cost
+		newCount = count
+	case opRefund:
+		allowed = true
+		if cached {
+			newCount, replayed = l.replay.refund(key, count, req.Cost, expiresMs, now.UnixMilli())
+		} else {
+			newCount = max(count-req.Cost, 0)
+		}
+	}
+	if replayed {
+		stateErr = ErrTokenReplayed
+	}
+
+	d := ratekit.Decision{
+		Allowed:    allowed,
+		Limit:      l.limit,
+		Remaining:  min(max(l.limit-newCount, 0), l.limit),
+		ResetAfter: time.Unix(end, 0).Sub(now),
+		Policy:     l.Policy(),
+		StateError: stateErr,
+	}
+	if !allowed {
+		d.RetryAfter = d.ResetAfter
+	}
+	if valid && newCount == tf.count && tf.kid == l.keys.signing.id {
+		// Nothing changed (a denial, a peek): hand the same token back.
+		// A token signed by an older key is re-signed, so that it survives
+		// the old key's removal.
+		d.State = req.State
+	} else {
+		d.State = l.signToken(sc, start, newCount, req.Key)
+	}
+	return d, nil
+}
+
+// signToken returns the text of a token for the window starting at start
+// with count units used, signed with the signing key. sc must belong to the
+// signing key.
+func (l *Limiter) signToken(sc *scratch, start, count int64, subject string) string {
+	tf := tokenFields{kid: l.keys.signing.id, start: start, count: count, ttl: l.windowSec}
+	body := tf.appendBody(sc.raw[:0])
+	sc.mac(&tf.mac, body, l.name, subject)
+	body = append(body, tf.mac[:]...)
+	b64.Encode(sc.enc[:], body)
+	return string(sc.enc[:b64.EncodedLen(len(body))])
+}
+
+// readToken decodes and verifies the token s for subject at now, using sc
+// (a scratch of the signing key) for decoding. The error is one of the
+// ErrToken* sentinels.
+func (l *Limiter) readToken(sc *scratch, s, subject string, now time.Time) (tokenFields, error) {
+	if s == "" {
+		return tokenFields{}, ErrTokenMissing
+	}
+	n, ok := decodeStrict(sc.raw[:], sc.enc[:], s, maxRawLen)
+	if !ok {
+		return tokenFields{}, ErrTokenMalformed
+	}
+	tf, bodyLen, err := parseToken(sc.raw[:n])
+	if err != nil {
+		return tokenFields{}, err
+	}
+	if tf.kid == l.keys.signing.id {
+		if !sc.verify(tf.mac[:], sc.raw[:bodyLen], l.name, subject) {
+			return tokenFields{}, ErrTokenInvalid
+		}
+	} else {
+		other := l.keys.byID[tf.kid]
+		if other == nil {
+			return tokenFields{}, ErrTokenUnknownKey
+		}
+		osc := other.get(purposeToken)
+		ok := osc.verify(tf.mac[:], sc.raw[:bodyLen], l.name, subject)
+		other.put(purposeToken, osc)
+		if !ok {
+			return tokenFields{}, ErrTokenInvalid
+		}
+	}
+	// Checked in this order so that the usual case, a client coming back
+	// after its window ended, reports a stale window.
+	nowSec := now.Unix()
+	if ahead := tf.start - nowSec; ahead > 0 && (ahead > maxTTLSeconds ||
+		time.Duration(ahead)*time.Second-time.Duration(now.Nanosecond()) > l.maxSkew) {
+		return tokenFields{}, ErrTokenFuture
+	}
+	if nowSec >= tf.start+l.windowSec {
+		return tokenFields{}, ErrTokenStaleWindow
+	}
+	if nowSec >= tf.start+tf.ttl {
+		return tokenFields{}, ErrTokenExpired
+	}
+	return tf, nil
+}
+
+// VerifyToken parses token and checks its signature for subject and its
+// times against the limiter's clock, as Allow does, without consulting the
+// replay cache. It returns an error matching [ratekit.ErrInvalidRequest]
+// for an invalid subject (see [ratekit.ValidateKey]) and otherwise one of
+// [ErrTokenMissing], [ErrTokenMalformed] (and [ErrTokenUnknownVersion]),
+// [ErrTokenUnknownKey], [ErrTokenInvalid], [ErrTokenFuture],
+// [ErrTokenStaleWindow] or [ErrTokenExpired].
+func (l *Limiter) VerifyToken(token, subject string) (Token, error) {
+	if err := ratekit.ValidateKey(subject); err != nil {
+		return Token{}, err
+	}
+	sc := l.keys.signing.get(purposeToken)
+	defer l.keys.signing.put(purposeToken, sc)
+	tf, err := l.readToken(sc, token, subject, l.now())
+	if err != nil {
+		return Token{}, err
+	}
+	return tf.token(), nil
+}
