@@ -1,0 +1,25 @@
+// Command baseline is examples/lambda without ratekit: the same function URL
+// handler and the same runtime library, so that the size and start-up time
+// of the two binaries show what ratekit adds. Build it exactly like the
+// example (see ../README.md).
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-lambda-go/events"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
+)
+
+func main() {
+	awslambda.Start(hello)
+}
+
+func hello(ctx context.Context, req events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+	return events.LambdaFunctionURLResponse{
+		StatusCode: 200,
+		Headers:    map[string]string{"Content-Type": "text/plain; charset=utf-8"},
+		Body:       fmt.Sprintf("Hello! %d of %d requests left this minute.\n", 10, 10),
+	}, nil
+}

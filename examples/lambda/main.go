@@ -1,0 +1,69 @@
+// Command lambda is the smallest AWS Lambda function that ratekit protects: a
+// function URL handler limited to 10 requests a minute per client IP by
+// signedwindow, which stores nothing (the client carries a signed token in a
+// cookie or the Ratekit-Token header). It links neither pgx nor go-redis.
+//
+// Build it for the provided.al2023 runtime as README.md shows:
+//
+//	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' -o bootstrap ./examples/lambda
+//
+// $RATEKIT_SECRET (at least 32 bytes, the same on every instance) signs the
+// tokens.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/lambda"
+	"github.com/ratekit/ratekit/signedwindow"
+)
+
+func main() {
+	// Built once per instance, in the init phase, and reused by every
+	// invocation the instance serves.
+	handler, err := newHandler(os.Getenv)
+	if err != nil {
+		log.Fatal(err)
+	}
+	awslambda.Start(handler)
+}
+
+// newHandler returns the limited handler, or an error for a missing or
+// short secret.
+func newHandler(getenv func(string) string) (lambda.FunctionURLHandler, error) {
+	limiter, err := signedwindow.New(signedwindow.Config{
+		Name:   "hello",
+		Limit:  10,
+		Window: time.Minute,
+		Keys:   []signedwindow.Key{{ID: 1, Secret: []byte(getenv("RATEKIT_SECRET"))}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("RATEKIT_SECRET: %w", err)
+	}
+	guard, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: limiter, OnError: ratekit.FailOpen})
+	if err != nil {
+		return nil, err
+	}
+	adapter, err := lambda.New(lambda.Config{Guard: guard, Key: lambda.SourceIPKey()})
+	if err != nil {
+		return nil, err
+	}
+	return adapter.FunctionURL(hello), nil
+}
+
+func hello(ctx context.Context, req events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+	d, _ := ratekit.DecisionFromContext(ctx)
+	return events.LambdaFunctionURLResponse{
+		StatusCode: 200,
+		Headers:    map[string]string{"Content-Type": "text/plain; charset=utf-8"},
+		Body:       fmt.Sprintf("Hello! %d of %d requests left this minute.\n", d.Remaining, d.Limit),
+	}, nil
+}

@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	awslambda "github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/ratekit/ratekit"
+)
+
+func env(k string) string {
+	if k == "RATEKIT_SECRET" {
+		return "0123456789abcdef0123456789abcdef-example"
+	}
+	return ""
+}
+
+// The handler runs through aws-lambda-go's own invoke path with a real
+// function URL event; the client keeps the cookie it is given.
+func TestHandlerLimitsPerClient(t *testing.T) {
+	h, err := newHandler(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/event.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh := awslambda.NewHandler(h)
+	var cookie string
+	for i := 1; i <= 11; i++ {
+		var ev map[string]any
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Fatal(err)
+		}
+		if cookie != "" {
+			ev["cookies"] = []string{"theme=dark", cookie}
+		}
+		payload, _ := json.Marshal(ev)
+		out, err := lh.Invoke(context.Background(), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp events.LambdaFunctionURLResponse
+		if err := json.Unmarshal(out, &resp); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range resp.Cookies {
+			if c, err := http.ParseSetCookie(line); err == nil && c.Name == ratekit.DefaultStateCookie {
+				cookie = c.Name + "=" + c.Value
+			}
+		}
+		if i <= 10 {
+			if resp.StatusCode != 200 || !strings.Contains(resp.Body, "of 10 requests left") {
+				t.Fatalf("request %d: %d %s", i, resp.StatusCode, resp.Body)
+			}
+			continue
+		}
+		if resp.StatusCode != 429 || resp.Headers["Retry-After"] == "" || resp.Headers["Content-Type"] != ratekit.ProblemContentType {
+			t.Fatalf("request 11: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
+		}
+	}
+}
+
+func TestHandlerNeedsASecret(t *testing.T) {
+	for _, secret := range []string{"", "too short"} {
+		_, err := newHandler(func(string) string { return secret })
+		if !errors.Is(err, ratekit.ErrInvalidConfig) || !strings.Contains(err.Error(), "RATEKIT_SECRET") {
+			t.Errorf("secret %q: %v", secret, err)
+		}
+	}
+}
+
+// BenchmarkNewHandler measures what ratekit adds to the init phase: building
+// the limiter (HKDF key derivation), the Guard and the adapter.
+func BenchmarkNewHandler(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := newHandler(env); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+// Package lambda puts any [ratekit.Limiter] in front of an AWS Lambda handler
+// for the four HTTP-shaped events of github.com/aws/aws-lambda-go/events:
+//
+//   - API Gateway REST APIs: [Adapter.REST] (APIGatewayProxyRequest)
+//   - API Gateway HTTP APIs: [Adapter.HTTPAPI] (APIGatewayV2HTTPRequest)
+//   - Lambda function URLs: [Adapter.FunctionURL] (LambdaFunctionURLRequest)
+//   - Application Load Balancer target groups: [Adapter.ALB]
+//     (ALBTargetGroupRequest, single-value or multi-value headers)
+//
+// Each wrapper takes and returns the event's own handler type, so the result
+// goes straight to lambda.Start. The HTTP answers come from the same code as
+// the root package's net/http [ratekit.Middleware], a [ratekit.Guard]: the
+// RateLimit and RateLimit-Policy header fields, Retry-After, the
+// application/problem+json bodies of 429, 503 and 400 answers, the client
+// state of stateless strategies in a header field and a cookie, and the
+// failure policy. Keys agree across transports too: an IP key computed here
+// is the [ratekit.IPKey] the middleware computes for the same client, and an
+// API key is hashed by [ratekit.APIKey] in both.
+//
+// # Request flow
+//
+// For every invocation the wrapper builds a [Request] (the event's header
+// fields under canonical names, whatever case the event used, its cookies
+// and its source IP), derives the key with [Config.Key], reads the client
+// state with [ratekit.Guard.State] and calls [ratekit.Guard.Check] with the
+// invocation's context, so the limiter's round trip is bounded by the Lambda
+// deadline (and by [ratekit.GuardConfig.Timeout] when set). When the request
+// may proceed, the handler runs with the [ratekit.Decision] in its context
+// ([ratekit.DecisionFromContext]) and the [ratekit.Request] that was charged
+// ([RequestFromContext], for refunds), and the header fields of the decision
+// are merged into its response: fields the handler set itself are kept,
+// Set-Cookie goes where the event type expects cookies. Otherwise the wrapper
+// answers in the event's response type with the Guard's status and body and
+// the handler does not run.
+//
+// # Cold starts, frozen instances and connection pools
+//
+// Build the limiter, the [ratekit.Guard] and the [Adapter] once, in main or
+// in a package-level variable, before calling lambda.Start: the instance
+// then reuses them (and their connection pool) for every invocation it
+// serves, and an invocation pays for none of the set-up. Nothing in this
+// package or in ratekit's strategies starts a goroutine or a timer: between
+// invocations Lambda freezes the instance, and a background ticker would
+// neither run while frozen nor catch up correctly when thawed. Every
+// strategy computes its state lazily from a clock at the moment it decides,
+// so an instance thawed after an hour decides as a fresh one would.
+//
+// Size pools by the number of invocations one instance runs at once, which
+// aws-lambda-go reports as lambdacontext.MaxConcurrency() (1 on standard
+// Lambda, where an instance serves one request at a time; more with Lambda
+// managed instances): a Redis pool of PoolSize MaxConcurrency() and a pgxpool
+// MaxConns of MaxConcurrency() are enough, and anything larger only holds
+// connections the database has to account for across every instance. A
+// frozen instance keeps its TCP connections, but the server, a proxy or a NAT
+// may close them while it sleeps, so:
+//
+//   - pgx: set pool_ping_timeout (a bounded health check of connections idle
+//     for more than a second) and pool_max_conn_idle_time below the
+//     server's or proxy's idle timeout; use default_query_exec_mode=exec
+//     behind RDS Proxy or PgBouncer (see package pgstore).
+//   - go-redis: build the client with redisstore.ServerlessOptions, which
+//     makes commands honour the context deadline, and set ConnMaxIdleTime so
+//     that a stale connection is replaced rather than written to.
+//
+// A dead connection then costs one failed ping or one failed command, the
+// failure policy of the Guard decides what the client sees, and the next
+// invocation dials afresh. (pgxpool runs a health-check goroutine of its own;
+// it is frozen with the instance and does no harm, since the ping before use
+// is what protects a thawed instance.)
+package lambda

@@ -1,0 +1,292 @@
+package lambda
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratekit/ratekit"
+)
+
+// Handler types of the four HTTP-shaped events, in the form lambda.Start
+// accepts. A plain func literal of the same signature is assignable to them.
+type (
+	// RESTHandler handles an API Gateway REST API proxy event.
+	RESTHandler func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error)
+
+	// HTTPAPIHandler handles an API Gateway HTTP API event (payload
+	// format 2.0).
+	HTTPAPIHandler func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+	// FunctionURLHandler handles a Lambda function URL event.
+	FunctionURLHandler func(context.Context, events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error)
+
+	// ALBHandler handles an Application Load Balancer target group event.
+	ALBHandler func(context.Context, events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error)
+)
+
+// Request is what a [KeyFunc] and the other Config functions see of one
+// invocation, in the same form for every event type.
+type Request struct {
+	// Header holds the event's header fields under canonical names
+	// (http.CanonicalHeaderKey), whatever case the event used: HTTP APIs,
+	// function URLs and ALBs send lower-case names. Multi-value headers are
+	// used when the event has them. The cookies that HTTP API and function
+	// URL events carry in their own list are added as a Cookie field, so
+	// [ratekit.Guard.State] finds the state cookie in every event type.
+	Header http.Header
+
+	// SourceIP is the client address that API Gateway or the function URL
+	// saw (requestContext.identity.sourceIp for REST APIs,
+	// requestContext.http.sourceIp for HTTP APIs and function URLs). It is
+	// empty for ALB events, which carry none: use X-Forwarded-For
+	// ([ForwardedForKey]).
+	SourceIP string
+
+	// Method and Path are the request's HTTP method and path.
+	Method, Path string
+
+	// Event points to the event itself: an *events.APIGatewayProxyRequest,
+	// *events.APIGatewayV2HTTPRequest, *events.LambdaFunctionURLRequest or
+	// *events.ALBTargetGroupRequest. Functions must not modify it.
+	Event any
+}
+
+// KeyFunc derives the rate-limit key of an invocation. It returns an error
+// (matching [ratekit.ErrNoKey] for this package's key functions) when the
+// event carries no usable key; the wrappers answer such requests with 400
+// rather than letting them through unlimited, as [ratekit.Middleware] does.
+// ctx is the invocation's context.
+type KeyFunc func(ctx context.Context, r *Request) (string, error)
+
+// Config configures an [Adapter].
+type Config struct {
+	// Guard turns the limiter's decisions into HTTP answers. Required.
+	// Build it once, at init, with [ratekit.NewGuard]; it may be shared with
+	// a [ratekit.Middleware] configured alike or with other adapters.
+	Guard *ratekit.Guard
+
+	// Key derives the rate-limit key. Required. See [SourceIPKey],
+	// [ForwardedForKey], [APIKeyHeaderKey], [GatewayAPIKey], [ClaimKey],
+	// [HTTPKey] and [EventKey].
+	Key KeyFunc
+
+	// Cost returns the units an invocation takes. Nil means 1. A result
+	// below 1 is answered with 400, since it is a bug in the function
+	// rather than the client.
+	Cost func(*Request) int64
+
+	// IdempotencyKey returns the [ratekit.Request.IdempotencyKey] of an
+	// invocation, for strategies that honour it (durable): a retried
+	// request with the same value counts once. Nil or "" means none. Values
+	// longer than [ratekit.MaxKeyLen] are answered with 400. Use
+	// [HeaderValue] to read a header field such as Idempotency-Key.
+	IdempotencyKey func(*Request) string
+
+	// Denied, when set, makes the body of 429 answers instead of the
+	// default problem+json one, as [ratekit.MiddlewareConfig.Denied] does:
+	// an HTML page for browsers, say. h already holds the RateLimit fields,
+	// Retry-After and the client state; Denied sets Content-Type and any
+	// other field in h and returns the status (normally 429) and the body.
+	Denied func(ctx context.Context, r *Request, d ratekit.Decision, h http.Header) (status int, body string)
+}
+
+// Adapter wraps Lambda handlers with a [ratekit.Guard]. It is safe for
+// concurrent use, holds no goroutine and no timer, and should be built once
+// per instance (at init) and reused by every invocation.
+//
+// Its wrapper methods panic when next is nil, as http.Handle does, so that
+// the mistake shows at init rather than on the first request.
+type Adapter struct {
+	cfg Config
+}
+
+// New validates cfg and returns an Adapter. It returns an error matching
+// [ratekit.ErrInvalidConfig] when Guard or Key is nil.
+func New(cfg Config) (*Adapter, error) {
+	switch {
+	case cfg.Guard == nil:
+		return nil, fmt.Errorf("%w: lambda.Config.Guard is nil", ratekit.ErrInvalidConfig)
+	case cfg.Key == nil:
+		return nil, fmt.Errorf("%w: lambda.Config.Key is nil", ratekit.ErrInvalidConfig)
+	}
+	return &Adapter{cfg: cfg}, nil
+}
+
+type requestKey struct{}
+
+// RequestFromContext returns the [ratekit.Request] that an Adapter charged
+// for the invocation whose handler received ctx, and whether there was one.
+// A handler that refunds the call when its work fails passes it to the
+// limiter's Refund ([ratekit.Refunder]) unchanged: same key, cost and
+// idempotency key. There is none when the limiter failed and the failure
+// policy let the request through, and none outside an Adapter. With
+// [ratekit.UseFallback] the fallback limiter may have made the charge rather
+// than the primary one, so quotas that are refunded should fail closed.
+func RequestFromContext(ctx context.Context) (ratekit.Request, bool) {
+	r, ok := ctx.Value(requestKey{}).(ratekit.Request)
+	return r, ok
+}
+
+// check runs the Guard for r. dst receives the response header fields; the
+// returned context carries the decision and the request for the handler.
+func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, ratekit.Result) {
+	dst := make(http.Header, 4)
+	key, err := a.cfg.Key(ctx, r)
+	if err != nil {
+		return ctx, dst, a.cfg.Guard.BadRequest(err, dst)
+	}
+	req := ratekit.Request{Key: key, Cost: 1, State: a.cfg.Guard.State(r.Header)}
+	if a.cfg.Cost != nil {
+		req.Cost = a.cfg.Cost(r)
+	}
+	if a.cfg.IdempotencyKey != nil {
+		req.IdempotencyKey = a.cfg.IdempotencyKey(r)
+	}
+	res := a.cfg.Guard.Check(ctx, req, dst)
+	if res.Proceed() && res.Decided {
+		ctx = context.WithValue(ratekit.NewContext(ctx, res.Decision), requestKey{}, req)
+	}
+	return ctx, dst, res
+}
+
+// refuse returns the status and body of an answer that does not reach the
+// handler: the Guard's, or Config.Denied's for a denial.
+func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res ratekit.Result) (int, string) {
+	if res.Status == http.StatusTooManyRequests && a.cfg.Denied != nil {
+		dst.Del("Content-Type")
+		return a.cfg.Denied(ctx, r, res.Decision, dst)
+	}
+	return res.Status, string(res.Body)
+}
+
+// REST returns next behind the limiter, for API Gateway REST API proxy
+// events. Header fields go into the response's Headers map and Set-Cookie
+// into MultiValueHeaders (API Gateway merges the two); a Set-Cookie that
+// next put into Headers is moved there too, so that no cookie is lost.
+func (a *Adapter) REST(next RESTHandler) RESTHandler {
+	mustHandler(next == nil)
+	return func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		r := &Request{
+			Header:   eventHeader(ev.Headers, ev.MultiValueHeaders, nil),
+			SourceIP: ev.RequestContext.Identity.SourceIP,
+			Method:   ev.HTTPMethod,
+			Path:     ev.Path,
+			Event:    &ev,
+		}
+		ctx, dst, res := a.check(ctx, r)
+		if !res.Proceed() {
+			status, body := a.refuse(ctx, r, dst, res)
+			resp := events.APIGatewayProxyResponse{StatusCode: status, Body: body}
+			mergeREST(&resp, dst)
+			return resp, nil
+		}
+		resp, err := next(ctx, ev)
+		if err == nil {
+			mergeREST(&resp, dst)
+		}
+		return resp, err
+	}
+}
+
+// HTTPAPI returns next behind the limiter, for API Gateway HTTP API events
+// (payload format 2.0). Header fields go into the response's Headers map
+// and Set-Cookie into its Cookies list.
+func (a *Adapter) HTTPAPI(next HTTPAPIHandler) HTTPAPIHandler {
+	mustHandler(next == nil)
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		r := &Request{
+			Header:   eventHeader(ev.Headers, nil, ev.Cookies),
+			SourceIP: ev.RequestContext.HTTP.SourceIP,
+			Method:   ev.RequestContext.HTTP.Method,
+			Path:     ev.RawPath,
+			Event:    &ev,
+		}
+		ctx, dst, res := a.check(ctx, r)
+		if !res.Proceed() {
+			status, body := a.refuse(ctx, r, dst, res)
+			resp := events.APIGatewayV2HTTPResponse{StatusCode: status, Body: body}
+			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
+			return resp, nil
+		}
+		resp, err := next(ctx, ev)
+		if err == nil {
+			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
+		}
+		return resp, err
+	}
+}
+
+// FunctionURL returns next behind the limiter, for Lambda function URL
+// events. Header fields go into the response's Headers map and Set-Cookie
+// into its Cookies list.
+func (a *Adapter) FunctionURL(next FunctionURLHandler) FunctionURLHandler {
+	mustHandler(next == nil)
+	return func(ctx context.Context, ev events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+		r := &Request{
+			Header:   eventHeader(ev.Headers, nil, ev.Cookies),
+			SourceIP: ev.RequestContext.HTTP.SourceIP,
+			Method:   ev.RequestContext.HTTP.Method,
+			Path:     ev.RawPath,
+			Event:    &ev,
+		}
+		ctx, dst, res := a.check(ctx, r)
+		if !res.Proceed() {
+			status, body := a.refuse(ctx, r, dst, res)
+			resp := events.LambdaFunctionURLResponse{StatusCode: status, Body: body}
+			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
+			return resp, nil
+		}
+		resp, err := next(ctx, ev)
+		if err == nil {
+			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
+		}
+		return resp, err
+	}
+}
+
+// ALB returns next behind the limiter, for Application Load Balancer target
+// group events. A target group sends either Headers or MultiValueHeaders,
+// as its multi-value headers setting says, and reads the same form back, so
+// the wrapper answers in the form the request used and next must too.
+//
+// With single-value headers a response carries one Set-Cookie at most: when
+// next sets a cookie itself, the state cookie is left out, and the client
+// state still travels in the [ratekit.GuardConfig.StateHeader] field.
+func (a *Adapter) ALB(next ALBHandler) ALBHandler {
+	mustHandler(next == nil)
+	return func(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
+		multi := ev.MultiValueHeaders != nil
+		r := &Request{
+			Header: eventHeader(ev.Headers, ev.MultiValueHeaders, nil),
+			Method: ev.HTTPMethod,
+			Path:   ev.Path,
+			Event:  &ev,
+		}
+		ctx, dst, res := a.check(ctx, r)
+		if !res.Proceed() {
+			status, body := a.refuse(ctx, r, dst, res)
+			resp := events.ALBTargetGroupResponse{
+				StatusCode:        status,
+				StatusDescription: strconv.Itoa(status) + " " + http.StatusText(status),
+				Body:              body,
+			}
+			mergeALB(&resp, dst, multi)
+			return resp, nil
+		}
+		resp, err := next(ctx, ev)
+		if err == nil {
+			mergeALB(&resp, dst, multi)
+		}
+		return resp, err
+	}
+}
+
+func mustHandler(isNil bool) {
+	if isNil {
+		panic("ratekit/lambda: nil handler")
+	}
+}
