@@ -21,6 +21,12 @@ type MiddlewareConfig struct {
 	// the function rather than the client.
 	Cost func(*http.Request) int64
 
+	// IdempotencyKey, when set, returns the request's idempotency key (for
+	// example the Idempotency-Key header field), so that strategies that
+	// honour [Request.IdempotencyKey] count a retried request once. Nil
+	// means none.
+	IdempotencyKey func(*http.Request) string
+
 	// Denied, when set, answers denied requests instead of the default
 	// problem+json body. The RateLimit fields, Retry-After and client state
 	// are already in the response header, the decision is in the request's
@@ -31,7 +37,8 @@ type MiddlewareConfig struct {
 
 // Middleware returns net/http middleware that limits every request through
 // cfg.Limiter. Allowed requests reach the next handler with the RateLimit
-// fields (and client state) already set and the [Decision] in their context;
+// fields (and client state) already set and the [Decision] and [Request] in
+// their context ([DecisionFromContext], [RequestFromContext]);
 // denied requests get 429 with Retry-After and a problem+json body (or
 // cfg.Denied); limiter failures follow cfg.OnError; requests without a usable
 // key get 400.
@@ -49,17 +56,17 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			res := guardHTTP(g, cfg.Key, cfg.Cost, w.Header(), r)
+			req, res := guardHTTP(g, &cfg, w.Header(), r)
 			if res.Proceed() {
 				if res.Decided {
-					r = r.WithContext(NewContext(r.Context(), res.Decision))
+					r = r.WithContext(NewContext(r.Context(), req, res.Decision))
 				}
 				next.ServeHTTP(w, r)
 				return
 			}
 			if res.Status == http.StatusTooManyRequests && cfg.Denied != nil {
 				w.Header().Del("Content-Type")
-				cfg.Denied.ServeHTTP(w, r.WithContext(NewContext(r.Context(), res.Decision)))
+				cfg.Denied.ServeHTTP(w, r.WithContext(NewContext(r.Context(), req, res.Decision)))
 				return
 			}
 			w.WriteHeader(res.Status)
@@ -68,30 +75,53 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-func guardHTTP(g *Guard, key KeyFunc, cost func(*http.Request) int64, dst http.Header, r *http.Request) Result {
-	k, err := key(r)
+func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request) (Request, Result) {
+	k, err := cfg.Key(r)
 	if err != nil {
-		return g.BadRequest(err, dst)
+		return Request{}, g.BadRequest(err, dst)
 	}
 	req := Request{Key: k, Cost: 1, State: g.State(r.Header)}
-	if cost != nil {
-		req.Cost = cost(r)
+	if cfg.Cost != nil {
+		req.Cost = cfg.Cost(r)
 	}
-	return g.Check(r.Context(), req, dst)
+	if cfg.IdempotencyKey != nil {
+		req.IdempotencyKey = cfg.IdempotencyKey(r)
+	}
+	return req, g.Check(r.Context(), req, dst)
 }
 
-type decisionKey struct{}
+type contextKey struct{}
 
-// NewContext returns a copy of ctx that carries d, for handlers behind a
-// limiter that want to show the remaining quota.
-func NewContext(ctx context.Context, d Decision) context.Context {
-	return context.WithValue(ctx, decisionKey{}, d)
+type decided struct {
+	req Request
+	d   Decision
 }
 
-// DecisionFromContext returns the [Decision] that [Middleware] (or an adapter)
-// stored in ctx, and whether there was one. There is none when the limiter
-// failed and the failure policy let the request through.
+// NewContext returns a copy of ctx that carries a request a limiter decided
+// and its decision, for the handler behind the limiter: to show the
+// remaining quota ([DecisionFromContext]) or to refund exactly what was
+// charged ([RequestFromContext]). [Middleware] and the lambda adapters call
+// it; other adapters may too.
+func NewContext(ctx context.Context, req Request, d Decision) context.Context {
+	return context.WithValue(ctx, contextKey{}, decided{req, d})
+}
+
+// DecisionFromContext returns the [Decision] stored in ctx by [NewContext],
+// and whether there was one. There is none when the limiter failed and the
+// failure policy let the request through.
 func DecisionFromContext(ctx context.Context) (Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(Decision)
-	return d, ok
+	v, ok := ctx.Value(contextKey{}).(decided)
+	return v.d, ok
+}
+
+// RequestFromContext returns the [Request] stored in ctx by [NewContext]:
+// the request the limiter charged, and whether there was one. A handler that
+// refunds a call whose work failed passes it unchanged to the limiter's
+// Refund ([Refunder]): same key, cost, state and idempotency key. There is
+// none when the failure policy let the request through. With [UseFallback]
+// the fallback limiter may have made the charge rather than the primary one,
+// so quotas that are refunded should fail closed.
+func RequestFromContext(ctx context.Context) (Request, bool) {
+	v, ok := ctx.Value(contextKey{}).(decided)
+	return v.req, ok
 }

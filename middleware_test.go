@@ -312,3 +312,31 @@ func TestNewGuardRejectsInvalidConfig(t *testing.T) {
 		t.Errorf("String() = %q", got)
 	}
 }
+
+func TestMiddlewareRequestInContext(t *testing.T) {
+	var seen Request
+	var ok bool
+	mw, err := Middleware(MiddlewareConfig{
+		GuardConfig:    GuardConfig{Limiter: newWindowLimiter("p", 10), OnError: FailClosed},
+		Key:            RemoteAddrKey(),
+		Cost:           func(*http.Request) int64 { return 3 },
+		IdempotencyKey: func(r *http.Request) string { return r.Header.Get("Idempotency-Key") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen, ok = RequestFromContext(r.Context())
+	}))
+	r := request("198.51.100.1:1")
+	r.Header.Set("Idempotency-Key", "order-42")
+	r.Header.Set(DefaultStateHeader, "tok")
+	serve(h, r)
+	want := Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok", IdempotencyKey: "order-42"}
+	if !ok || seen != want {
+		t.Fatalf("RequestFromContext = %+v, %v; want %+v", seen, ok, want)
+	}
+	if _, ok := RequestFromContext(context.Background()); ok {
+		t.Fatal("RequestFromContext found a request in an empty context")
+	}
+}

@@ -27,7 +27,7 @@
 // deadline (and by [ratekit.GuardConfig.Timeout] when set). When the request
 // may proceed, the handler runs with the [ratekit.Decision] in its context
 // ([ratekit.DecisionFromContext]) and the [ratekit.Request] that was charged
-// ([RequestFromContext], for refunds), and the header fields of the decision
+// ([ratekit.RequestFromContext], for refunds), and the header fields of the decision
 // are merged into its response: fields the handler set itself are kept,
 // Set-Cookie goes where the event type expects cookies. Otherwise the wrapper
 // answers in the event's response type with the Guard's status and body and

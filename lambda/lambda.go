@@ -116,21 +116,6 @@ func New(cfg Config) (*Adapter, error) {
 	return &Adapter{cfg: cfg}, nil
 }
 
-type requestKey struct{}
-
-// RequestFromContext returns the [ratekit.Request] that an Adapter charged
-// for the invocation whose handler received ctx, and whether there was one.
-// A handler that refunds the call when its work fails passes it to the
-// limiter's Refund ([ratekit.Refunder]) unchanged: same key, cost and
-// idempotency key. There is none when the limiter failed and the failure
-// policy let the request through, and none outside an Adapter. With
-// [ratekit.UseFallback] the fallback limiter may have made the charge rather
-// than the primary one, so quotas that are refunded should fail closed.
-func RequestFromContext(ctx context.Context) (ratekit.Request, bool) {
-	r, ok := ctx.Value(requestKey{}).(ratekit.Request)
-	return r, ok
-}
-
 // check runs the Guard for r. dst receives the response header fields; the
 // returned context carries the decision and the request for the handler.
 func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, ratekit.Result) {
@@ -148,7 +133,7 @@ func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.
 	}
 	res := a.cfg.Guard.Check(ctx, req, dst)
 	if res.Proceed() && res.Decided {
-		ctx = context.WithValue(ratekit.NewContext(ctx, res.Decision), requestKey{}, req)
+		ctx = ratekit.NewContext(ctx, req, res.Decision)
 	}
 	return ctx, dst, res
 }

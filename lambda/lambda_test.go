@@ -57,7 +57,7 @@ func TestREST(t *testing.T) {
 	h := a.REST(func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		calls.Add(1)
 		d, ok := ratekit.DecisionFromContext(ctx)
-		req, rok := lambda.RequestFromContext(ctx)
+		req, rok := ratekit.RequestFromContext(ctx)
 		want, _ := ratekit.ParseIPKey(clientIP)
 		if !ok || !rok || req.Key != want || req.Cost != 1 {
 			t.Errorf("handler context: decision %v %+v, request %v %+v", ok, d, rok, req)
@@ -526,7 +526,7 @@ func TestInvocationContext(t *testing.T) {
 	})
 	var seen ratekit.Request
 	h := a.HTTPAPI(func(ctx context.Context, _ events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		seen, _ = lambda.RequestFromContext(ctx)
+		seen, _ = ratekit.RequestFromContext(ctx)
 		return events.APIGatewayV2HTTPResponse{StatusCode: 200}, nil
 	})
 	deadline := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
