@@ -1,0 +1,136 @@
+// Package kvstore is the storage contract of ratekit's token bucket: a small
+// key-value interface that an eventually consistent store can honestly
+// implement, and an optional atomic capability for stores that can update a
+// key in one step.
+//
+// A [Store] keeps one [Record] per key, two integers and a time to live: the
+// value (a bucket's level) and the time it was current. That is all the lazy
+// refill of a token bucket needs, and all that an edge key-value store, a
+// cache or a database can be asked for without transactions.
+//
+// A store that can read, refill and write a key as one atomic step with its
+// own clock implements [Atomic] as well. The refill rule it must follow is
+// [Refill.Apply]; this package holds the reference implementation in Go, which
+// the in-memory store runs under a lock and the Redis store mirrors in Lua.
+//
+// Implementations live in sub-packages: memstore (in-process, the default)
+// and redisstore (go-redis v9). Package storetest is the conformance suite
+// both run; run it against a store of your own to check it.
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store is a key-value store of [Record] values with a time to live.
+//
+// Implementations need not be linearizable: a Get may return a value that is
+// older than the latest Set (an edge replica, a cache). A limiter built on a
+// Store alone reads, computes and writes, and says how much it can overshoot
+// when callers race.
+//
+// Errors: a failure of the store is returned as an error that keeps the
+// underlying error visible to errors.Is; an error caused by ctx wraps
+// ctx.Err(). Implementations are safe for concurrent use.
+type Store interface {
+	// Get returns the record stored under key. ok is false when the key has
+	// none: never set, deleted or past its time to live.
+	Get(ctx context.Context, key string) (rec Record, ok bool, err error)
+
+	// Set stores rec under key for ttl, replacing any record there. A ttl
+	// below one millisecond is rounded up to one millisecond; ttl must be
+	// positive ([ErrInvalidTTL] otherwise).
+	Set(ctx context.Context, key string, rec Record, ttl time.Duration) error
+
+	// Delete removes key. Deleting a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+}
+
+// Record is what a [Store] keeps under a key: a value and the time at which
+// the value was current.
+//
+// For a token bucket, Value is the level (tokens in the bucket, in integer
+// units) and Time is when that level was computed. Stores treat both as
+// opaque integers: Get returns exactly what Set stored.
+type Record struct {
+	// Value is the stored value. Atomic stores keep it between 0 and the
+	// [Refill] maximum.
+	Value int64
+
+	// Time is when Value was current, in microseconds since the Unix epoch,
+	// on the clock of whoever wrote the record: the limiter's clock for a
+	// Set, the store's own clock for an [Atomic] update.
+	Time int64
+}
+
+// Atomic is implemented by stores that can refill, apply an operation to and
+// write one key as a single atomic step, reading the time from their own
+// clock, so that concurrent callers never overwrite each other's work.
+//
+// Update brings the record under key up to date with [Refill.Level] at the
+// store's current time, applies op with n units exactly as [Refill.Apply]
+// does, and writes the result (when Apply writes) with a time to live of
+// [Refill.TimeToFull]; a record that reaches the maximum is deleted, since an
+// absent key reads as full. One call is one round trip to the store.
+//
+// Update returns [ErrInvalidRefill] for an invalid r, [ErrInvalidOp] for an
+// unknown op or an n outside the op's range (see [Op]), and otherwise the
+// same errors as the [Store] methods.
+type Atomic interface {
+	Store
+	Update(ctx context.Context, key string, r Refill, op Op, n int64) (Result, error)
+}
+
+// Op is an operation of [Atomic.Update] and [Refill.Apply].
+type Op uint8
+
+// The operations. n is the number of units the operation concerns; it must be
+// between 1 and the Refill's Max for OpTake and OpPeek, and at least 1 for
+// OpRefund.
+const (
+	// OpTake subtracts n when the level is at least n. When it is not,
+	// nothing changes: a denied take consumes nothing.
+	OpTake Op = iota + 1
+
+	// OpPeek reports whether n units are available and writes nothing.
+	OpPeek
+
+	// OpRefund adds n, never raising the level above the maximum.
+	OpRefund
+)
+
+// Result is the outcome of [Atomic.Update] or [Refill.Apply].
+type Result struct {
+	// OK reports whether n units were available: true when OpTake took them
+	// or OpPeek found them. OpRefund always reports true.
+	OK bool
+
+	// Value is the level after the operation, between 0 and the Refill's
+	// Max. For a take that was refused it is the (refilled) level that was
+	// too low.
+	Value int64
+}
+
+// MaxValue is the largest [Refill.Max] accepted: 2^53, the largest integer
+// that every number in Redis's Lua (a float64) represents exactly, so that the
+// Go and Lua implementations of [Refill.Apply] agree to the unit.
+const MaxValue = 1 << 53
+
+// Errors returned by this package and the stores.
+var (
+	// ErrInvalidRefill is returned for a Refill whose Max or Rate is out of
+	// range.
+	ErrInvalidRefill = errors.New("kvstore: invalid refill")
+
+	// ErrInvalidOp is returned for an unknown Op or an n outside its range.
+	ErrInvalidOp = errors.New("kvstore: invalid operation")
+
+	// ErrInvalidTTL is returned by Set for a ttl that is not positive.
+	ErrInvalidTTL = errors.New("kvstore: ttl must be positive")
+
+	// ErrMalformedRecord is returned when the bytes under a key are not a
+	// record this package wrote (another program uses the key).
+	ErrMalformedRecord = errors.New("kvstore: malformed record")
+)

@@ -1,0 +1,203 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/memstore"
+	"github.com/ratekit/ratekit/kvstore/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) kvstore.Store {
+		s, err := memstore.New(memstore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// clock is a fake clock safe for concurrent use.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestNewInvalid(t *testing.T) {
+	if _, err := memstore.New(memstore.Config{MaxKeys: -1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Fatalf("New(MaxKeys -1): %v, want ratekit.ErrInvalidConfig", err)
+	}
+}
+
+func TestLazyExpiryOnInjectedClock(t *testing.T) {
+	c := newClock()
+	s := newStore(t, memstore.Config{Now: c.Now})
+	ctx := context.Background()
+	if err := s.Set(ctx, "k", kvstore.Record{Value: 1}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(999 * time.Millisecond)
+	if _, ok, _ := s.Get(ctx, "k"); !ok {
+		t.Fatal("record gone 1ms before its ttl")
+	}
+	c.Add(time.Millisecond)
+	if _, ok, _ := s.Get(ctx, "k"); ok {
+		t.Fatal("record present at its ttl")
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len after a Get found the record expired = %d, want 0 (removed)", n)
+	}
+}
+
+func TestUpdateUsesStoreClock(t *testing.T) {
+	c := newClock()
+	s := newStore(t, memstore.Config{Now: c.Now})
+	ctx := context.Background()
+	r := kvstore.Refill{Max: 10_000, Rate: 10} // full 1ms after empty
+	res, err := s.Update(ctx, "k", r, kvstore.OpTake, 10_000)
+	if err != nil || !res.OK || res.Value != 0 {
+		t.Fatalf("Take all = %+v, %v", res, err)
+	}
+	rec, ok, _ := s.Get(ctx, "k")
+	if !ok || rec != (kvstore.Record{Value: 0, Time: c.Now().UnixMicro()}) {
+		t.Fatalf("record = %+v, %v; want value 0 at the injected time", rec, ok)
+	}
+	c.Add(250 * time.Microsecond)
+	if res, _ := s.Update(ctx, "k", r, kvstore.OpPeek, 1); res.Value != 2500 {
+		t.Fatalf("after 250µs at 10 units/µs: %d units, want 2500", res.Value)
+	}
+	c.Add(750*time.Microsecond - time.Nanosecond)
+	if _, ok, _ := s.Get(ctx, "k"); !ok {
+		t.Fatal("record expired before the bucket was full")
+	}
+	c.Add(time.Nanosecond)
+	if _, ok, _ := s.Get(ctx, "k"); ok {
+		t.Fatal("record present once the bucket is full")
+	}
+	// The clock steps back: nothing refills, the take still works.
+	s.Update(ctx, "b", r, kvstore.OpTake, 10_000)
+	c.Add(-time.Hour)
+	if res, _ := s.Update(ctx, "b", r, kvstore.OpPeek, 1); res.OK || res.Value != 0 {
+		t.Fatalf("after the clock stepped back an hour: %+v, want 0 units", res)
+	}
+}
+
+func TestBoundAndEviction(t *testing.T) {
+	c := newClock()
+	for _, maxKeys := range []int{1, 3, 64, 100, 1000} {
+		t.Run(strconv.Itoa(maxKeys), func(t *testing.T) {
+			s := newStore(t, memstore.Config{MaxKeys: maxKeys, Now: c.Now})
+			for i := 0; i < 10*maxKeys+100; i++ {
+				if err := s.Set(context.Background(), fmt.Sprint("k", i), kvstore.Record{}, time.Hour); err != nil {
+					t.Fatal(err)
+				}
+				if n := s.Len(); n > maxKeys {
+					t.Fatalf("after %d inserts Len = %d > MaxKeys %d", i+1, n, maxKeys)
+				}
+			}
+		})
+	}
+}
+
+func TestNewKeyEvictsWhenFull(t *testing.T) {
+	c := newClock()
+	ctx := context.Background()
+	s := newStore(t, memstore.Config{MaxKeys: 1, Now: c.Now})
+	s.Set(ctx, "a", kvstore.Record{Value: 1}, time.Hour)
+	s.Set(ctx, "a", kvstore.Record{Value: 2}, time.Hour) // an overwrite evicts nothing
+	if rec, ok, _ := s.Get(ctx, "a"); !ok || rec.Value != 2 {
+		t.Fatalf("overwrite in a full store: %+v, %v", rec, ok)
+	}
+	s.Set(ctx, "b", kvstore.Record{Value: 3}, time.Hour)
+	if _, ok, _ := s.Get(ctx, "a"); ok {
+		t.Fatal("MaxKeys 1 holds two keys")
+	}
+	if rec, ok, _ := s.Get(ctx, "b"); !ok || rec.Value != 3 {
+		t.Fatalf("new key in a full store: %+v, %v", rec, ok)
+	}
+}
+
+func TestConcurrentMixedUse(t *testing.T) {
+	s := newStore(t, memstore.Config{MaxKeys: 50})
+	ctx := context.Background()
+	r := kvstore.Refill{Max: 1000, Rate: 1}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				k := strconv.Itoa((w*7 + i) % 120)
+				switch i % 4 {
+				case 0:
+					s.Set(ctx, k, kvstore.Record{Value: int64(i)}, time.Minute)
+				case 1:
+					s.Get(ctx, k)
+				case 2:
+					s.Update(ctx, k, r, kvstore.OpTake, 1)
+				default:
+					s.Delete(ctx, k)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := s.Len(); n > 50 {
+		t.Fatalf("Len = %d > MaxKeys 50", n)
+	}
+}
+
+func BenchmarkUpdate(b *testing.B) {
+	s, _ := memstore.New(memstore.Config{})
+	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			s.Update(ctx, "k", r, kvstore.OpTake, 1)
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				s.Update(ctx, "k", r, kvstore.OpTake, 1)
+			}
+		})
+	})
+}

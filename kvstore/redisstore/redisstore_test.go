@@ -1,0 +1,347 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/kvstore/storetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// prefix returns a key prefix no other test or package uses.
+func prefix(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
+	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
+}
+
+// client returns a client of the shared test Redis, closed at cleanup, and
+// deletes every key under p at cleanup.
+func client(t *testing.T, addr, p string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		c.Close()
+	})
+	return c
+}
+
+func newStore(t *testing.T) (*redisstore.Store, *redis.Client) {
+	t.Helper()
+	p := prefix(t)
+	c := client(t, testenv.RedisAddr(t), p)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) kvstore.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
+func TestNewInvalid(t *testing.T) {
+	if _, err := redisstore.New(nil, redisstore.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("New(nil): %v, want ratekit.ErrInvalidConfig", err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := redisstore.New(c, redisstore.Config{Prefix: "a{b}:"}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("New with a braced prefix: %v, want ratekit.ErrInvalidConfig", err)
+	}
+}
+
+func TestKeyHasHashTag(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s, _ := redisstore.New(c, redisstore.Config{})
+	if got, want := s.Key("api:123"), "ratekit:{api:123}"; got != want {
+		t.Fatalf("Key = %q, want %q", got, want)
+	}
+}
+
+func TestMalformedRecord(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " ", "1  2", "99999999999999999999 1"} {
+		c.Set(ctx, s.Key("bad"), v, time.Minute)
+		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
+		}
+		if v == "99999999999999999999 1" || v == "1  2" {
+			// Lua's tonumber is laxer than Go's ParseInt: it reads a large
+			// float (clamped to max) and skips spaces. Neither is a record
+			// ratekit writes, and neither breaks the script's arithmetic.
+			continue
+		}
+		_, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1)
+		if !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Update of %q: %v, want kvstore.ErrMalformedRecord", v, err)
+		}
+	}
+	c.HSet(ctx, s.Key("hash"), "f", "v")
+	if _, err := s.Update(ctx, "hash", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); err == nil {
+		t.Error("Update of a hash key succeeded")
+	}
+}
+
+func TestRecordFormatIsSharedWithLua(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	r := kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+	res, err := s.Update(ctx, "k", r, kvstore.OpTake, kvstore.MaxValue-1)
+	if err != nil || res.Value != 1 {
+		t.Fatalf("Update = %+v, %v", res, err)
+	}
+	raw := c.Get(ctx, s.Key("k")).Val()
+	rec, ok, err := s.Get(ctx, "k")
+	if err != nil || !ok || rec.Value != 1 {
+		t.Fatalf("Get after Update = %+v, %v, %v (raw %q)", rec, ok, err, raw)
+	}
+	if d := time.Since(time.UnixMicro(rec.Time)); d < -time.Minute || d > time.Minute {
+		t.Fatalf("record time %d is %v away from this machine's clock (raw %q)", rec.Time, d, raw)
+	}
+	ttl := c.PTTL(ctx, s.Key("k")).Val()
+	if full := r.TimeToFull(1); ttl < full-time.Minute || ttl > full+time.Millisecond {
+		t.Fatalf("PTTL = %v; want the time to full, %v", ttl, full)
+	}
+}
+
+func TestServerlessOptions(t *testing.T) {
+	o := redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{"x:1"}}, 0)
+	if !o.ContextTimeoutEnabled || o.MaxRetries != -1 || o.DialerRetries != 1 ||
+		o.ReadTimeout != 250*time.Millisecond || o.WriteTimeout != 250*time.Millisecond ||
+		o.DialTimeout != 250*time.Millisecond || o.PoolTimeout != 250*time.Millisecond {
+		t.Fatalf("ServerlessOptions = %+v", o)
+	}
+	if o := redisstore.ServerlessOptions(&redis.UniversalOptions{}, time.Second); o.ReadTimeout != time.Second {
+		t.Fatalf("ReadTimeout = %v, want 1s", o.ReadTimeout)
+	}
+}
+
+// server is a throwaway redis-server on a free port, for tests that stop
+// Redis or flush its script cache without touching the shared server.
+type server struct {
+	t    *testing.T
+	addr string
+	bin  string
+	cmd  *exec.Cmd
+}
+
+func startServer(t *testing.T) *server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("redis-server binary not found")
+		}
+		t.Skip("redis-server binary not found; install redis-server to run this test")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s := &server{t: t, addr: addr, bin: bin}
+	s.start()
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	_, port, _ := net.SplitHostPort(s.addr)
+	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", s.t.TempDir())
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if conn, err := net.Dial("tcp", s.addr); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	s.t.Fatalf("redis-server did not start on %s", s.addr)
+}
+
+func (s *server) stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// serverlessClient returns a client of addr built with ServerlessOptions,
+// closed at cleanup.
+func serverlessClient(t *testing.T, addr string) redis.UniversalClient {
+	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+var take1 = kvstore.Refill{Max: 1000, Rate: 1}
+
+// updateWithin runs one take with a deadline and returns its error and how
+// long it took.
+func updateWithin(s *redisstore.Store, d time.Duration) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1)
+	return time.Since(start), err
+}
+
+// recovers retries a take until it succeeds, for at most 5 seconds, and
+// reports how many attempts failed first.
+func recovers(t *testing.T, s *redisstore.Store) int {
+	t.Helper()
+	failed := 0
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := updateWithin(s, 200*time.Millisecond); err == nil {
+			return failed
+		}
+		failed++
+	}
+	t.Fatalf("the store did not recover within 5s (%d failed attempts)", failed)
+	return failed
+}
+
+// slack is how much later than its deadline a call may return on a loaded
+// machine.
+const slack = 150 * time.Millisecond
+
+func TestDeadRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
+	srv := startServer(t)
+	s, _ := redisstore.New(serverlessClient(t, srv.addr), redisstore.Config{})
+	if _, err := updateWithin(s, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	for i := 0; i < 3; i++ {
+		took, err := updateWithin(s, 200*time.Millisecond)
+		if err == nil {
+			t.Fatal("Update succeeded with Redis stopped")
+		}
+		if took > 200*time.Millisecond+slack {
+			t.Fatalf("Update with Redis stopped took %v, deadline 200ms: %v", took, err)
+		}
+		t.Logf("Redis stopped: error after %v: %v", took, err)
+	}
+	srv.start()
+	t.Logf("Redis restarted: %d failed attempts before the first success", recovers(t, s))
+}
+
+func TestSlowRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
+	srv := startServer(t)
+	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), "redis", "127.0.0.1:0", srv.addr)
+	if err := proxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Stop) // runs after the client closes (cleanups run last-in first-out)
+	s, _ := redisstore.New(serverlessClient(t, proxy.Listen), redisstore.Config{})
+	if _, err := updateWithin(s, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":2000}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		took, err := updateWithin(s, 100*time.Millisecond)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Update through 2s of latency, deadline 100ms: %v, want context.DeadlineExceeded", err)
+		}
+		if took > 100*time.Millisecond+slack {
+			t.Fatalf("Update through 2s of latency took %v, deadline 100ms", took)
+		}
+		t.Logf("2s latency: error after %v: %v", took, err)
+	}
+	if err := proxy.Toxics.RemoveToxic(context.Background(), "slow"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("latency removed: %d failed attempts before the first success", recovers(t, s))
+}
+
+func TestFlushedScriptCacheRecovers(t *testing.T) {
+	srv := startServer(t)
+	c := serverlessClient(t, srv.addr)
+	s, _ := redisstore.New(c, redisstore.Config{})
+	for i := 0; i < 3; i++ {
+		if err := c.ScriptFlush(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Update(context.Background(), "k", take1, kvstore.OpTake, 1)
+		if err != nil || !res.OK {
+			t.Fatalf("Update after SCRIPT FLUSH = %+v, %v", res, err)
+		}
+	}
+}
+
+func TestOneRoundTrip(t *testing.T) {
+	srv := startServer(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	t.Cleanup(func() { c.Close() })
+	counter := &countingHook{}
+	c.AddHook(counter)
+	s, _ := redisstore.New(c, redisstore.Config{})
+	ctx := context.Background()
+	s.Update(ctx, "k", take1, kvstore.OpTake, 1) // load the script (EVALSHA, then EVAL)
+	counter.n.Store(0)
+	for i := 0; i < 10; i++ {
+		if _, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counter.n.Load(); got != 10 {
+		t.Fatalf("10 updates sent %d commands, want 10", got)
+	}
+}
+
+// countingHook counts the commands a client sends.
+type countingHook struct{ n atomic.Int64 }
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}

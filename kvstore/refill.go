@@ -1,0 +1,132 @@
+package kvstore
+
+import (
+	"fmt"
+	"time"
+)
+
+// Refill describes a value that refills linearly with time up to a maximum:
+// the level of a token bucket, in integer units.
+//
+// Rate is in units per microsecond, the resolution of Redis's TIME. Because
+// both numbers are integers, refill is exact: no fraction of a unit is lost
+// or invented however the requests fall, so the level never drifts and never
+// goes negative. A limiter picks its unit so that its refill rate is a whole
+// number of units per microsecond (tokenbucket uses 1/D of a token, where D is
+// the refill period in microseconds divided by its greatest common divisor
+// with the tokens per period).
+type Refill struct {
+	// Max is the most units the value holds, from 1 to [MaxValue]. An
+	// absent key reads as Max.
+	Max int64
+
+	// Rate is the number of units added per microsecond, from 1 to Max.
+	Rate int64
+}
+
+// Validate returns an error matching [ErrInvalidRefill] when Max or Rate is
+// out of range.
+func (r Refill) Validate() error {
+	if r.Max < 1 || r.Max > MaxValue {
+		return fmt.Errorf("%w: max %d is not between 1 and 2^53", ErrInvalidRefill, r.Max)
+	}
+	if r.Rate < 1 || r.Rate > r.Max {
+		return fmt.Errorf("%w: rate %d is not between 1 and max %d", ErrInvalidRefill, r.Rate, r.Max)
+	}
+	return nil
+}
+
+// Level returns the level of rec at time now (microseconds since the Unix
+// epoch) and the time it is current at. ok false (no record) reads as a full
+// value at now. A stored value outside [0, Max] is clamped into it. When now
+// is not after rec.Time (a clock that stepped back, or the same microsecond)
+// nothing refills and the level stays current at rec.Time, so a clock that
+// steps back never creates units.
+func (r Refill) Level(rec Record, ok bool, now int64) (level, at int64) {
+	if !ok {
+		return r.Max, now
+	}
+	v := min(max(rec.Value, 0), r.Max)
+	if now <= rec.Time {
+		return v, rec.Time
+	}
+	gap := r.Max - v
+	// elapsed*Rate >= gap, written so that it cannot overflow.
+	if elapsed := now - rec.Time; elapsed >= (gap+r.Rate-1)/r.Rate {
+		return r.Max, now
+	} else {
+		return v + elapsed*r.Rate, now
+	}
+}
+
+// Apply is the reference semantics of [Atomic.Update]: it refills rec to now
+// with [Refill.Level], applies op with n units and returns the result, the
+// record to store and whether the store must be written. A refused take and
+// a peek write nothing. When write is true and next.Value equals Max the key
+// may be deleted instead, since an absent key reads as full.
+//
+// Apply returns [ErrInvalidRefill] for an invalid r and [ErrInvalidOp] for an
+// unknown op or an n outside its range. It is a pure function.
+func (r Refill) Apply(rec Record, ok bool, now int64, op Op, n int64) (res Result, next Record, write bool, err error) {
+	if err := r.Validate(); err != nil {
+		return Result{}, Record{}, false, err
+	}
+	if err := r.checkOp(op, n); err != nil {
+		return Result{}, Record{}, false, err
+	}
+	level, at := r.Level(rec, ok, now)
+	switch op {
+	case OpTake:
+		if level < n {
+			return Result{Value: level}, Record{}, false, nil
+		}
+		level -= n
+		return Result{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+	case OpPeek:
+		return Result{OK: level >= n, Value: level}, Record{}, false, nil
+	default: // OpRefund
+		if n >= r.Max-level {
+			level = r.Max
+		} else {
+			level += n
+		}
+		return Result{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+	}
+}
+
+// CheckOp returns an error matching [ErrInvalidOp] for an unknown op or an n
+// outside its range (see [Op]). Stores call it before contacting a server.
+func (r Refill) CheckOp(op Op, n int64) error { return r.checkOp(op, n) }
+
+func (r Refill) checkOp(op Op, n int64) error {
+	switch op {
+	case OpTake, OpPeek:
+		if n < 1 || n > r.Max {
+			return fmt.Errorf("%w: n %d is not between 1 and max %d", ErrInvalidOp, n, r.Max)
+		}
+	case OpRefund:
+		if n < 1 {
+			return fmt.Errorf("%w: refund of %d units", ErrInvalidOp, n)
+		}
+	default:
+		return fmt.Errorf("%w: op %d", ErrInvalidOp, op)
+	}
+	return nil
+}
+
+// TimeToFull returns how long a value at level takes to refill to Max,
+// rounded up to the microsecond: 0 for a full value.
+func (r Refill) TimeToFull(level int64) time.Duration {
+	return r.TimeUntil(level, r.Max)
+}
+
+// TimeUntil returns how long a value at level takes to reach target units,
+// rounded up to the microsecond: 0 when level is already at least target.
+// target must not exceed Max.
+func (r Refill) TimeUntil(level, target int64) time.Duration {
+	if level >= target {
+		return 0
+	}
+	gap := target - max(level, 0)
+	return time.Duration((gap+r.Rate-1)/r.Rate) * time.Microsecond
+}

@@ -1,0 +1,246 @@
+package tokenbucket_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/tokenbucket"
+)
+
+// redisStore returns a store on the shared test Redis under a key prefix of
+// its own, deleting its keys and closing its client at cleanup, and a hook
+// that counts the commands the client sends.
+func redisStore(t *testing.T) (*redisstore.Store, *commandCounter) {
+	t.Helper()
+	addr := testenv.RedisAddr(t)
+	b := make([]byte, 6)
+	rand.Read(b)
+	prefix := "ratekit-test:tokenbucket:" + strings.ReplaceAll(t.Name(), "/", ".") + ":" + hex.EncodeToString(b) + ":"
+	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, time.Second))
+	counter := &commandCounter{}
+	c.AddHook(counter)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		c.Close()
+	})
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, counter
+}
+
+type commandCounter struct{ n atomic.Int64 }
+
+func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+func TestRedisAtomicExactUnderConcurrency(t *testing.T) {
+	for _, cache := range []int{0, 1000} {
+		store, _ := redisStore(t)
+		l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: 100, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: store, DeniedCacheSize: cache})
+		if got := hammer(t, l, 64, 50); got != 100 {
+			t.Errorf("denied cache %d: %d admitted, want exactly 100", cache, got)
+		}
+	}
+}
+
+func TestRedisBothModes(t *testing.T) {
+	for _, mode := range []tokenbucket.Mode{tokenbucket.Eventual, tokenbucket.Atomic} {
+		t.Run(mode.String(), func(t *testing.T) {
+			store, counter := redisStore(t)
+			// Burst 3, one token every 20 minutes: nothing refills during the test.
+			l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: 3, RefillRate: tokenbucket.PerHour(3), Mode: mode, Store: store})
+			ctx := context.Background()
+			req := ratekit.Request{Key: "user:1", Cost: 1}
+			for i := 0; i < 3; i++ {
+				if d, err := l.Allow(ctx, req); err != nil || !d.Allowed || d.Remaining != int64(2-i) {
+					t.Fatalf("request %d: %+v, %v", i, d, err)
+				}
+			}
+			before := counter.n.Load()
+			d, err := l.Allow(ctx, req)
+			if err != nil || d.Allowed || d.Remaining != 0 {
+				t.Fatalf("fourth request: %+v, %v", d, err)
+			}
+			if sent := counter.n.Load() - before; sent != 1 {
+				t.Errorf("a denied %v decision sent %d commands, want 1 (denials write nothing)", mode, sent)
+			}
+			// RetryAfter is a little under 20 minutes (time passed since the
+			// first take), ResetAfter a little under an hour.
+			if d.RetryAfter > 20*time.Minute || d.RetryAfter < 20*time.Minute-10*time.Second ||
+				d.ResetAfter > time.Hour || d.ResetAfter < time.Hour-10*time.Second {
+				t.Fatalf("denied decision %+v", d)
+			}
+			if p, err := l.Peek(ctx, req); err != nil || p.Allowed || p.Remaining != 0 {
+				t.Fatalf("Peek: %+v, %v", p, err)
+			}
+			if r, err := l.Refund(ctx, ratekit.Request{Key: "user:1", Cost: 2}); err != nil || r.Remaining != 2 {
+				t.Fatalf("Refund 2: %+v, %v", r, err)
+			}
+			if err := l.Reset(ctx, "user:1"); err != nil {
+				t.Fatal(err)
+			}
+			if p, err := l.Peek(ctx, ratekit.Request{Key: "user:1", Cost: 3}); err != nil || !p.Allowed || p.Remaining != 3 || p.ResetAfter != 0 {
+				t.Fatalf("Peek after Reset: %+v, %v", p, err)
+			}
+		})
+	}
+}
+
+func TestRedisDeniedCacheAnswersWithoutRoundTrip(t *testing.T) {
+	store, counter := redisStore(t)
+	l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: 2, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: store, DeniedCacheSize: 100})
+	ctx := context.Background()
+	req := ratekit.Request{Key: "blocked", Cost: 1}
+	for i := 0; i < 3; i++ {
+		l.Allow(ctx, req)
+	}
+	before := counter.n.Load()
+	for i := 0; i < 1000; i++ {
+		if d, err := l.Allow(ctx, req); err != nil || d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("blocked request %d: %+v, %v", i, d, err)
+		}
+	}
+	if sent := counter.n.Load() - before; sent != 0 {
+		t.Fatalf("1000 requests from a blocked client sent %d commands, want 0", sent)
+	}
+}
+
+// TestRedisDownFailsWithinDeadlineAndRecovers stops a throwaway Redis of its
+// own: Allow must return an error (never a decision) within the caller's
+// deadline, and succeed again once Redis is back, with no help.
+func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("redis-server binary not found")
+		}
+		t.Skip("redis-server binary not found; install redis-server to run this test")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	var cmd *exec.Cmd
+	start := func() {
+		cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", t.TempDir())
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if conn, err := net.Dial("tcp", addr); err == nil {
+				conn.Close()
+				return
+			}
+		}
+		t.Fatal("redis-server did not start")
+	}
+	stop := func() {
+		if cmd != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			cmd = nil
+		}
+	}
+	start()
+	t.Cleanup(stop)
+	client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
+	t.Cleanup(func() { client.Close() })
+	store, _ := redisstore.New(client, redisstore.Config{})
+	l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: 10, RefillRate: tokenbucket.PerSecond(10), Mode: tokenbucket.Atomic, Store: store})
+	allow := func(d time.Duration) (ratekit.Decision, time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		begin := time.Now()
+		dec, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
+		return dec, time.Since(begin), err
+	}
+	if _, _, err := allow(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	for i := 0; i < 3; i++ {
+		dec, took, err := allow(200 * time.Millisecond)
+		if err == nil {
+			t.Fatalf("Allow with Redis down = %+v, nil error", dec)
+		}
+		if dec != (ratekit.Decision{}) {
+			t.Fatalf("Allow with Redis down returned a decision %+v with its error", dec)
+		}
+		if took > 350*time.Millisecond {
+			t.Fatalf("Allow with Redis down took %v, deadline 200ms", took)
+		}
+	}
+	start()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		dec, _, err := allow(200 * time.Millisecond)
+		if err == nil && dec.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery 5s after Redis came back: %v", err)
+		}
+	}
+	// A canceled context is reported as such.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Allow with a canceled context: %v, want context.Canceled", err)
+	}
+}
+
+// BenchmarkAllowRedis measures one atomic decision over Redis on one hot key
+// that never denies (the comparison with redis_rate and INCR is in
+// benchmarks/tokenbucket/rediscompare).
+func BenchmarkAllowRedis(b *testing.B) {
+	addr := testenv.RedisAddr(b)
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}})
+	defer c.Close()
+	buf := make([]byte, 6)
+	rand.Read(buf)
+	prefix := "ratekit-bench:" + hex.EncodeToString(buf) + ":"
+	store, _ := redisstore.New(c, redisstore.Config{Prefix: prefix})
+	l := newLimiter(b, tokenbucket.Config{Name: "bench", Burst: 1 << 30, RefillRate: tokenbucket.PerHour(1 << 30), Mode: tokenbucket.Atomic, Store: store})
+	ctx := context.Background()
+	defer l.Reset(ctx, "hot")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Allow(ctx, ratekit.Request{Key: "hot", Cost: 1}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
