@@ -1,0 +1,387 @@
+// Command durable measures ratekit's PostgreSQL limiters next to the
+// physical floor of the same database: a bare single-statement
+// INSERT … ON CONFLICT DO UPDATE … RETURNING counter sent through the same
+// pool. For every algorithm, UNLOGGED and logged tables, synchronous_commit
+// off and on, and each concurrency, it prints throughput and p50/p99
+// latency, and the throughput as a fraction of the floor measured in the
+// same run with the same table kind and commit mode.
+//
+// Usage:
+//
+//	cd benchmarks && go run ./durable [-duration 2s] [-runs 3] [-concurrency 1,8,64] [-keys 10000]
+//	    [-window 1m] [-cleanup 0] [-tables unlogged,logged] [-sync off,on]
+//
+// The server comes from RATEKIT_POSTGRES_URL (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable). The program
+// works in a schema of its own (ratekit_bench_<random>), fills the tables,
+// runs ANALYZE before measuring, and drops the schema at the end. With
+// -runs above 1 every figure is the median of the runs.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"log"
+	mrand "math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/pgstore"
+)
+
+func main() {
+	duration := flag.Duration("duration", 2*time.Second, "measuring time per cell")
+	runs := flag.Int("runs", 1, "runs per cell; figures are medians")
+	concList := flag.String("concurrency", "1,8,64", "comma-separated numbers of concurrent callers")
+	keys := flag.Int("keys", 10000, "distinct keys, picked at random by each call")
+	maxConns := flag.Int("max-conns", 16, "pool size cap (the pool has min(concurrency, this) connections)")
+	window := flag.Duration("window", time.Minute, "limiter window (quota 1000 per window and key, so almost every call is admitted)")
+	cleanup := flag.Float64("cleanup", 0, "limiters' CleanupProbability (0 = library default, negative = no inline cleanup)")
+	tables := flag.String("tables", "unlogged,logged", "table kinds to measure")
+	syncs := flag.String("sync", "off,on", "synchronous_commit settings to measure")
+	flag.Parse()
+	url := os.Getenv("RATEKIT_POSTGRES_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	var concs []int
+	for _, f := range strings.Split(*concList, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			log.Fatalf("bad -concurrency %q", *concList)
+		}
+		concs = append(concs, n)
+	}
+	b := &bench{url: url, duration: *duration, keys: makeKeys(*keys), maxConns: *maxConns, filled: map[string]bool{},
+		window: *window, cleanup: *cleanup}
+	for _, t := range strings.Split(*tables, ",") {
+		switch strings.TrimSpace(t) {
+		case "unlogged":
+			b.durs = append(b.durs, pgstore.Unlogged)
+		case "logged":
+			b.durs = append(b.durs, pgstore.Logged)
+		default:
+			log.Fatalf("bad -tables %q", *tables)
+		}
+	}
+	for _, v := range strings.Split(*syncs, ",") {
+		switch strings.TrimSpace(v) {
+		case "off":
+			b.syncs = append(b.syncs, false)
+		case "on":
+			b.syncs = append(b.syncs, true)
+		default:
+			log.Fatalf("bad -sync %q", *syncs)
+		}
+	}
+	b.schema = "ratekit_bench_" + randHex(4)
+	ctx := context.Background()
+	err := b.setup(ctx)
+	if err == nil {
+		err = b.report(ctx, concs, *runs, *keys)
+	}
+	b.drop(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
+
+	algs := []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
+	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, %v per cell, median of %d run(s)\n\n",
+		keys, b.window, b.cleanup, b.duration, runs)
+	fmt.Println("| table | synchronous_commit | concurrency | subject | ops/s | p50 | p99 | % of floor |")
+	fmt.Println("|---|---|---|---|---:|---:|---:|---:|")
+	for _, dur := range b.durs {
+		for _, sync := range b.syncs {
+			for _, conc := range concs {
+				// The runs of a group interleave the subjects, so that the
+				// load of a shared machine drifts over all of them alike.
+				results := make([][]result, 1+len(algs))
+				for range runs {
+					for i := range results {
+						var r result
+						var err error
+						if i == 0 {
+							r, err = b.runFloor(ctx, dur, sync, conc)
+						} else {
+							r, err = b.runLimiter(ctx, algs[i-1], dur, sync, conc)
+						}
+						if err != nil {
+							return err
+						}
+						results[i] = append(results[i], r)
+					}
+				}
+				floor := median(results[0])
+				row(dur, sync, conc, "floor (bare upsert)", floor, floor)
+				for i, alg := range algs {
+					row(dur, sync, conc, alg.String(), median(results[i+1]), floor)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func row(d pgstore.Durability, sync bool, conc int, subject string, r, floor result) {
+	sc := "off"
+	if sync {
+		sc = "on"
+	}
+	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %.0f%% |\n", d, sc, conc, subject, r.opsPerSec,
+		fmtDur(r.p50), fmtDur(r.p99), 100*r.opsPerSec/floor.opsPerSec)
+}
+
+func fmtDur(d time.Duration) string {
+	return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+}
+
+type bench struct {
+	url      string
+	schema   string
+	duration time.Duration
+	keys     []string
+	maxConns int
+	window   time.Duration
+	cleanup  float64
+	durs     []pgstore.Durability
+	syncs    []bool
+	admin    *pgxpool.Pool
+	filled   map[string]bool
+}
+
+type result struct {
+	opsPerSec float64
+	p50, p99  time.Duration
+}
+
+func makeKeys(n int) []string {
+	k := make([]string, n)
+	for i := range k {
+		k[i] = fmt.Sprintf("customer-%06d", i)
+	}
+	return k
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (b *bench) setup(ctx context.Context) error {
+	var err error
+	b.admin, err = pgxpool.New(ctx, b.url)
+	if err != nil {
+		return err
+	}
+	store, err := pgstore.New(b.admin, pgstore.Config{Schema: b.schema})
+	if err != nil {
+		return err
+	}
+	if err := store.Migrate(ctx); err != nil {
+		return err
+	}
+	q := `CREATE UNLOGGED TABLE "%[1]s".floor_unlogged (prefix text, key bytea, count bigint NOT NULL, PRIMARY KEY (prefix, key));
+CREATE TABLE "%[1]s".floor (prefix text, key bytea, count bigint NOT NULL, PRIMARY KEY (prefix, key));`
+	_, err = b.admin.Exec(ctx, fmt.Sprintf(q, b.schema), pgx.QueryExecModeSimpleProtocol)
+	return err
+}
+
+func (b *bench) drop(ctx context.Context) {
+	if _, err := b.admin.Exec(ctx, `DROP SCHEMA "`+b.schema+`" CASCADE`); err != nil {
+		log.Print(err)
+	}
+	b.admin.Close()
+}
+
+// pool returns a pool for one cell. Synchronous commit off for the floor is
+// a session parameter (the floor is a bare statement); the limiters set it
+// per transaction themselves.
+func (b *bench) pool(ctx context.Context, conc int, floorSyncOff bool) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(b.url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = int32(min(conc, b.maxConns))
+	cfg.MinConns = cfg.MaxConns
+	if floorSyncOff {
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	}
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Open every connection before measuring.
+	var conns []*pgxpool.Conn
+	for range cfg.MaxConns {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		conns = append(conns, c)
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	return p, nil
+}
+
+// median returns the median of each figure of rs.
+func median(rs []result) result {
+	med := func(get func(result) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = get(r)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return result{
+		opsPerSec: med(func(r result) float64 { return r.opsPerSec }),
+		p50:       time.Duration(med(func(r result) float64 { return float64(r.p50) })),
+		p99:       time.Duration(med(func(r result) float64 { return float64(r.p99) })),
+	}
+}
+
+func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, conc int) (result, error) {
+	p, err := b.pool(ctx, conc, !sync)
+	if err != nil {
+		return result{}, err
+	}
+	defer p.Close()
+	table := `"` + b.schema + `".floor`
+	if d == pgstore.Unlogged {
+		table += "_unlogged"
+	}
+	q := "INSERT INTO " + table + " AS f (prefix, key, count) VALUES ($1, $2, 1) " +
+		"ON CONFLICT (prefix, key) DO UPDATE SET count = f.count + 1 RETURNING count"
+	prefix := "floor"
+	op := func(ctx context.Context, key string) error {
+		var n int64
+		return p.QueryRow(ctx, q, pgx.QueryExecModeExec, prefix, []byte(key)).Scan(&n)
+	}
+	if err := b.fill(ctx, table, op, table); err != nil {
+		return result{}, err
+	}
+	return b.measure(ctx, conc, op)
+}
+
+func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc int) (result, error) {
+	p, err := b.pool(ctx, conc, false)
+	if err != nil {
+		return result{}, err
+	}
+	defer p.Close()
+	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema})
+	if err != nil {
+		return result{}, err
+	}
+	// Quotas large enough that almost every call is admitted (the
+	// expensive path).
+	l, err := durable.New(durable.Config{
+		Store: store, Algorithm: alg, Durability: d, SynchronousCommit: sync,
+		Policy:             ratekit.Policy{Name: "bench-" + alg.String(), Quota: 1000, Window: b.window},
+		Prefix:             "bench-" + alg.String() + "-" + d.String(),
+		CleanupProbability: b.cleanup,
+	})
+	if err != nil {
+		return result{}, err
+	}
+	op := func(ctx context.Context, key string) error {
+		_, err := l.Allow(ctx, ratekit.Request{Key: key, Cost: 1})
+		return err
+	}
+	tables := []string{`"` + b.schema + `".counters`, `"` + b.schema + `".log`}
+	if d == pgstore.Unlogged {
+		tables = []string{`"` + b.schema + `".counters_unlogged`, `"` + b.schema + `".log_unlogged`}
+	}
+	if err := b.fill(ctx, l.Counter().Config().Prefix, op, tables...); err != nil {
+		return result{}, err
+	}
+	return b.measure(ctx, conc, op)
+}
+
+// fill touches every key once (the first time for each name), then runs
+// ANALYZE on the tables so that the planner has statistics (after a fresh
+// fill it may otherwise pick the expiry index for key lookups).
+func (b *bench) fill(ctx context.Context, name string, op func(context.Context, string) error, tables ...string) error {
+	if b.filled[name] {
+		return nil
+	}
+	b.filled[name] = true
+	for _, k := range b.keys {
+		if err := op(ctx, k); err != nil {
+			return err
+		}
+	}
+	for _, t := range tables {
+		if _, err := b.admin.Exec(ctx, "ANALYZE "+t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) measure(ctx context.Context, conc int, op func(context.Context, string) error) (result, error) {
+	var wg sync.WaitGroup
+	lat := make([][]time.Duration, conc)
+	errs := make(chan error, conc)
+	start := time.Now()
+	stop := start.Add(b.duration)
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := mrand.New(mrand.NewPCG(uint64(w), uint64(start.UnixNano())))
+			for {
+				t0 := time.Now()
+				if !t0.Before(stop) {
+					return
+				}
+				if err := op(ctx, b.keys[r.IntN(len(b.keys))]); err != nil {
+					errs <- err
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	select {
+	case err := <-errs:
+		return result{}, err
+	default:
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return result{}, fmt.Errorf("no operation completed")
+	}
+	slices.Sort(all)
+	return result{
+		opsPerSec: float64(len(all)) / elapsed.Seconds(),
+		p50:       all[len(all)/2],
+		p99:       all[len(all)*99/100],
+	}, nil
+}

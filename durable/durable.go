@@ -1,0 +1,254 @@
+// Package durable is ratekit's exact strategy: counters in PostgreSQL, for
+// quotas that are money ("1000 calls a day, exactly") and for anything where
+// a race must never let an extra request through.
+//
+// A [Limiter] runs each decision as one call of a server-side function in
+// [pgstore] (one network round trip, one implicit transaction, the database
+// clock), so it is exact however many processes share the database:
+//
+//   - pgstore.FixedWindow never admits more than the quota in one window.
+//   - pgstore.SlidingWindow (two-window weighted count) never admits more
+//     than the quota in one aligned window, so any rolling window holds at
+//     most twice the quota, and at most the quota when traffic is even.
+//   - pgstore.TokenBucket admits at most Burst + t×Quota/Window units in any
+//     interval t.
+//   - pgstore.SlidingLog never admits more than the quota in any rolling
+//     window; it keeps one row per admitted request, for small quotas.
+//
+// Denied requests take nothing. [Limiter] implements [ratekit.Limiter],
+// [ratekit.Peeker], [ratekit.Refunder] and [ratekit.Resetter], and honours
+// [ratekit.Request.IdempotencyKey]: a retried Allow or Refund with the same
+// idempotency key counts once within Policy.Window of the first attempt.
+//
+// See package pgstore for the table layout, the durability choices, PgBouncer
+// and RDS Proxy, and pool settings for serverless functions.
+package durable
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/pgstore"
+)
+
+// Config configures a [Limiter].
+type Config struct {
+	// Store is the PostgreSQL store, one per pool ([pgstore.New]).
+	// Required.
+	Store *pgstore.Store
+
+	// Algorithm selects the counting algorithm (see package pgstore).
+	// Required.
+	Algorithm pgstore.Algorithm
+
+	// Policy is the quota: Policy.Quota units per Policy.Window (for
+	// TokenBucket, the refill rate), advertised to clients under
+	// Policy.Name. Name must pass [ratekit.ValidatePolicyName]; Quota must
+	// be at least 1 and Window at least 1 ms.
+	Policy ratekit.Policy
+
+	// Burst is the capacity of a TokenBucket; zero means Policy.Quota.
+	// Other algorithms refuse a non-zero Burst.
+	Burst int64
+
+	// Prefix separates this limiter's keys from other limiters' in the
+	// shared tables. Empty means Policy.Name. Two limiters with the same
+	// prefix, algorithm and durability share their counts.
+	Prefix string
+
+	// Durability selects UNLOGGED tables (the zero value, for abuse
+	// counters, reset by a database crash) or logged tables (for billing).
+	Durability pgstore.Durability
+
+	// SynchronousCommit makes every decision wait for its commit record to
+	// be flushed (the server's synchronous_commit setting); false, the
+	// default, sets synchronous_commit off per decision. See
+	// [pgstore.CounterConfig.SynchronousCommit] for what each loses in a
+	// crash.
+	SynchronousCommit bool
+
+	// CleanupProbability is the probability that a decision also deletes
+	// expired rows of this prefix; zero means
+	// [pgstore.DefaultCleanupProbability] and a negative value disables
+	// inline cleanup (see [Limiter.Cleanup]).
+	CleanupProbability float64
+
+	// DeniedCacheSize, when positive, enables an in-process cache of up
+	// to that many denied keys. While a key is in it, Allow and Peek
+	// answer a request of at least the denied cost from memory, without a
+	// round trip, until the denial's RetryAfter has passed (for the window
+	// algorithms, the key's reset). This process's own Refund and Reset
+	// remove the key; another process's do not, so after a refund or
+	// reset elsewhere this process may keep denying the key until the
+	// cached RetryAfter ends. The cache only ever repeats a denial, so it
+	// never admits more than the database would. Requests with an
+	// IdempotencyKey bypass it. Zero disables the cache.
+	DeniedCacheSize int
+
+	// Now is the clock of the denied cache (nil means time.Now). Decisions
+	// never use it: they use the database clock.
+	Now func() time.Time
+}
+
+// Limiter is a [ratekit.Limiter] backed by PostgreSQL. It is safe for
+// concurrent use and starts no goroutine.
+type Limiter struct {
+	counter *pgstore.Counter
+	policy  ratekit.Policy
+	cache   *deniedCache
+}
+
+var (
+	_ ratekit.Limiter  = (*Limiter)(nil)
+	_ ratekit.Peeker   = (*Limiter)(nil)
+	_ ratekit.Refunder = (*Limiter)(nil)
+	_ ratekit.Resetter = (*Limiter)(nil)
+)
+
+// New returns a Limiter for cfg. It returns an error matching
+// [ratekit.ErrInvalidConfig] for an invalid configuration and does not
+// contact the database.
+func New(cfg Config) (*Limiter, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("%w: durable: nil Store", ratekit.ErrInvalidConfig)
+	}
+	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
+		return nil, fmt.Errorf("durable: policy name: %w", err)
+	}
+	if cfg.Policy.Quota < 1 {
+		return nil, fmt.Errorf("%w: durable: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+	}
+	if cfg.DeniedCacheSize < 0 {
+		return nil, fmt.Errorf("%w: durable: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
+	}
+	prefix := cfg.Prefix
+	if prefix == "" {
+		prefix = cfg.Policy.Name
+	}
+	counter, err := cfg.Store.Counter(pgstore.CounterConfig{
+		Prefix:             prefix,
+		Algorithm:          cfg.Algorithm,
+		Limit:              cfg.Policy.Quota,
+		Window:             cfg.Policy.Window,
+		Burst:              cfg.Burst,
+		Durability:         cfg.Durability,
+		SynchronousCommit:  cfg.SynchronousCommit,
+		CleanupProbability: cfg.CleanupProbability,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("durable: %w", err)
+	}
+	l := &Limiter{counter: counter, policy: cfg.Policy}
+	if cfg.DeniedCacheSize > 0 {
+		now := cfg.Now
+		if now == nil {
+			now = time.Now
+		}
+		l.cache = newDeniedCache(cfg.DeniedCacheSize, now)
+	}
+	return l, nil
+}
+
+// Policy returns the limiter's policy.
+func (l *Limiter) Policy() ratekit.Policy { return l.policy }
+
+// Counter returns the pgstore counter the limiter runs on.
+func (l *Limiter) Counter() *pgstore.Counter { return l.counter }
+
+// Allow takes req.Cost units from req.Key's quota when they are available,
+// in one round trip. See [ratekit.Limiter] for the contract. With an
+// IdempotencyKey, a request whose earlier attempt was admitted within
+// Policy.Window is admitted again without taking anything. Errors: those of
+// [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit], and store
+// errors wrapping the pgx error (and ctx.Err()); after a store error the
+// request may or may not have been counted.
+func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if d, ok := l.cached(req); ok {
+		return d, nil
+	}
+	r, err := l.counter.Take(ctx, req.Key, req.Cost, req.IdempotencyKey)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	d := l.decision(r)
+	l.remember(req, d)
+	return d, nil
+}
+
+// Peek reports the Decision that Allow would return for req now without
+// taking anything. It returns the same errors as Allow.
+func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if d, ok := l.cached(req); ok {
+		return d, nil
+	}
+	r, err := l.counter.Peek(ctx, req.Key, req.Cost)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	return l.decision(r), nil
+}
+
+// Refund gives req.Cost units back to req.Key's quota, never above the
+// limit (see [pgstore.Counter.Refund]), and removes the key from this
+// process's denied cache. A non-empty IdempotencyKey makes a retried refund
+// count once. It returns the same errors as Allow, except that a cost above
+// the limit is accepted.
+func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if l.cache != nil {
+		l.cache.remove(req.Key)
+	}
+	r, err := l.counter.Refund(ctx, req.Key, req.Cost, req.IdempotencyKey)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	return l.decision(r), nil
+}
+
+// Reset forgets key in the database (counter, sliding-log entries,
+// idempotency records) and in this process's denied cache. It returns
+// [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid key and a
+// store error wrapping the pgx error otherwise.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.cache != nil {
+		l.cache.remove(key)
+	}
+	return l.counter.Reset(ctx, key)
+}
+
+// Cleanup deletes all expired rows of this limiter's prefix and returns how
+// many it deleted; see [pgstore.Counter.Cleanup]. Call it from a scheduled
+// job when inline cleanup is disabled.
+func (l *Limiter) Cleanup(ctx context.Context) (int64, error) {
+	return l.counter.Cleanup(ctx)
+}
+
+func (l *Limiter) decision(r pgstore.Result) ratekit.Decision {
+	return ratekit.Decision{
+		Allowed:    r.Allowed,
+		Limit:      l.counter.Capacity(),
+		Remaining:  r.Remaining,
+		RetryAfter: r.RetryAfter,
+		ResetAfter: r.ResetAfter,
+		Policy:     l.policy,
+	}
+}
+
+func (l *Limiter) cached(req ratekit.Request) (ratekit.Decision, bool) {
+	if l.cache == nil || req.IdempotencyKey != "" {
+		return ratekit.Decision{}, false
+	}
+	// Invalid requests must get their error from the counter.
+	if req.Validate() != nil || req.Cost > l.counter.Capacity() {
+		return ratekit.Decision{}, false
+	}
+	return l.cache.get(req.Key, req.Cost)
+}
+
+func (l *Limiter) remember(req ratekit.Request, d ratekit.Decision) {
+	if l.cache == nil || d.Allowed || d.RetryAfter <= 0 {
+		return
+	}
+	l.cache.put(req.Key, req.Cost, d)
+}

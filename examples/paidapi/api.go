@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/lambda"
+	"github.com/ratekit/ratekit/pgstore"
+)
+
+// policyName is the name clients see in RateLimit-Policy.
+const policyName = "paid-tier"
+
+// config is what newAPI needs.
+type config struct {
+	// store runs the quota in PostgreSQL.
+	store *pgstore.Store
+	// prefix separates this deployment's counters (tests use their own).
+	prefix string
+	// quota is the number of calls per API key and UTC day.
+	quota int64
+	// keys are the API keys that may call, as given to customers.
+	keys []string
+	// quote is the downstream work a call pays for.
+	quote  func(ctx context.Context, symbol string) (float64, error)
+	logger *slog.Logger
+}
+
+// api is the paid API: GET /v1/quote?symbol=ACME, limited per API key.
+type api struct {
+	limiter *durable.Limiter
+	keys    map[[32]byte]bool
+	quote   func(ctx context.Context, symbol string) (float64, error)
+	log     *slog.Logger
+	handler lambda.HTTPAPIHandler
+}
+
+// newAPI builds the limiter, the Guard and the limited handler once, for
+// every invocation the instance will serve.
+func newAPI(cfg config) (*api, error) {
+	if len(cfg.keys) == 0 {
+		return nil, errors.New("no API keys configured (PAIDAPI_KEYS)")
+	}
+	limiter, err := durable.New(durable.Config{
+		Store: cfg.store,
+		// A fixed window aligned to the epoch in the database clock: the
+		// quota renews at 00:00 UTC, and no day ever admits more than 1000.
+		Algorithm: pgstore.FixedWindow,
+		Policy:    ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour},
+		Prefix:    cfg.prefix,
+		// Calls are money: logged tables, and a decision is on disk when
+		// it returns.
+		Durability:        pgstore.Logged,
+		SynchronousCommit: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+		Limiter: limiter,
+		// An unmetered call costs money: no decision, no call.
+		OnError: ratekit.FailClosed,
+		// Bounds the quota check inside the invocation's deadline.
+		Timeout: 2 * time.Second,
+		Logger:  cfg.logger,
+		// API clients keep no cookies; the server-side count needs no
+		// client state anyway.
+		NoStateCookie: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	apiKey, err := lambda.APIKeyHeaderKey("X-Api-Key")
+	if err != nil {
+		return nil, err
+	}
+	limit, err := lambda.New(lambda.Config{
+		Guard:          guard,
+		Key:            apiKey,
+		IdempotencyKey: lambda.HeaderValue("Idempotency-Key"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	a := &api{limiter: limiter, keys: map[[32]byte]bool{}, quote: cfg.quote, log: cfg.logger}
+	for _, k := range cfg.keys {
+		a.keys[sha256.Sum256([]byte(k))] = true
+	}
+	if a.quote == nil {
+		a.quote = builtinQuote
+	}
+	// Authentication runs first: an unknown key is refused before it can
+	// cost a database round trip, so inventing keys gets nothing.
+	a.handler = a.authenticate(limit.HTTPAPI(a.serve))
+	return a, nil
+}
+
+// authenticate refuses requests whose X-Api-Key is not a customer's key
+// with 401.
+func (a *api) authenticate(next lambda.HTTPAPIHandler) lambda.HTTPAPIHandler {
+	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		var key string
+		for name, v := range ev.Headers {
+			if strings.EqualFold(name, "X-Api-Key") {
+				key = strings.TrimSpace(v)
+			}
+		}
+		// Keys are looked up by their SHA-256, so the lookup's timing says
+		// nothing useful about the keys.
+		if key == "" || !a.keys[sha256.Sum256([]byte(key))] {
+			return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
+		}
+		return next(ctx, ev)
+	}
+}
+
+// serve runs a call that the quota admitted. Any call that does not succeed
+// is refunded, so customers pay for answers only.
+func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	d, _ := ratekit.DecisionFromContext(ctx)
+	symbol := strings.ToUpper(ev.QueryStringParameters["symbol"])
+	if !validSymbol(symbol) {
+		return a.refund(ctx, problem(http.StatusBadRequest, "Bad Request", "symbol must be 1 to 8 letters")), nil
+	}
+	price, err := a.quote(ctx, symbol)
+	if err != nil {
+		a.log.WarnContext(ctx, "downstream quote failed; refunding the call", "error", err)
+		return a.refund(ctx, problem(http.StatusBadGateway, "Bad Gateway", "the quote service failed; this call was not charged")), nil
+	}
+	body, _ := json.Marshal(map[string]any{"symbol": symbol, "price": price, "calls_left_today": d.Remaining})
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: http.StatusOK,
+		Headers:    map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
+		Body:       string(body),
+	}, nil
+}
+
+// refund gives the call back, with the same key, cost and idempotency key
+// that were charged (so a retried refund counts once), and returns resp
+// with RateLimit fields that show the refunded count. It runs even when the
+// invocation's context has ended, within a bound of its own.
+func (a *api) refund(ctx context.Context, resp events.APIGatewayV2HTTPResponse) events.APIGatewayV2HTTPResponse {
+	req, ok := ratekit.RequestFromContext(ctx)
+	if !ok {
+		return resp // no decision was made: nothing was charged
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	d, err := a.limiter.Refund(ctx, req)
+	if err != nil {
+		a.log.ErrorContext(ctx, "refund failed; the call stays charged", "error", err)
+		return resp
+	}
+	// The handler's fields win over the adapter's, so these replace the
+	// fields of the charge.
+	h := http.Header{}
+	ratekit.SetHeaders(h, d, false)
+	for name := range h {
+		resp.Headers[name] = h.Get(name)
+	}
+	return resp
+}
+
+func validSymbol(s string) bool {
+	if s == "" || len(s) > 8 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// builtinQuote stands in for the paid downstream service: a made-up price
+// that depends on the symbol and the minute.
+func builtinQuote(_ context.Context, symbol string) (float64, error) {
+	h := fnv.New32a()
+	fmt.Fprintf(h, "%s %d", symbol, time.Now().Unix()/60)
+	return float64(1000+h.Sum32()%99000) / 100, nil
+}
+
+func problem(status int, title, detail string) events.APIGatewayV2HTTPResponse {
+	body, _ := json.Marshal(ratekit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: status,
+		Headers:    map[string]string{"Content-Type": ratekit.ProblemContentType},
+		Body:       string(body),
+	}
+}

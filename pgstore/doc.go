@@ -1,0 +1,101 @@
+// Package pgstore keeps ratekit's exact counters in PostgreSQL through
+// github.com/jackc/pgx/v5, and offers PostgreSQL advisory locks as a small
+// API of their own. Package durable builds ratekit.Limiter on top of it.
+//
+// # One round trip per decision
+//
+// Each algorithm is a PL/pgSQL function created by the schema SQL. A
+// decision is one SELECT of that function: one network round trip, one
+// implicit transaction, no BEGIN/COMMIT from the client. Single-row
+// algorithms (fixed window, sliding window, token bucket) decide inside one
+// INSERT … ON CONFLICT DO UPDATE … WHERE statement: the row lock that
+// ON CONFLICT takes serialises concurrent decisions on a key, and a denial
+// updates nothing (a second statement reads the state under the same lock).
+// The sliding log touches many rows, so its function first takes a
+// transaction-level advisory lock on a 64-bit hash of (prefix, key), then
+// reads the clock and counts. Time is the database's clock_timestamp(), read
+// once per decision; a decision that waited for a row lock never moves a
+// window or a theoretical arrival time backwards.
+//
+// # Tables and keys
+//
+// All limiters share three tables per durability, keyed by (prefix, key):
+// counters, log (sliding-log entries) and idempotency. Keys are stored as
+// bytea, so every Go string is stored exactly as given, including NUL bytes
+// and invalid UTF-8; keys longer than ratekit.MaxKeyLen are refused before
+// the database is contacted. Prefixes must be valid ratekit policy names and
+// travel as query parameters; the schema name, an identifier, is restricted
+// to [a-z_][a-z0-9_]* and double-quoted. Every expiring row has an
+// expires_at_us column indexed together with its prefix, through which
+// inline cleanup (a decision deletes up to CleanupBatch rows of its own
+// prefix that expired more than one window ago, with probability
+// CleanupProbability, skipping rows other decisions hold) and
+// [Counter.Cleanup] (every expired row) find their rows. No goroutine runs
+// in the background.
+//
+// # Durability
+//
+//   - UNLOGGED tables ([Unlogged]) write no WAL. PostgreSQL empties them
+//     after a crash or an immediate shutdown and does not replicate them, so
+//     every key starts again with a full quota after a crash or failover.
+//     For abuse and spam counters.
+//   - Logged tables ([Logged]) survive crashes and replicate. For billing.
+//   - synchronous_commit is off per decision by default: the function calls
+//     set_config('synchronous_commit', 'off', true), which lasts until the
+//     end of the decision's own transaction and leaves no session state
+//     behind (a function-level SET clause would not do: it is undone before
+//     the commit). A server crash can then lose the last few hundred
+//     milliseconds of committed decisions (up to 3×wal_writer_delay), which
+//     reappear as unused quota. With [CounterConfig.SynchronousCommit] the
+//     server's own setting (on by default) applies and a decision is durable
+//     when it returns.
+//
+// # PgBouncer and RDS Proxy
+//
+// A Store keeps no session state and creates no server-side prepared
+// statements: it sends each statement with pgx.QueryExecModeExec (the
+// unnamed statement of the extended protocol, one round trip), or simple
+// protocol with [Config.SimpleProtocol], whatever the pool's default mode
+// is. It therefore works unchanged through PgBouncer in transaction pooling
+// mode and through RDS Proxy, which multiplexes the extended protocol's
+// unnamed statements since 2023 (AWS Database Blog, "Amazon RDS Proxy
+// multiplexing support for PostgreSQL Extended Query Protocol"). The
+// synchronous_commit change happens inside the function, so a proxy sees no
+// SET or set_config statement to pin on. For your own queries on the
+// same pool, pgx's default mode (cache_statement) fails through PgBouncer in
+// transaction mode with "prepared statement … already exists"; add
+// default_query_exec_mode=exec to the connection string.
+//
+// Session-level advisory locks ([Lock], [TryLock]) need a session and do not
+// work through a pooler in transaction mode: the lock would stay on a server
+// connection that other clients then use, and Unlock could run on another
+// one. Point those at PostgreSQL directly (or a session-mode pool), or use
+// [LockTx] inside a transaction, which works through any pooler.
+//
+// # Pool settings for serverless functions
+//
+// One function instance serves one request at a time (on Lambda), so a
+// small pool is enough and keeps the database's connection count in check:
+//
+//	postgres://user@host/db?sslmode=require&default_query_exec_mode=exec&pool_max_conns=2&pool_ping_timeout=1s&pool_max_conn_idle_time=5m
+//
+// A frozen instance keeps its TCP connections, but the server, a pooler or
+// a NAT may drop them while it sleeps. pgxpool pings a connection that was
+// idle for more than a second before handing it out (ShouldPing); set
+// PingTimeout (pool_ping_timeout) so that a dead connection costs a bounded
+// wait instead of a TCP timeout, and give every decision a context deadline.
+// A Store retries a statement only when pgx reports that nothing was sent
+// (pgconn.SafeToRetry); any other failure is returned, because a retry could
+// count the request twice. After such an error the request may or may not
+// have been counted: retry with the same [ratekit.Request.IdempotencyKey]
+// to make it count once.
+//
+// # When to move on
+//
+// Each decision is a short write transaction on the primary. Watch
+// pg_stat_activity (rate-limit statements among the active ones, waits on
+// Lock/transactionid for hot keys) and the decisions' p99 latency; when they
+// take a noticeable share of the database or p99 passes your budget, move
+// abuse limits to tokenbucket over Redis and keep this store for the quotas
+// that are money.
+package pgstore

@@ -1,0 +1,604 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ratekit/ratekit"
+)
+
+// DB is the part of a pgx connection that a [Store] uses. *pgxpool.Pool
+// satisfies it, and so do *pgx.Conn and pgx.Tx (a Store over a transaction
+// makes every decision part of that transaction).
+type DB interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a [Store]. The zero value is valid: schema "ratekit",
+// created on first use, queries in pgx's exec mode.
+type Config struct {
+	// Schema is the PostgreSQL schema that holds the tables and functions
+	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
+	Schema string
+
+	// DisableAutoMigrate turns off the creation of the schema on first use.
+	// Create it beforehand with [SchemaSQL] (or the ratekit-schema command)
+	// and give the role that the pool connects as USAGE on the schema,
+	// SELECT, INSERT, UPDATE and DELETE on its tables and EXECUTE on its
+	// functions.
+	DisableAutoMigrate bool
+
+	// SimpleProtocol makes the Store send its statements with pgx's simple
+	// protocol (client-side parameter interpolation by pgx) instead of the
+	// default pgx.QueryExecModeExec (extended protocol with the unnamed
+	// statement). Neither creates server-side prepared statements, so both
+	// work through PgBouncer in transaction mode and RDS Proxy; use simple
+	// protocol for poolers that also refuse the extended protocol.
+	SimpleProtocol bool
+}
+
+// Store runs ratekit's decisions in PostgreSQL. Create one per pool with
+// [New] and share it; a Store is safe for concurrent use. It holds no
+// connection of its own and starts no goroutine.
+type Store struct {
+	db     DB
+	schema string
+	quoted string
+	mode   pgx.QueryExecMode
+
+	autoMigrate bool
+	migrateMu   sync.Mutex
+	migrated    atomic.Bool
+	migrateSQL  string
+}
+
+// New returns a Store that runs its statements on db. It returns an error
+// matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
+// New does not contact the database: with automatic migration the schema is
+// created by the first decision (or by [Store.Migrate]).
+func New(db DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: pgstore: nil DB", ratekit.ErrInvalidConfig)
+	}
+	schema := cfg.Schema
+	if schema == "" {
+		schema = DefaultSchema
+	}
+	msql, err := migrateSQL(schema)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:          db,
+		schema:      schema,
+		quoted:      `"` + schema + `"`,
+		mode:        pgx.QueryExecModeExec,
+		autoMigrate: !cfg.DisableAutoMigrate,
+		migrateSQL:  msql,
+	}
+	if cfg.SimpleProtocol {
+		s.mode = pgx.QueryExecModeSimpleProtocol
+	}
+	return s, nil
+}
+
+// Schema returns the name of the schema the Store uses.
+func (s *Store) Schema() string { return s.schema }
+
+// Migrate creates the schema's tables and functions unless they exist, in
+// one statement that holds a transaction-level advisory lock while it works,
+// so that any number of processes may call it at once. A Store with
+// automatic migration calls it before its first decision; later calls cost
+// one round trip that finds the version marker and does nothing. Errors wrap
+// the database error (and ctx.Err() when ctx ended).
+func (s *Store) Migrate(ctx context.Context) error {
+	var err error
+	// Even under the advisory lock, PostgreSQL can report a catalog
+	// conflict (unique violation on pg_type or pg_namespace, "tuple
+	// concurrently updated") when another migration that does not use the
+	// lock runs at the same time. The DO block is idempotent, so retry.
+	for attempt := 0; attempt < 5; attempt++ {
+		_, err = s.db.Exec(ctx, s.migrateSQL, s.mode)
+		if err == nil || !isCatalogRace(err) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(10*(attempt+1)) * time.Millisecond)
+	}
+	if err != nil {
+		return wrapErr(ctx, "migrate schema "+s.schema, err)
+	}
+	return nil
+}
+
+func isCatalogRace(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "23505", "42P07", "42710", "XX000", "40P01":
+		return true
+	}
+	return false
+}
+
+func (s *Store) ensureSchema(ctx context.Context) error {
+	if !s.autoMigrate || s.migrated.Load() {
+		return nil
+	}
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if s.migrated.Load() {
+		return nil
+	}
+	if err := s.Migrate(ctx); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+// Algorithm selects how a [Counter] counts.
+type Algorithm int
+
+const (
+	// FixedWindow admits Limit units per window; windows are aligned to
+	// the Unix epoch in the database clock. Exact: the units admitted in
+	// one window never exceed Limit. A client can get up to 2×Limit
+	// through in any rolling interval of one window length that spans a
+	// window boundary.
+	FixedWindow Algorithm = iota + 1
+
+	// SlidingWindow is the two-window weighted count: the estimate of the
+	// units in the rolling window is the previous window's count weighted
+	// by the part of it still inside the rolling window, plus the current
+	// window's count. The units admitted in one aligned window never
+	// exceed Limit, so any rolling interval of one window length (which
+	// overlaps at most two aligned windows) holds at most 2×Limit; when the
+	// previous window's admissions were spread evenly it holds at most
+	// Limit.
+	SlidingWindow
+
+	// TokenBucket is a token bucket of capacity Burst refilled at Limit
+	// units per Window, computed as the generic cell rate algorithm (GCRA,
+	// ITU-T I.371) on a theoretical arrival time in integer microseconds.
+	// Exact: in any interval of length t it admits at most
+	// Burst + t/interval units, where interval is Window/Limit rounded up
+	// to a whole microsecond (the rounding only ever slows the refill).
+	TokenBucket
+
+	// SlidingLog keeps one row per admitted request and admits a request
+	// only when the units in the preceding Window plus its cost are at
+	// most Limit: exact for every rolling window. Decisions for one key
+	// are serialised by a transaction-level advisory lock inside the
+	// server-side function, so it suits small quotas ("5 sign-ups per
+	// hour") rather than hot keys.
+	SlidingLog
+)
+
+// String returns the algorithm's name as used in function names:
+// "fixed_window", "sliding_window", "token_bucket" or "sliding_log".
+func (a Algorithm) String() string {
+	switch a {
+	case FixedWindow:
+		return "fixed_window"
+	case SlidingWindow:
+		return "sliding_window"
+	case TokenBucket:
+		return "token_bucket"
+	case SlidingLog:
+		return "sliding_log"
+	}
+	return fmt.Sprintf("Algorithm(%d)", int(a))
+}
+
+// Durability selects the table a [Counter] stores its rows in.
+type Durability int
+
+const (
+	// Unlogged stores rows in UNLOGGED tables: no write-ahead log, so
+	// writes are cheaper, but PostgreSQL truncates the tables after a crash
+	// (not after a clean shutdown) and they are not replicated to standbys:
+	// after a crash or a failover every key starts with a full quota. For
+	// abuse and spam counters.
+	Unlogged Durability = iota
+
+	// Logged stores rows in ordinary tables that survive crashes and are
+	// replicated. For billing and paid quotas.
+	Logged
+)
+
+// String returns "unlogged" or "logged".
+func (d Durability) String() string {
+	if d == Logged {
+		return "logged"
+	}
+	return "unlogged"
+}
+
+func (d Durability) table(name string) string {
+	if d == Logged {
+		return name
+	}
+	return name + "_unlogged"
+}
+
+func (d Durability) function(a Algorithm) string {
+	return d.table(a.String())
+}
+
+// DefaultCleanupProbability is the probability with which a decision also
+// deletes expired rows of its prefix when [CounterConfig.CleanupProbability]
+// is zero.
+const DefaultCleanupProbability = 0.01
+
+// DefaultCleanupBatch is the most expired rows of each table that one inline
+// cleanup or one round of [Counter.Cleanup] deletes.
+const DefaultCleanupBatch = 500
+
+// maxMicros bounds limits and the token bucket's burst × interval so that
+// the functions' bigint arithmetic (counts, epoch microseconds) cannot
+// overflow.
+const maxMicros = 1 << 60
+
+// CounterConfig configures a [Counter].
+type CounterConfig struct {
+	// Prefix separates this counter's keys from every other counter's in
+	// the shared tables, so two limiters can limit the same key. It is
+	// stored as data (a query parameter, never part of the SQL) and must
+	// be a valid policy name ([ratekit.ValidatePolicyName]: 1 to 64 bytes
+	// of letters, digits, '-', '_', '.', ':').
+	Prefix string
+
+	// Algorithm selects the counting algorithm. Required.
+	Algorithm Algorithm
+
+	// Limit is the quota: units per Window for the window algorithms and
+	// the sliding log, the refill amount per Window for TokenBucket. At
+	// least 1.
+	Limit int64
+
+	// Window is the window length (the refill period for TokenBucket). At
+	// least 1 ms; stored in microseconds.
+	Window time.Duration
+
+	// Burst is the capacity of a TokenBucket (the most units it admits at
+	// once); zero means Limit. The other algorithms refuse a non-zero
+	// Burst.
+	Burst int64
+
+	// Durability selects UNLOGGED (the zero value) or logged tables.
+	Durability Durability
+
+	// SynchronousCommit, when false (the default), sets synchronous_commit
+	// to off for each decision's transaction (SET LOCAL inside the
+	// server-side function, so it holds no session state and works through
+	// PgBouncer in transaction mode). The decision then returns before its
+	// commit record is flushed to disk: a crash of the database server
+	// (not of the client) can lose the decisions of roughly the last
+	// 3×wal_writer_delay (600 ms by default), which come back as unused
+	// quota; it never corrupts data or admits more than the limit before
+	// the crash. When true, the server's own synchronous_commit setting
+	// (on by default) applies: every decision is durable (and replicated,
+	// as configured) when it returns. The setting makes no difference for
+	// Unlogged tables, which write no WAL.
+	SynchronousCommit bool
+
+	// CleanupProbability is the probability in [0, 1] that a decision also
+	// deletes up to CleanupBatch rows of this prefix that expired more
+	// than one Window ago, through the (prefix, expires_at_us) indexes and
+	// skipping rows that other decisions hold. (The row of a key in use is
+	// updated in place, not deleted and created again at every window.)
+	// Zero means [DefaultCleanupProbability]; a negative value disables
+	// inline cleanup (call [Counter.Cleanup] from a scheduled job
+	// instead).
+	CleanupProbability float64
+
+	// CleanupBatch is the most rows per table that one inline cleanup
+	// deletes. Zero means [DefaultCleanupBatch].
+	CleanupBatch int
+}
+
+// Counter is one limiter's view of a [Store]: a prefix, an algorithm, a
+// quota and a durability. It is safe for concurrent use. Every method makes
+// exactly one round trip (plus one the first time, when the Store creates
+// its schema) and never retries a statement that may have reached the
+// server.
+type Counter struct {
+	store    *Store
+	cfg      CounterConfig
+	limit    int64 // Burst for TokenBucket, Limit otherwise
+	windowUS int64 // window, or emission interval for TokenBucket
+	ttlUS    int64 // idempotency record lifetime
+	cleanupP float64
+	// keepSyncCommit is the functions' p_sync: true leaves
+	// synchronous_commit alone.
+	keepSyncCommit bool
+	batch          int64
+	query          string
+}
+
+// Counter returns a Counter for cfg. It returns an error matching
+// [ratekit.ErrInvalidConfig] when cfg is invalid. It does not contact the
+// database.
+func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
+	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("pgstore: prefix: %w", err)
+	}
+	if cfg.Algorithm < FixedWindow || cfg.Algorithm > SlidingLog {
+		return nil, fmt.Errorf("%w: pgstore: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
+	}
+	if cfg.Durability != Unlogged && cfg.Durability != Logged {
+		return nil, fmt.Errorf("%w: pgstore: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+	}
+	if cfg.Limit < 1 {
+		return nil, fmt.Errorf("%w: pgstore: limit must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Limit)
+	}
+	if cfg.Limit > maxMicros {
+		return nil, fmt.Errorf("%w: pgstore: limit %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Limit)
+	}
+	if cfg.Window < time.Millisecond {
+		return nil, fmt.Errorf("%w: pgstore: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
+	}
+	if cfg.Burst < 0 || (cfg.Burst != 0 && cfg.Algorithm != TokenBucket) {
+		return nil, fmt.Errorf("%w: pgstore: burst %d: only a token bucket has a burst, and it must not be negative", ratekit.ErrInvalidConfig, cfg.Burst)
+	}
+	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
+		return nil, fmt.Errorf("%w: pgstore: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
+	}
+	if cfg.CleanupBatch < 0 {
+		return nil, fmt.Errorf("%w: pgstore: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
+	}
+	c := &Counter{store: s, cfg: cfg, limit: cfg.Limit, windowUS: cfg.Window.Microseconds()}
+	// Unlogged tables write no WAL, so there is no commit to make
+	// asynchronous: skip the set_config call.
+	c.keepSyncCommit = cfg.SynchronousCommit || cfg.Durability == Unlogged
+	c.ttlUS = c.windowUS
+	if cfg.Algorithm == TokenBucket {
+		if cfg.Burst != 0 {
+			c.limit = cfg.Burst
+		}
+		// The emission interval, rounded up so the refill is never faster
+		// than configured.
+		c.windowUS = (cfg.Window.Microseconds() + cfg.Limit - 1) / cfg.Limit
+		if c.limit > maxMicros/c.windowUS {
+			return nil, fmt.Errorf("%w: pgstore: burst %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.limit, c.windowUS)
+		}
+	}
+	switch {
+	case cfg.CleanupProbability == 0:
+		c.cleanupP = DefaultCleanupProbability
+	case cfg.CleanupProbability > 0:
+		c.cleanupP = cfg.CleanupProbability
+	}
+	c.batch = int64(cfg.CleanupBatch)
+	if c.batch == 0 {
+		c.batch = DefaultCleanupBatch
+	}
+	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+	return c, nil
+}
+
+// Config returns the configuration c was created with.
+func (c *Counter) Config() CounterConfig { return c.cfg }
+
+// Capacity returns the most units the counter admits at once: Limit, or the
+// Burst of a TokenBucket.
+func (c *Counter) Capacity() int64 { return c.limit }
+
+// Result is the outcome of one [Counter] operation, computed in the database
+// from the database clock.
+type Result struct {
+	// Allowed reports whether the cost was admitted (Take), would be
+	// admitted (Peek), or was given back (Refund, always true).
+	Allowed bool
+
+	// Remaining is the number of units available after the operation,
+	// between 0 and the capacity. For SlidingWindow it is the limit minus
+	// the weighted estimate, rounded down.
+	Remaining int64
+
+	// RetryAfter is how long until a request of the same cost can be
+	// admitted: zero when Allowed, positive otherwise.
+	RetryAfter time.Duration
+
+	// ResetAfter is how long until the full capacity is available again.
+	ResetAfter time.Duration
+
+	// Duplicate reports that the idempotency key was seen within its
+	// lifetime: nothing was taken or given back this time, and Allowed is
+	// true because the first attempt succeeded.
+	Duplicate bool
+}
+
+const (
+	opTake   int64 = 0
+	opPeek   int64 = 1
+	opRefund int64 = 2
+)
+
+// Take takes cost units from key's quota when they are available. A denial
+// (Allowed false) takes nothing. When idempotencyKey is not empty and a Take
+// with the same key and idempotency key was admitted within the last Window,
+// Take takes nothing and returns Allowed and Duplicate true. The idempotency
+// record is written in the same transaction as the counter, so a decision
+// that fails takes nothing and records nothing.
+//
+// Take returns errors matching [ratekit.ErrInvalidRequest] for bad input
+// (see [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit]) before
+// contacting the database; other errors wrap the pgx error and, when ctx
+// ended, ctx.Err(). After an error that is not bad input, the decision may
+// or may not have been applied: a retry with the same idempotency key
+// counts once.
+func (c *Counter) Take(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+	return c.do(ctx, opTake, key, cost, idempotencyKey)
+}
+
+// Peek reports what Take would decide for cost units now, without taking
+// anything or writing anything. It returns the same errors as Take.
+func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+	return c.do(ctx, opPeek, key, cost, "")
+}
+
+// Refund gives cost units back to key's quota, never raising it above the
+// capacity: for the window algorithms it lowers the current window's count
+// (for SlidingWindow then the previous one's), for TokenBucket it moves the
+// theoretical arrival time back (not before now), for SlidingLog it removes
+// the most recent admissions. A non-empty idempotencyKey makes a retried
+// refund count once within Window (refunds and takes have separate
+// idempotency records). It returns the same errors as Take, except that a
+// cost above the capacity is allowed.
+func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+	return c.do(ctx, opRefund, key, cost, idempotencyKey)
+}
+
+func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Result, error) {
+	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem}
+	if err := req.Validate(); err != nil {
+		return Result{}, err
+	}
+	if op != opRefund && cost > c.limit {
+		return Result{}, fmt.Errorf("%w: cost %d, limit %d", ratekit.ErrCostExceedsLimit, cost, c.limit)
+	}
+	if err := c.store.ensureSchema(ctx); err != nil {
+		return Result{}, err
+	}
+	var idemArg []byte
+	if idem != "" && op != opPeek {
+		// Takes and refunds keep separate records: one byte of operation,
+		// then the caller's key.
+		idemArg = make([]byte, 0, 1+len(idem))
+		if op == opTake {
+			idemArg = append(idemArg, 't')
+		} else {
+			idemArg = append(idemArg, 'r')
+		}
+		idemArg = append(idemArg, idem...)
+	}
+	var cleanup int64
+	if op != opPeek && c.cleanupP > 0 && rand.Float64() < c.cleanupP {
+		cleanup = c.batch
+	}
+	var lock int64
+	if c.cfg.Algorithm == SlidingLog {
+		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
+	}
+	var (
+		out []int64
+		err error
+	)
+	for attempt := 0; ; attempt++ {
+		err = c.store.db.QueryRow(ctx, c.query, c.store.mode,
+			op, c.cfg.Prefix, []byte(key), cost, c.limit, c.windowUS,
+			lock, idemArg, c.ttlUS, cleanup, c.keepSyncCommit,
+		).Scan(&out)
+		// Retry only what never reached the server (a dead pooled
+		// connection found while sending): anything else may have been
+		// applied, and retrying it could count a request twice.
+		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err == nil && len(out) != 5 {
+		err = fmt.Errorf("function returned %d values, want 5 (schema version mismatch?)", len(out))
+	}
+	if err != nil {
+		return Result{}, wrapErr(ctx, c.cfg.Algorithm.String(), err)
+	}
+	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
+	retryUS, resetUS := out[2], out[3]
+	r.RetryAfter = time.Duration(retryUS) * time.Microsecond
+	r.ResetAfter = time.Duration(resetUS) * time.Microsecond
+	return r, nil
+}
+
+// Reset forgets key: its counter, its sliding-log entries and its
+// idempotency records, in one statement. Resetting a key that has no rows is
+// not an error. It returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong]
+// for an invalid key and otherwise errors that wrap the pgx error.
+func (c *Counter) Reset(ctx context.Context, key string) error {
+	if err := ratekit.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := c.store.ensureSchema(ctx); err != nil {
+		return err
+	}
+	d := c.cfg.Durability
+	q := "WITH a AS (DELETE FROM " + c.store.quoted + "." + d.table("counters") + " WHERE prefix = $1 AND key = $2), " +
+		"b AS (DELETE FROM " + c.store.quoted + "." + d.table("log") + " WHERE prefix = $1 AND key = $2) " +
+		"DELETE FROM " + c.store.quoted + "." + d.table("idempotency") + " WHERE prefix = $1 AND key = $2"
+	if _, err := c.store.db.Exec(ctx, q, c.store.mode, c.cfg.Prefix, []byte(key)); err != nil {
+		return wrapErr(ctx, "reset", err)
+	}
+	return nil
+}
+
+// Cleanup deletes every expired row of this counter's prefix (counters,
+// sliding-log entries, idempotency records), in statements of up to
+// CleanupBatch rows per table, and returns how many it deleted. Use it from
+// a scheduled job when inline cleanup is disabled or a prefix is retired.
+// Rows are "expired" by the database clock; Cleanup never changes a
+// decision. Errors wrap the pgx error; the count is what was deleted before
+// the error.
+func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
+	if err := c.store.ensureSchema(ctx); err != nil {
+		return 0, err
+	}
+	d := c.cfg.Durability
+	del := func(table, name string) string {
+		t := c.store.quoted + "." + d.table(table)
+		return name + " AS (DELETE FROM " + t + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + t +
+			" WHERE prefix = $1 AND expires_at_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint" +
+			" LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
+	}
+	q := "WITH " + del("counters", "a") + ", " + del("log", "b") + ", " + del("idempotency", "c") +
+		" SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b), (SELECT count(*) FROM c)"
+	var total int64
+	for {
+		var a, b, cc int64
+		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&a, &b, &cc); err != nil {
+			return total, wrapErr(ctx, "cleanup", err)
+		}
+		total += a + b + cc
+		if a < c.batch && b < c.batch && cc < c.batch {
+			return total, nil
+		}
+	}
+}
+
+// logLockID is the advisory lock that serialises the sliding-log decisions of
+// one (durability, prefix, key): a hash of a length-prefixed encoding, so no
+// two distinct triples share an input.
+func logLockID(d Durability, prefix, key string) int64 {
+	b := make([]byte, 0, 32+len(prefix)+len(key))
+	b = append(b, "ratekit/sliding_log/"...)
+	b = append(b, d.String()...)
+	b = appendLenPrefixed(b, prefix)
+	b = appendLenPrefixed(b, key)
+	return hashBytes(b)
+}
+
+func appendLenPrefixed(b []byte, s string) []byte {
+	n := len(s)
+	b = append(b, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	return append(b, s...)
+}
+
+// wrapErr wraps a pgx error with the operation and, when ctx has ended,
+// ctx.Err(), so that errors.Is(err, context.DeadlineExceeded) holds whatever
+// pgx reported.
+func wrapErr(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("pgstore: %s: %w (%w)", op, cerr, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w", op, err)
+}

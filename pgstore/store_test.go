@@ -1,0 +1,636 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/pgstore"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := pgtest.DropSchema(); err != nil {
+		fmt.Fprintln(os.Stderr, "drop test schema:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var algorithms = []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
+
+func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(db, pgstore.Config{Schema: pgtest.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newCounter(t testing.TB, s *pgstore.Store, cfg pgstore.CounterConfig) *pgstore.Counter {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = pgtest.Prefix(t)
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 24 * time.Hour
+	}
+	if cfg.CleanupProbability == 0 {
+		cfg.CleanupProbability = -1
+	}
+	c, err := s.Counter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTakePeekRefundReset(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		for _, dur := range []pgstore.Durability{pgstore.Unlogged, pgstore.Logged} {
+			t.Run(alg.String()+"/"+dur.String(), func(t *testing.T) {
+				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 5, Durability: dur})
+				const key = "user-1"
+				steps := []struct {
+					op        string
+					cost      int64
+					allowed   bool
+					remaining int64
+				}{
+					{"peek", 5, true, 5},
+					{"take", 2, true, 3},
+					{"take", 3, true, 0},
+					{"take", 1, false, 0},
+					{"peek", 1, false, 0},
+					{"refund", 2, true, 2},
+					{"take", 3, false, 2},
+					{"take", 2, true, 0},
+					{"refund", 100, true, 5},
+					{"take", 4, true, 1},
+				}
+				for i, st := range steps {
+					var r pgstore.Result
+					var err error
+					switch st.op {
+					case "take":
+						r, err = c.Take(ctx, key, st.cost, "")
+					case "peek":
+						r, err = c.Peek(ctx, key, st.cost)
+					case "refund":
+						r, err = c.Refund(ctx, key, st.cost, "")
+					}
+					if err != nil {
+						t.Fatalf("step %d %s(%d): %v", i, st.op, st.cost, err)
+					}
+					if r.Allowed != st.allowed || r.Remaining != st.remaining {
+						t.Fatalf("step %d %s(%d) = %+v, want allowed %v remaining %d", i, st.op, st.cost, r, st.allowed, st.remaining)
+					}
+					if r.Allowed && r.RetryAfter != 0 || !r.Allowed && r.RetryAfter <= 0 {
+						t.Fatalf("step %d: RetryAfter %v with Allowed %v", i, r.RetryAfter, r.Allowed)
+					}
+					if r.ResetAfter < 0 || r.ResetAfter > 48*time.Hour {
+						t.Fatalf("step %d: ResetAfter %v", i, r.ResetAfter)
+					}
+				}
+				if err := c.Reset(ctx, key); err != nil {
+					t.Fatal(err)
+				}
+				if r, err := c.Peek(ctx, key, 5); err != nil || !r.Allowed || r.Remaining != 5 {
+					t.Fatalf("after reset: %+v, %v", r, err)
+				}
+				if _, err := c.Take(ctx, key, 6, ""); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
+					t.Fatalf("cost 6 of 5: %v, want ErrCostExceedsLimit", err)
+				}
+				if _, err := c.Take(ctx, key, 0, ""); !errors.Is(err, ratekit.ErrInvalidCost) {
+					t.Fatalf("cost 0: %v, want ErrInvalidCost", err)
+				}
+			})
+		}
+	}
+}
+
+func TestRetryAfterAndWindowRollover(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			window := 300 * time.Millisecond
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 3, Window: window})
+			var denied pgstore.Result
+			for i := 0; i < 10; i++ {
+				r, err := c.Take(ctx, "k", 1, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !r.Allowed {
+					denied = r
+					break
+				}
+			}
+			if denied.Allowed || denied.RetryAfter <= 0 {
+				t.Fatalf("never denied: %+v", denied)
+			}
+			// The sliding window may need up to two windows to forget.
+			if denied.RetryAfter > 2*window {
+				t.Fatalf("RetryAfter %v exceeds two windows", denied.RetryAfter)
+			}
+			time.Sleep(denied.RetryAfter + 20*time.Millisecond)
+			r, err := c.Take(ctx, "k", 1, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Allowed {
+				t.Fatalf("still denied after RetryAfter %v: %+v", denied.RetryAfter, r)
+			}
+		})
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 3})
+			r, err := c.Take(ctx, "k", 2, "invocation-1")
+			if err != nil || !r.Allowed || r.Duplicate || r.Remaining != 1 {
+				t.Fatalf("first: %+v, %v", r, err)
+			}
+			for i := 0; i < 3; i++ {
+				r, err = c.Take(ctx, "k", 2, "invocation-1")
+				if err != nil || !r.Allowed || !r.Duplicate || r.Remaining != 1 {
+					t.Fatalf("retry %d: %+v, %v", i, r, err)
+				}
+			}
+			// A denied request records nothing: its retry is judged afresh.
+			if r, err = c.Take(ctx, "k", 2, "invocation-2"); err != nil || r.Allowed {
+				t.Fatalf("over quota: %+v, %v", r, err)
+			}
+			if r, err = c.Refund(ctx, "k", 1, "refund-1"); err != nil || r.Remaining != 2 {
+				t.Fatalf("refund: %+v, %v", r, err)
+			}
+			if r, err = c.Refund(ctx, "k", 1, "refund-1"); err != nil || !r.Duplicate || r.Remaining != 2 {
+				t.Fatalf("refund retry: %+v, %v", r, err)
+			}
+			if r, err = c.Take(ctx, "k", 2, "invocation-2"); err != nil || !r.Allowed || r.Duplicate {
+				t.Fatalf("retry of denied request: %+v, %v", r, err)
+			}
+			// The same idempotency key on another request key is another
+			// request.
+			if r, err = c.Take(ctx, "other", 1, "invocation-1"); err != nil || r.Duplicate {
+				t.Fatalf("other key: %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+// TestIdempotencyConcurrent sends the same invocation from many goroutines
+// at once: exactly one takes.
+func TestIdempotencyConcurrent(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 8, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 10})
+			var wg sync.WaitGroup
+			var fresh, dup atomic.Int64
+			for i := 0; i < 32; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r, err := c.Take(ctx, "k", 1, "same")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r.Duplicate {
+						dup.Add(1)
+					} else if r.Allowed {
+						fresh.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if fresh.Load() != 1 || dup.Load() != 31 {
+				t.Fatalf("fresh %d, duplicate %d; want 1 and 31", fresh.Load(), dup.Load())
+			}
+			if r, err := c.Peek(ctx, "k", 1); err != nil || r.Remaining != 9 {
+				t.Fatalf("peek: %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+// TestExactness is the issue's test: four pools ("instances") × 64
+// goroutines against one key with limit 100, directly and through PgBouncer
+// in transaction mode.
+func TestExactness(t *testing.T) {
+	for _, via := range []string{"postgres", "pgbouncer"} {
+		t.Run(via, func(t *testing.T) {
+			url := testenv.PostgresURL(t)
+			if via == "pgbouncer" {
+				url = testenv.PgBouncerURL(t)
+			}
+			var stores []*pgstore.Store
+			for i := 0; i < 4; i++ {
+				stores = append(stores, newStore(t, pgtest.Pool(t, url, 4, "")))
+			}
+			ctx := ctxT(t)
+			for _, alg := range algorithms {
+				t.Run(alg.String(), func(t *testing.T) {
+					prefix := pgtest.Prefix(t)
+					var counters []*pgstore.Counter
+					for _, s := range stores {
+						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
+							Prefix: prefix, Algorithm: alg, Limit: 100, CleanupProbability: 0.05,
+						}))
+					}
+					const perGoroutine = 3
+					var admitted, denied atomic.Int64
+					var wg sync.WaitGroup
+					for _, c := range counters {
+						for g := 0; g < 64; g++ {
+							wg.Add(1)
+							go func() {
+								defer wg.Done()
+								for i := 0; i < perGoroutine; i++ {
+									r, err := c.Take(ctx, "shared-key", 1, "")
+									if err != nil {
+										t.Error(err)
+										return
+									}
+									if r.Allowed {
+										admitted.Add(1)
+									} else {
+										denied.Add(1)
+									}
+								}
+							}()
+						}
+					}
+					wg.Wait()
+					// The window is a day and the refill 100 per day, so
+					// every algorithm's bound is the limit itself here.
+					if admitted.Load() != 100 || denied.Load() != 4*64*perGoroutine-100 {
+						t.Fatalf("admitted %d, denied %d; want exactly 100 admitted", admitted.Load(), denied.Load())
+					}
+					if r, err := counters[0].Peek(ctx, "shared-key", 1); err != nil || r.Allowed || r.Remaining != 0 {
+						t.Fatalf("peek after: %+v, %v", r, err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestSlidingLogRollingWindow checks the sliding log's guarantee over time:
+// in every rolling window no more than the limit was admitted.
+func TestSlidingLogRollingWindow(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 8, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	const limit, window = 5, 400 * time.Millisecond
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.SlidingLog, Limit: limit, Window: window})
+	var mu sync.Mutex
+	var times []time.Time
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				r, err := c.Take(ctx, "k", 1, "")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Allowed {
+					mu.Lock()
+					times = append(times, time.Now())
+					mu.Unlock()
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(times) < 2*limit {
+		t.Fatalf("only %d admissions in 1.5 s", len(times))
+	}
+	// Client-side timestamps are taken after the decision returns, so a
+	// window measured here can only look shorter than the database's; use
+	// the database's own rows for the exact check.
+	rows, err := pool.Query(ctx, `SELECT at_us FROM "`+s.Schema()+`".log_unlogged WHERE prefix = $1 ORDER BY at_us`, c.Config().Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ats, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ats {
+		n := 0
+		for j := i; j < len(ats) && ats[j]-ats[i] < window.Microseconds(); j++ {
+			n++
+		}
+		if n > limit {
+			t.Fatalf("%d admissions within %v starting at row %d", n, window, i)
+		}
+	}
+}
+
+func TestSynchronousCommit(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	ctx := ctxT(t)
+	newStore(t, pool).Migrate(ctx)
+	for _, sync := range []bool{false, true} {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newStore(t, tx)
+		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
+		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]string{false: "off", true: "on"}[sync]
+		if got != want {
+			t.Errorf("SynchronousCommit %v: synchronous_commit in the decision's transaction is %q, want %q", sync, got, want)
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// SET LOCAL ends with the transaction: the session keeps its own.
+		if err := pool.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got); err != nil || got != "on" {
+			t.Fatalf("session synchronous_commit after the transaction: %q, %v", got, err)
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 1})
+	keys := []string{
+		"o'brien", `back\slash`, `"double"`, "a\x00b", "a", "a\x00", "\xff\xfe\xfd", "\xc3\x28",
+		"'); DROP TABLE counters; --", "$1", "日本語", strings.Repeat("k", ratekit.MaxKeyLen),
+	}
+	for _, k := range keys {
+		r, err := c.Take(ctx, k, 1, "idem'\x00\xff")
+		if err != nil {
+			t.Fatalf("key %q: %v", k, err)
+		}
+		if !r.Allowed {
+			t.Fatalf("key %q collided with an earlier key: %+v", k, r)
+		}
+	}
+	// Each key is stored exactly as given: each is now at its limit.
+	for _, k := range keys {
+		if r, err := c.Take(ctx, k, 1, ""); err != nil || r.Allowed {
+			t.Fatalf("second take of %q: %+v, %v", k, r, err)
+		}
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1`, c.Config().Prefix).Scan(&n); err != nil || n != len(keys) {
+		t.Fatalf("rows for prefix: %d, %v; want %d", n, err, len(keys))
+	}
+	if _, err := c.Take(ctx, strings.Repeat("k", 10_000), 1, ""); !errors.Is(err, ratekit.ErrKeyTooLong) {
+		t.Fatalf("10 kB key: %v", err)
+	}
+	if _, err := c.Take(ctx, "k", 1, strings.Repeat("i", 10_000)); !errors.Is(err, ratekit.ErrKeyTooLong) {
+		t.Fatalf("10 kB idempotency key: %v", err)
+	}
+	if _, err := c.Take(ctx, "", 1, ""); !errors.Is(err, ratekit.ErrEmptyKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+	if err := c.Reset(ctx, strings.Repeat("k", 10_000)); !errors.Is(err, ratekit.ErrKeyTooLong) {
+		t.Fatalf("reset 10 kB key: %v", err)
+	}
+	for _, p := range []string{"x'; DROP TABLE ratekit.counters; --", "a b", "", strings.Repeat("p", 65), "ü"} {
+		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("prefix %q: %v, want ErrInvalidConfig", p, err)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	s := newStore(t, pool)
+	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}
+	bad := map[string]func(*pgstore.CounterConfig){
+		"no algorithm":    func(c *pgstore.CounterConfig) { c.Algorithm = 0 },
+		"bad durability":  func(c *pgstore.CounterConfig) { c.Durability = 7 },
+		"zero limit":      func(c *pgstore.CounterConfig) { c.Limit = 0 },
+		"huge limit":      func(c *pgstore.CounterConfig) { c.Limit = 1 << 62 },
+		"short window":    func(c *pgstore.CounterConfig) { c.Window = time.Microsecond },
+		"burst on window": func(c *pgstore.CounterConfig) { c.Burst = 3 },
+		"negative burst":  func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = -1 },
+		"huge burst":      func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = 1 << 60 },
+		"probability > 1": func(c *pgstore.CounterConfig) { c.CleanupProbability = 1.5 },
+		"negative batch":  func(c *pgstore.CounterConfig) { c.CleanupBatch = -1 },
+		"prefix with ';'": func(c *pgstore.CounterConfig) { c.Prefix = "a;b" },
+	}
+	for name, mutate := range bad {
+		cfg := ok
+		mutate(&cfg)
+		if _, err := s.Counter(cfg); !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := s.Counter(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"", "Upper", "1abc", "a-b", `a"b`, strings.Repeat("a", 64)} {
+		if _, err := pgstore.New(pool, pgstore.Config{Schema: name}); name != "" && !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("schema %q: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+	if _, err := pgstore.New(nil, pgstore.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("nil DB: %v", err)
+	}
+}
+
+// TestMigrateRace starts many cold "instances" at once on a schema that does
+// not exist yet: all of them must succeed.
+func TestMigrateRace(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	schema := pgtest.NewSchema()
+	t.Cleanup(func() {
+		if err := pgtest.Drop(schema); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		pool := pgtest.Pool(t, url, 1, "")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := pgstore.New(pool, pgstore.Config{Schema: schema})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: pgstore.SlidingLog, Limit: 100, Window: time.Hour})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if _, err := c.Take(ctx, "k", 1, ""); err != nil {
+				t.Errorf("cold start: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	pool := pgtest.Pool(t, url, 1, "")
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".log_unlogged`).Scan(&n); err != nil || n != 8 {
+		t.Fatalf("log rows: %d, %v", n, err)
+	}
+}
+
+func TestDisableAutoMigrate(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	pool := pgtest.Pool(t, url, 1, "")
+	schema := pgtest.NewSchema()
+	t.Cleanup(func() { pgtest.Drop(schema) })
+	ctx := ctxT(t)
+	s, err := pgstore.New(pool, pgstore.Config{Schema: schema, DisableAutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Take(ctx, "k", 1, ""); err == nil {
+		t.Fatal("Take succeeded without a schema")
+	}
+	ddl, err := pgstore.SchemaSQL(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The exported SQL is what a migration tool runs (simple protocol,
+	// several statements).
+	if _, err := pool.Exec(ctx, ddl, pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := c.Take(ctx, "k", 1, ""); err != nil || !r.Allowed {
+		t.Fatalf("after migration: %+v, %v", r, err)
+	}
+	if !strings.Contains(pgstore.DefaultSchemaSQL, `CREATE SCHEMA IF NOT EXISTS "ratekit"`) {
+		t.Error("DefaultSchemaSQL does not create schema ratekit")
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			prefix := pgtest.Prefix(t)
+			c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Limit: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
+			// Another prefix with a long window must survive.
+			other := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 2})
+			for i := 0; i < 10; i++ {
+				if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, fmt.Sprint("i", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := other.Take(ctx, "k", 1, "i"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(150 * time.Millisecond)
+			n, err := c.Cleanup(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// 10 counters (or log entries) and 10 idempotency records.
+			if n != 20 {
+				t.Fatalf("Cleanup deleted %d rows, want 20", n)
+			}
+			if n, err := c.Cleanup(ctx); err != nil || n != 0 {
+				t.Fatalf("second Cleanup: %d, %v", n, err)
+			}
+			if r, err := other.Peek(ctx, "k", 2); err != nil || r.Allowed {
+				t.Fatalf("other prefix lost its state: %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+func TestInlineCleanup(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	prefix := pgtest.Prefix(t)
+	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: pgstore.FixedWindow, Limit: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
+	for i := 0; i < 20; i++ {
+		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(80 * time.Millisecond)
+	if _, err := c.Take(ctx, "last", 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1`, prefix).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("rows after inline cleanup: %d, %v; want 1", n, err)
+	}
+}
+
+func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PgBouncerURL(t), 2, "")
+	s, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 2})
+		for i, want := range []bool{true, true, false} {
+			r, err := c.Take(ctx, "o'k\x00\xff", 1, "")
+			if err != nil || r.Allowed != want {
+				t.Fatalf("%v take %d: %+v, %v", alg, i, r, err)
+			}
+		}
+	}
+}
+
+var _ pgstore.DB = (*pgxpool.Pool)(nil)
+var _ pgstore.DB = (pgx.Tx)(nil)
