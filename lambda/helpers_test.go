@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 	"log/slog"
 	"net/http"
 	"os"
@@ -21,25 +22,10 @@ import (
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef-lambda-tests")
 
-// clock is a settable fake clock, safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the shared fake clock.
+type clock = fakeclock.Clock
 
-func newClock() *clock { return &clock{now: time.Date(2026, 11, 22, 6, 10, 11, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return fakeclock.New(time.Date(2026, 11, 22, 6, 10, 11, 0, time.UTC)) }
 
 // window returns a signed-window limiter of limit requests a minute on c.
 func window(t testing.TB, limit int64, c *clock) *signedwindow.Limiter {

@@ -108,7 +108,7 @@ func TestREST(t *testing.T) {
 		obj(m, "headers")["Cookie"] = line
 		obj(m, "multiValueHeaders")["Cookie"] = []string{line}
 	})
-	c.Advance(15 * time.Second)
+	c.Add(15 * time.Second)
 	resp = invoke[events.APIGatewayProxyResponse](t, ctx, h, withCookie)
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("third: %d %s", resp.StatusCode, resp.Body)
@@ -617,7 +617,7 @@ func TestColdStartHygiene(t *testing.T) {
 		}))
 		token = single(resp.Headers, ratekit.DefaultStateHeader)
 	}
-	c.Advance(time.Hour)
+	c.Add(time.Hour)
 	resp := invoke[events.APIGatewayV2HTTPResponse](t, context.Background(), thawed, fixture(t, "httpapi.json", func(m map[string]any) {
 		obj(m, "headers")["ratekit-token"] = token
 	}))

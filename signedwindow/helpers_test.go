@@ -2,7 +2,7 @@ package signedwindow
 
 import (
 	"bytes"
-	"sync"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 	"testing"
 	"time"
 )
@@ -11,25 +11,10 @@ import (
 // tests see the rounding of window starts to whole seconds.
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 250_000_000, time.UTC)
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// fakeClock is the shared fake clock.
+type fakeClock = fakeclock.Clock
 
-func newClock(t time.Time) *fakeClock { return &fakeClock{t: t} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock(t time.Time) *fakeClock { return fakeclock.New(t) }
 
 // secret returns a valid 32-byte test secret filled with b.
 func secret(b byte) []byte { return bytes.Repeat([]byte{b}, MinSecretLen) }

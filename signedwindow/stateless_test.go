@@ -80,11 +80,11 @@ func TestNonce(t *testing.T) {
 	}
 
 	// Expiry: valid until NonceLifetime has passed, to the millisecond.
-	clock.Advance(DefaultNonceLifetime - time.Millisecond)
+	clock.Add(DefaultNonceLifetime - time.Millisecond)
 	if err := l.VerifyNonce(n, alice); err != nil {
 		t.Fatalf("just before expiry: %v", err)
 	}
-	clock.Advance(time.Millisecond)
+	clock.Add(time.Millisecond)
 	if err := l.VerifyNonce(n, alice); !errors.Is(err, ErrTokenExpired) {
 		t.Fatalf("at expiry: %v", err)
 	}
@@ -219,7 +219,7 @@ func TestProofOfWork(t *testing.T) {
 		t.Fatalf("difficulty above max: %v", err)
 	}
 
-	clock.Advance(DefaultChallengeLifetime)
+	clock.Add(DefaultChallengeLifetime)
 	if err := l.VerifySolution(sol, alice, 8); !errors.Is(err, ErrTokenExpired) {
 		t.Fatalf("expired: %v", err)
 	}

@@ -3,6 +3,7 @@ package tokenbucket_test
 import (
 	"context"
 	"errors"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -20,25 +21,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// clock is a fake clock safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the shared fake clock.
+type clock = fakeclock.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return fakeclock.New(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)) }
 
 func memStore(t testing.TB, now func() time.Time) *memstore.Store {
 	t.Helper()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 	"strconv"
 	"sync"
 	"testing"
@@ -29,25 +30,10 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// clock is a fake clock safe for concurrent use.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the shared fake clock.
+type clock = fakeclock.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return fakeclock.New(time.Date(2026, 11, 22, 6, 0, 0, 0, time.UTC)) }
 
 func newStore(t *testing.T, cfg memstore.Config) *memstore.Store {
 	t.Helper()
