@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
-	"os/exec"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,14 +21,14 @@ import (
 // redisStore returns a store on the shared test Redis under a key prefix of
 // its own, deleting its keys and closing its client at cleanup, and a hook
 // that counts the commands the client sends.
-func redisStore(t *testing.T) (*redisstore.Store, *commandCounter) {
+func redisStore(t *testing.T) (*redisstore.Store, *redistest.CommandCounter) {
 	t.Helper()
 	addr := testenv.RedisAddr(t)
 	b := make([]byte, 6)
 	rand.Read(b)
 	prefix := "ratekit-test:tokenbucket:" + strings.ReplaceAll(t.Name(), "/", ".") + ":" + hex.EncodeToString(b) + ":"
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, time.Second))
-	counter := &commandCounter{}
+	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
 	t.Cleanup(func() {
 		ctx := context.Background()
@@ -45,24 +43,6 @@ func redisStore(t *testing.T) (*redisstore.Store, *commandCounter) {
 		t.Fatal(err)
 	}
 	return s, counter
-}
-
-type commandCounter struct{ n atomic.Int64 }
-
-func (h *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
 }
 
 func TestRedisAtomicExactUnderConcurrency(t *testing.T) {
@@ -88,12 +68,12 @@ func TestRedisBothModes(t *testing.T) {
 					t.Fatalf("request %d: %+v, %v", i, d, err)
 				}
 			}
-			before := counter.n.Load()
+			before := counter.N.Load()
 			d, err := l.Allow(ctx, req)
 			if err != nil || d.Allowed || d.Remaining != 0 {
 				t.Fatalf("fourth request: %+v, %v", d, err)
 			}
-			if sent := counter.n.Load() - before; sent != 1 {
+			if sent := counter.N.Load() - before; sent != 1 {
 				t.Errorf("a denied %v decision sent %d commands, want 1 (denials write nothing)", mode, sent)
 			}
 			// RetryAfter is a little under 20 minutes (time passed since the
@@ -126,13 +106,13 @@ func TestRedisDeniedCacheAnswersWithoutRoundTrip(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		l.Allow(ctx, req)
 	}
-	before := counter.n.Load()
+	before := counter.N.Load()
 	for i := 0; i < 1000; i++ {
 		if d, err := l.Allow(ctx, req); err != nil || d.Allowed || d.RetryAfter <= 0 {
 			t.Fatalf("blocked request %d: %+v, %v", i, d, err)
 		}
 	}
-	if sent := counter.n.Load() - before; sent != 0 {
+	if sent := counter.N.Load() - before; sent != 0 {
 		t.Fatalf("1000 requests from a blocked client sent %d commands, want 0", sent)
 	}
 }
@@ -141,43 +121,8 @@ func TestRedisDeniedCacheAnswersWithoutRoundTrip(t *testing.T) {
 // own: Allow must return an error (never a decision) within the caller's
 // deadline, and succeed again once Redis is back, with no help.
 func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("redis-server binary not found")
-		}
-		t.Skip("redis-server binary not found; install redis-server to run this test")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	var cmd *exec.Cmd
-	start := func() {
-		cmd = exec.Command(bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", t.TempDir())
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if conn, err := net.Dial("tcp", addr); err == nil {
-				conn.Close()
-				return
-			}
-		}
-		t.Fatal("redis-server did not start")
-	}
-	stop := func() {
-		if cmd != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			cmd = nil
-		}
-	}
-	start()
-	t.Cleanup(stop)
+	srv := redistest.Start(t)
+	addr := srv.Addr
 	client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, 0))
 	t.Cleanup(func() { client.Close() })
 	store, _ := redisstore.New(client, redisstore.Config{})
@@ -192,7 +137,7 @@ func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
 	if _, _, err := allow(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	stop()
+	srv.Stop()
 	for i := 0; i < 3; i++ {
 		dec, took, err := allow(200 * time.Millisecond)
 		if err == nil {
@@ -205,7 +150,7 @@ func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
 			t.Fatalf("Allow with Redis down took %v, deadline 200ms", took)
 		}
 	}
-	start()
+	srv.Restart()
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		dec, _, err := allow(200 * time.Millisecond)
 		if err == nil && dec.Allowed {

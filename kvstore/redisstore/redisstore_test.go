@@ -5,10 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"net"
-	"os/exec"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,61 +145,6 @@ func TestServerlessOptions(t *testing.T) {
 	}
 }
 
-// server is a throwaway redis-server on a free port, for tests that stop
-// Redis or flush its script cache without touching the shared server.
-type server struct {
-	t    *testing.T
-	addr string
-	bin  string
-	cmd  *exec.Cmd
-}
-
-func startServer(t *testing.T) *server {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("redis-server binary not found")
-		}
-		t.Skip("redis-server binary not found; install redis-server to run this test")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	s := &server{t: t, addr: addr, bin: bin}
-	s.start()
-	t.Cleanup(s.stop)
-	return s
-}
-
-func (s *server) start() {
-	s.t.Helper()
-	_, port, _ := net.SplitHostPort(s.addr)
-	s.cmd = exec.Command(s.bin, "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loglevel", "warning", "--dir", s.t.TempDir())
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if conn, err := net.Dial("tcp", s.addr); err == nil {
-			conn.Close()
-			return
-		}
-	}
-	s.t.Fatalf("redis-server did not start on %s", s.addr)
-}
-
-func (s *server) stop() {
-	if s.cmd == nil {
-		return
-	}
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-	s.cmd = nil
-}
-
 // serverlessClient returns a client of addr built with ServerlessOptions,
 // closed at cleanup.
 func serverlessClient(t *testing.T, addr string) redis.UniversalClient {
@@ -242,12 +185,12 @@ func recovers(t *testing.T, s *redisstore.Store) int {
 const slack = 150 * time.Millisecond
 
 func TestDeadRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
-	srv := startServer(t)
-	s, _ := redisstore.New(serverlessClient(t, srv.addr), redisstore.Config{})
+	srv := redistest.Start(t)
+	s, _ := redisstore.New(serverlessClient(t, srv.Addr), redisstore.Config{})
 	if _, err := updateWithin(s, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	srv.stop()
+	srv.Stop()
 	for i := 0; i < 3; i++ {
 		took, err := updateWithin(s, 200*time.Millisecond)
 		if err == nil {
@@ -258,13 +201,13 @@ func TestDeadRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
 		}
 		t.Logf("Redis stopped: error after %v: %v", took, err)
 	}
-	srv.start()
+	srv.Restart()
 	t.Logf("Redis restarted: %d failed attempts before the first success", recovers(t, s))
 }
 
 func TestSlowRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
-	srv := startServer(t)
-	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), "redis", "127.0.0.1:0", srv.addr)
+	srv := redistest.Start(t)
+	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), "redis", "127.0.0.1:0", srv.Addr)
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +236,8 @@ func TestSlowRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
 }
 
 func TestFlushedScriptCacheRecovers(t *testing.T) {
-	srv := startServer(t)
-	c := serverlessClient(t, srv.addr)
+	srv := redistest.Start(t)
+	c := serverlessClient(t, srv.Addr)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	for i := 0; i < 3; i++ {
 		if err := c.ScriptFlush(context.Background()).Err(); err != nil {
@@ -308,40 +251,21 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 }
 
 func TestOneRoundTrip(t *testing.T) {
-	srv := startServer(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.addr})
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	counter := &countingHook{}
+	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
 	s.Update(ctx, "k", take1, kvstore.OpTake, 1) // load the script (EVALSHA, then EVAL)
-	counter.n.Store(0)
+	counter.N.Store(0)
 	for i := 0; i < 10; i++ {
 		if _, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := counter.n.Load(); got != 10 {
+	if got := counter.N.Load(); got != 10 {
 		t.Fatalf("10 updates sent %d commands, want 10", got)
-	}
-}
-
-// countingHook counts the commands a client sends.
-type countingHook struct{ n atomic.Int64 }
-
-func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.n.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.n.Add(int64(len(cmds)))
-		return next(ctx, cmds)
 	}
 }
