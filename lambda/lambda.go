@@ -162,18 +162,9 @@ func (a *Adapter) REST(next RESTHandler) RESTHandler {
 			Path:     ev.Path,
 			Event:    &ev,
 		}
-		ctx, dst, res := a.check(ctx, r)
-		if !res.Proceed() {
-			status, body := a.refuse(ctx, r, dst, res)
-			resp := events.APIGatewayProxyResponse{StatusCode: status, Body: body}
-			mergeREST(&resp, dst)
-			return resp, nil
-		}
-		resp, err := next(ctx, ev)
-		if err == nil {
-			mergeREST(&resp, dst)
-		}
-		return resp, err
+		return serve(ctx, a, ev, r, next, func(status int, body string) events.APIGatewayProxyResponse {
+			return events.APIGatewayProxyResponse{StatusCode: status, Body: body}
+		}, mergeREST)
 	}
 }
 
@@ -190,18 +181,11 @@ func (a *Adapter) HTTPAPI(next HTTPAPIHandler) HTTPAPIHandler {
 			Path:     ev.RawPath,
 			Event:    &ev,
 		}
-		ctx, dst, res := a.check(ctx, r)
-		if !res.Proceed() {
-			status, body := a.refuse(ctx, r, dst, res)
-			resp := events.APIGatewayV2HTTPResponse{StatusCode: status, Body: body}
+		return serve(ctx, a, ev, r, next, func(status int, body string) events.APIGatewayV2HTTPResponse {
+			return events.APIGatewayV2HTTPResponse{StatusCode: status, Body: body}
+		}, func(resp *events.APIGatewayV2HTTPResponse, dst http.Header) {
 			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
-			return resp, nil
-		}
-		resp, err := next(ctx, ev)
-		if err == nil {
-			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
-		}
-		return resp, err
+		})
 	}
 }
 
@@ -218,18 +202,11 @@ func (a *Adapter) FunctionURL(next FunctionURLHandler) FunctionURLHandler {
 			Path:     ev.RawPath,
 			Event:    &ev,
 		}
-		ctx, dst, res := a.check(ctx, r)
-		if !res.Proceed() {
-			status, body := a.refuse(ctx, r, dst, res)
-			resp := events.LambdaFunctionURLResponse{StatusCode: status, Body: body}
+		return serve(ctx, a, ev, r, next, func(status int, body string) events.LambdaFunctionURLResponse {
+			return events.LambdaFunctionURLResponse{StatusCode: status, Body: body}
+		}, func(resp *events.LambdaFunctionURLResponse, dst http.Header) {
 			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
-			return resp, nil
-		}
-		resp, err := next(ctx, ev)
-		if err == nil {
-			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
-		}
-		return resp, err
+		})
 	}
 }
 
@@ -251,23 +228,34 @@ func (a *Adapter) ALB(next ALBHandler) ALBHandler {
 			Path:   ev.Path,
 			Event:  &ev,
 		}
-		ctx, dst, res := a.check(ctx, r)
-		if !res.Proceed() {
-			status, body := a.refuse(ctx, r, dst, res)
-			resp := events.ALBTargetGroupResponse{
+		return serve(ctx, a, ev, r, next, func(status int, body string) events.ALBTargetGroupResponse {
+			return events.ALBTargetGroupResponse{
 				StatusCode:        status,
 				StatusDescription: strconv.Itoa(status) + " " + http.StatusText(status),
 				Body:              body,
 			}
-			mergeALB(&resp, dst, multi)
-			return resp, nil
-		}
-		resp, err := next(ctx, ev)
-		if err == nil {
-			mergeALB(&resp, dst, multi)
-		}
-		return resp, err
+		}, func(resp *events.ALBTargetGroupResponse, dst http.Header) { mergeALB(resp, dst, multi) })
 	}
+}
+
+// serve is the flow every wrapper shares: check the request; when it may not
+// proceed, answer with the response refused builds; otherwise run next. The
+// decision's header fields are merged into the response either way (not into
+// an error's).
+func serve[E, R any](ctx context.Context, a *Adapter, ev E, r *Request, next func(context.Context, E) (R, error),
+	refused func(status int, body string) R, merge func(*R, http.Header)) (R, error) {
+	ctx, dst, res := a.check(ctx, r)
+	if !res.Proceed() {
+		status, body := a.refuse(ctx, r, dst, res)
+		resp := refused(status, body)
+		merge(&resp, dst)
+		return resp, nil
+	}
+	resp, err := next(ctx, ev)
+	if err == nil {
+		merge(&resp, dst)
+	}
+	return resp, err
 }
 
 func mustHandler(isNil bool) {
