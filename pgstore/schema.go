@@ -17,7 +17,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -505,6 +505,13 @@ LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 		-- A denied request consumed nothing; forget its idempotency key so a
 		-- retry is judged afresh.
 		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key AND i.idempotency_key = p_idem;
+	ELSIF p_op <> 1 AND p_idem IS NOT NULL AND NOT duplicate THEN
+		-- A fresh charge or refund of an idempotency key ends the other
+		-- operation's record for it (the records are 't' or 'r' followed by
+		-- the caller's key): a retry after a refunded failure is charged
+		-- again, and a refund after that charge is not taken for a duplicate.
+		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key
+			AND i.idempotency_key = (CASE WHEN p_op = 0 THEN '\x72'::bytea ELSE '\x74'::bytea END) || substring(p_idem FROM 2);
 	END IF;
 	IF p_cleanup > 0 THEN
 		-- Only rows that expired more than one window (p_idem_ttl_us) ago:

@@ -209,6 +209,34 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+// TestIdempotencyAfterRefund is the paid-call cycle: a call is charged, its
+// downstream work fails and it is refunded, and the client retries with the
+// same idempotency key. The retry must be charged again (not waved through as
+// a duplicate of a charge that was given back), and its refund must work too.
+func TestIdempotencyAfterRefund(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 5})
+			step := func(name string, op func(context.Context, string, int64, string) (pgstore.Result, error), wantDup bool, wantRemaining int64) {
+				t.Helper()
+				r, err := op(ctx, "k", 1, "call-7")
+				if err != nil || !r.Allowed || r.Duplicate != wantDup || r.Remaining != wantRemaining {
+					t.Fatalf("%s: %+v, %v; want duplicate=%v remaining=%d", name, r, err, wantDup, wantRemaining)
+				}
+			}
+			step("charge", c.Take, false, 4)
+			step("refund after the failure", c.Refund, false, 5)
+			step("retry with the same key is charged again", c.Take, false, 4)
+			step("retry of that retry is a duplicate", c.Take, true, 4)
+			step("its refund is not a duplicate", c.Refund, false, 5)
+			step("a repeated refund is", c.Refund, true, 5)
+		})
+	}
+}
+
 // TestIdempotencyConcurrent sends the same invocation from many goroutines
 // at once: exactly one takes.
 func TestIdempotencyConcurrent(t *testing.T) {
