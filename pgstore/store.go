@@ -1,11 +1,13 @@
 package pgstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -493,14 +495,18 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 	}
 	var (
-		out []int64
+		raw []byte
 		err error
 	)
 	for attempt := 0; ; attempt++ {
+		// Both query modes pgstore uses (exec and simple protocol) return
+		// results in text format; the array is parsed here rather than by
+		// pgx's generic array codec, which costs most of a decision's
+		// allocations.
 		err = c.store.db.QueryRow(ctx, c.query, c.store.mode,
 			op, c.cfg.Prefix, []byte(key), cost, c.limit, c.windowUS,
 			lock, idemArg, c.ttlUS, cleanup, c.keepSyncCommit,
-		).Scan(&out)
+		).Scan(&raw)
 		// Retry only what never reached the server (a dead pooled
 		// connection found while sending): anything else may have been
 		// applied, and retrying it could count a request twice.
@@ -508,8 +514,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 			break
 		}
 	}
-	if err == nil && len(out) != 5 {
-		err = fmt.Errorf("function returned %d values, want 5 (schema version mismatch?)", len(out))
+	var out [5]int64
+	if err == nil && !parseResult(raw, &out) {
+		err = fmt.Errorf("function returned %q, want a bigint[5] in text form (schema version mismatch?)", raw)
 	}
 	if err != nil {
 		return Result{}, wrapErr(ctx, c.cfg.Algorithm.String(), err)
@@ -601,4 +608,32 @@ func wrapErr(ctx context.Context, op string, err error) error {
 		return fmt.Errorf("pgstore: %s: %w (%w)", op, cerr, err)
 	}
 	return fmt.Errorf("pgstore: %s: %w", op, err)
+}
+
+// parseResult parses the text form of the decision functions' result, five
+// bigints such as "{1,4,0,123,0}", into out, and reports whether raw was
+// exactly that.
+func parseResult(raw []byte, out *[5]int64) bool {
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return false
+	}
+	rest := raw[1 : len(raw)-1]
+	for i := range out {
+		end := bytes.IndexByte(rest, ',')
+		if (i < len(out)-1) != (end >= 0) {
+			return false
+		}
+		if end < 0 {
+			end = len(rest)
+		}
+		n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+		if err != nil {
+			return false
+		}
+		out[i] = n
+		if end < len(rest) {
+			rest = rest[end+1:]
+		}
+	}
+	return true
 }
