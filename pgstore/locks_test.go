@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"errors"
+	"github.com/jackc/pgx/v5"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -163,9 +164,11 @@ func TestTxLock(t *testing.T) {
 			if !errors.Is(err, pgstore.ErrLockNotAcquired) {
 				t.Fatalf("LockTx of a held lock: %v", err)
 			}
-			// tx2 is still usable and its lock_timeout is its own again.
+			// tx2 is still usable and its lock_timeout is its own again. The
+			// test's own query runs in exec mode too: the pool keeps pgx's
+			// statement cache, which PgBouncer in transaction mode breaks.
 			var lt string
-			if err := tx2.QueryRow(ctx, "SHOW lock_timeout").Scan(&lt); err != nil || lt != "0" {
+			if err := tx2.QueryRow(ctx, "SHOW lock_timeout", pgx.QueryExecModeExec).Scan(&lt); err != nil || lt != "0" {
 				t.Fatalf("tx2 after a failed lock: lock_timeout %q, %v", lt, err)
 			}
 			if err := tx1.Commit(ctx); err != nil {
