@@ -191,15 +191,7 @@ CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_
 -- the window that starts at window_start_us.
 DROP FUNCTION IF EXISTS {{.Fixed}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Fixed}}(
-	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
-	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-	allowed boolean;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	duplicate boolean;
+{{template "signature"}}
 	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 	ws bigint := now_us - now_us % p_window_us;
 	v_ws bigint;
@@ -249,15 +241,7 @@ $fn$;
 -- the comparison is done in numeric so it is exact.
 DROP FUNCTION IF EXISTS {{.Sliding}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Sliding}}(
-	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
-	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-	allowed boolean;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	duplicate boolean;
+{{template "signature"}}
 	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 	ws bigint := now_us - now_us % p_window_us;
 	v_ws bigint;
@@ -349,15 +333,7 @@ $fn$;
 -- interval (time per unit) and the bucket holds p_limit units.
 DROP FUNCTION IF EXISTS {{.Bucket}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Bucket}}(
-	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
-	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-	allowed boolean;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	duplicate boolean;
+{{template "signature"}}
 	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
 	tau bigint := p_limit * p_window_us;
 	v_tat bigint;
@@ -406,15 +382,7 @@ $fn$;
 -- read after it is granted, so every decision sees all earlier ones.
 DROP FUNCTION IF EXISTS {{.SlidingLog}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.SlidingLog}}(
-	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
-	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-	allowed boolean;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	duplicate boolean;
+{{template "signature"}}
 	now_us bigint;
 	v_used bigint;
 	v_last bigint;
@@ -487,7 +455,15 @@ $fn$;
 CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 {{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}
-{{define "prologue"}}	duplicate := false;
+{{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
+	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+	allowed boolean;
+	remaining bigint;
+	retry_after_us bigint;
+	reset_after_us bigint;
+	duplicate boolean;{{end}}{{define "prologue"}}	duplicate := false;
 	IF p_op <> 1 AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
