@@ -1,0 +1,47 @@
+package harness
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestBucketRoundTrip checks the histogram's resolution: every latency maps
+// to a bucket whose middle is within 1/64 of it, and buckets never decrease
+// as latency grows (a wrong shift or offset breaks one or the other).
+func TestBucketRoundTrip(t *testing.T) {
+	prev := -1
+	for v := int64(0); v < 1<<40; v = v + 1 + v/97 {
+		b := bucket(v)
+		if b < prev {
+			t.Fatalf("bucket(%d) = %d, below the previous %d", v, b, prev)
+		}
+		prev = b
+		if b >= nBuckets {
+			t.Fatalf("bucket(%d) = %d, out of range", v, b)
+		}
+		got := int64(value(b))
+		if diff := got - v; diff*64 > v || -diff*64 > v {
+			t.Fatalf("value(bucket(%d)) = %d, off by more than 1/64", v, got)
+		}
+	}
+}
+
+// TestMeasureCounts checks that Measure counts decisions and admissions: an
+// op that admits every third decision must report a third admitted, and the
+// quantiles of a sleep of 200µs must not be below it.
+func TestMeasureCounts(t *testing.T) {
+	r, err := Measure(context.Background(), 4, 50*time.Millisecond, func(_ context.Context, w, i int) (bool, error) {
+		time.Sleep(200 * time.Microsecond)
+		return i%3 == 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Decisions < 4 || r.P50 < 200*time.Microsecond || r.P99 < r.P50 {
+		t.Fatalf("implausible result %+v", r)
+	}
+	if r.Admitted < 0.3 || r.Admitted > 0.45 {
+		t.Fatalf("admitted %v, want about 1/3", r.Admitted)
+	}
+}
