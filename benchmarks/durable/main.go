@@ -27,15 +27,13 @@ import (
 	"log"
 	mrand "math/rand/v2"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/benchmarks/internal/harness"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/pgstore"
 )
@@ -55,13 +53,9 @@ func main() {
 	if url == "" {
 		url = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	}
-	var concs []int
-	for _, f := range strings.Split(*concList, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			log.Fatalf("bad -concurrency %q", *concList)
-		}
-		concs = append(concs, n)
+	concs, err := harness.ParseCounts(*concList)
+	if err != nil {
+		log.Fatalf("-concurrency: %v", err)
 	}
 	b := &bench{url: url, duration: *duration, keys: makeKeys(*keys), maxConns: *maxConns, filled: map[string]bool{},
 		window: *window, cleanup: *cleanup}
@@ -87,7 +81,7 @@ func main() {
 	}
 	b.schema = "ratekit_bench_" + randHex(4)
 	ctx := context.Background()
-	err := b.setup(ctx)
+	err = b.setup(ctx)
 	if err == nil {
 		err = b.report(ctx, concs, *runs, *keys)
 	}
@@ -109,10 +103,10 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 			for _, conc := range concs {
 				// The runs of a group interleave the subjects, so that the
 				// load of a shared machine drifts over all of them alike.
-				results := make([][]result, 1+len(algs))
+				results := make([][]harness.Result, 1+len(algs))
 				for range runs {
 					for i := range results {
-						var r result
+						var r harness.Result
 						var err error
 						if i == 0 {
 							r, err = b.runFloor(ctx, dur, sync, conc)
@@ -125,10 +119,10 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 						results[i] = append(results[i], r)
 					}
 				}
-				floor := median(results[0])
+				floor := harness.Median(results[0])
 				row(dur, sync, conc, "floor (bare upsert)", floor, floor)
 				for i, alg := range algs {
-					row(dur, sync, conc, alg.String(), median(results[i+1]), floor)
+					row(dur, sync, conc, alg.String(), harness.Median(results[i+1]), floor)
 				}
 			}
 		}
@@ -136,13 +130,13 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 	return nil
 }
 
-func row(d pgstore.Durability, sync bool, conc int, subject string, r, floor result) {
+func row(d pgstore.Durability, sync bool, conc int, subject string, r, floor harness.Result) {
 	sc := "off"
 	if sync {
 		sc = "on"
 	}
-	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %.0f%% |\n", d, sc, conc, subject, r.opsPerSec,
-		fmtDur(r.p50), fmtDur(r.p99), 100*r.opsPerSec/floor.opsPerSec)
+	fmt.Printf("| %s | %s | %d | %s | %.0f | %s | %s | %.0f%% |\n", d, sc, conc, subject, r.Throughput,
+		fmtDur(r.P50), fmtDur(r.P99), 100*r.Throughput/floor.Throughput)
 }
 
 func fmtDur(d time.Duration) string {
@@ -161,11 +155,6 @@ type bench struct {
 	syncs    []bool
 	admin    *pgxpool.Pool
 	filled   map[string]bool
-}
-
-type result struct {
-	opsPerSec float64
-	p50, p99  time.Duration
 }
 
 func makeKeys(n int) []string {
@@ -241,30 +230,10 @@ func (b *bench) pool(ctx context.Context, conc int, floorSyncOff bool) (*pgxpool
 	return p, nil
 }
 
-// median returns the median of each figure of rs.
-func median(rs []result) result {
-	med := func(get func(result) float64) float64 {
-		v := make([]float64, len(rs))
-		for i, r := range rs {
-			v[i] = get(r)
-		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return result{
-		opsPerSec: med(func(r result) float64 { return r.opsPerSec }),
-		p50:       time.Duration(med(func(r result) float64 { return float64(r.p50) })),
-		p99:       time.Duration(med(func(r result) float64 { return float64(r.p99) })),
-	}
-}
-
-func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, conc int) (result, error) {
+func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, conc int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, !sync)
 	if err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	defer p.Close()
 	table := `"` + b.schema + `".floor`
@@ -279,20 +248,20 @@ func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, c
 		return p.QueryRow(ctx, q, pgx.QueryExecModeExec, prefix, []byte(key)).Scan(&n)
 	}
 	if err := b.fill(ctx, table, op, table); err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	return b.measure(ctx, conc, op)
 }
 
-func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc int) (result, error) {
+func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, false)
 	if err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	defer p.Close()
 	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema})
 	if err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	// Quotas large enough that almost every call is admitted (the
 	// expensive path).
@@ -303,7 +272,7 @@ func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore
 		CleanupProbability: b.cleanup,
 	})
 	if err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	op := func(ctx context.Context, key string) error {
 		_, err := l.Allow(ctx, ratekit.Request{Key: key, Cost: 1})
@@ -314,7 +283,7 @@ func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore
 		tables = []string{`"` + b.schema + `".counters_unlogged`, `"` + b.schema + `".log_unlogged`}
 	}
 	if err := b.fill(ctx, l.Counter().Config().Prefix, op, tables...); err != nil {
-		return result{}, err
+		return harness.Result{}, err
 	}
 	return b.measure(ctx, conc, op)
 }
@@ -340,48 +309,15 @@ func (b *bench) fill(ctx context.Context, name string, op func(context.Context, 
 	return nil
 }
 
-func (b *bench) measure(ctx context.Context, conc int, op func(context.Context, string) error) (result, error) {
-	var wg sync.WaitGroup
-	lat := make([][]time.Duration, conc)
-	errs := make(chan error, conc)
-	start := time.Now()
-	stop := start.Add(b.duration)
-	for w := range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := mrand.New(mrand.NewPCG(uint64(w), uint64(start.UnixNano())))
-			for {
-				t0 := time.Now()
-				if !t0.Before(stop) {
-					return
-				}
-				if err := op(ctx, b.keys[r.IntN(len(b.keys))]); err != nil {
-					errs <- err
-					return
-				}
-				lat[w] = append(lat[w], time.Since(t0))
-			}
-		}()
+// measure runs op from conc workers for the cell's duration, each on keys
+// picked at random by its own generator.
+func (b *bench) measure(ctx context.Context, conc int, op func(context.Context, string) error) (harness.Result, error) {
+	seed := uint64(time.Now().UnixNano())
+	rngs := make([]*mrand.Rand, conc)
+	for w := range rngs {
+		rngs[w] = mrand.New(mrand.NewPCG(uint64(w), seed))
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	select {
-	case err := <-errs:
-		return result{}, err
-	default:
-	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	if len(all) == 0 {
-		return result{}, fmt.Errorf("no operation completed")
-	}
-	slices.Sort(all)
-	return result{
-		opsPerSec: float64(len(all)) / elapsed.Seconds(),
-		p50:       all[len(all)/2],
-		p99:       all[len(all)*99/100],
-	}, nil
+	return harness.Measure(ctx, conc, b.duration, func(ctx context.Context, w, _ int) (bool, error) {
+		return true, op(ctx, b.keys[rngs[w].IntN(len(b.keys))])
+	})
 }

@@ -5,9 +5,8 @@
 //
 //	cd benchmarks && go test -run '^$' -bench . -count 5 ./tokenbucket/
 //
-// The program in rediscompare puts the atomic Redis decision beside
-// github.com/go-redis/redis_rate/v10 and a bare INCR round trip and prints a
-// markdown table:
+// BenchmarkRedis gives allocations per Redis decision; latency percentiles,
+// the other peers and the floors come from the compare program:
 //
-//	cd benchmarks && go run ./tokenbucket/rediscompare -runs 5
+//	cd benchmarks && go run ./compare -backends redis
 package tokenbucket
