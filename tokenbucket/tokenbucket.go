@@ -101,6 +101,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/memstore"
 )
 
 // Mode selects how a Limiter updates the store. The zero Mode is invalid, so
@@ -188,6 +189,11 @@ type Limiter struct {
 	mode   Mode
 	store  kvstore.Store
 	atomic kvstore.Atomic
+	// mem is the store when it is a *memstore.Store. Atomic mode calls it
+	// directly rather than through the interface: memstore keeps no key
+	// string it is given, so the compiler builds the prefixed key on the
+	// stack (up to 32 bytes) instead of allocating it.
+	mem    *memstore.Store
 	now    func() time.Time
 	refill kvstore.Refill
 	unit   int64 // units per token
@@ -249,6 +255,7 @@ func New(cfg Config) (*Limiter, error) {
 		burst:  cfg.Burst,
 		prefix: cfg.Name + ":",
 	}
+	l.mem, _ = cfg.Store.(*memstore.Store)
 	switch cfg.Mode {
 	case Eventual:
 	case Atomic:
@@ -388,18 +395,28 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // apply runs op on the bucket of key in the Limiter's mode.
-func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.Result, error) {
-	key = l.prefix + key
-	if l.atomic != nil {
-		res, err := l.atomic.Update(ctx, key, l.refill, op, n)
-		if err != nil {
-			return kvstore.Result{}, fmt.Errorf("tokenbucket: %w", err)
-		}
-		return res, nil
+func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.Result, err error) {
+	switch {
+	case l.mem != nil && l.atomic != nil:
+		res, err = l.mem.Update(ctx, l.prefix+key, l.refill, op, n)
+	case l.atomic != nil:
+		res, err = l.atomic.Update(ctx, l.prefix+key, l.refill, op, n)
+	default:
+		res, err = l.eventual(ctx, l.prefix+key, op, n)
 	}
-	rec, ok, err := l.store.Get(ctx, key)
 	if err != nil {
 		return kvstore.Result{}, fmt.Errorf("tokenbucket: %w", err)
+	}
+	return res, nil
+}
+
+// eventual runs op on the record under key (the store key) by a Get, the
+// computation on the Limiter's clock and, when the op writes, a Set or
+// Delete.
+func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.Result, error) {
+	rec, ok, err := l.store.Get(ctx, key)
+	if err != nil {
+		return kvstore.Result{}, err
 	}
 	now := l.now().UnixMicro()
 	res, next, write, err := l.refill.Apply(rec, ok, now, op, n)
@@ -414,10 +431,7 @@ func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64)
 		ttl := l.refill.TimeToFull(next.Value) + time.Duration(next.Time-now)*time.Microsecond
 		err = l.store.Set(ctx, key, next, ttl)
 	}
-	if err != nil {
-		return kvstore.Result{}, fmt.Errorf("tokenbucket: %w", err)
-	}
-	return res, nil
+	return res, err
 }
 
 // decision builds the Decision for a bucket at level (units) after a request

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,7 +221,9 @@ func (sh *shard) lookup(key string, now int64) *entry {
 
 // store writes e under key: in place when cur, the key's entry, is not nil
 // (one map access per update), else as a new key, evicting first when the
-// shard is full. The caller holds sh.mu.
+// shard is full. A new key is copied, so that no method keeps its caller's
+// key string: a caller that builds the key in a stack buffer (tokenbucket
+// does) allocates nothing for it. The caller holds sh.mu.
 func (sh *shard) store(key string, cur *entry, e entry, now int64) {
 	if cur != nil {
 		*cur = e
@@ -231,7 +234,7 @@ func (sh *shard) store(key string, cur *entry, e entry, now int64) {
 	}
 	ne := new(entry)
 	*ne = e
-	sh.entries[key] = ne
+	sh.entries[strings.Clone(key)] = ne
 }
 
 // evict removes the expired entries among a sample of the shard, or else the
