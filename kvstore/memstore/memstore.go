@@ -37,7 +37,14 @@ type Config struct {
 	MaxKeys int
 
 	// Now is the store's clock: it stamps [kvstore.Atomic] updates and
-	// decides expiry. Nil means time.Now. Tests inject a fake clock here.
+	// decides expiry. Nil means the system clock as the store reads it:
+	// the wall clock (time.Now) read once by New, advanced by Go's
+	// monotonic clock (time.Since). A monotonic reading costs about half a
+	// wall-clock reading (29 ns against 54 ns on a KVM guest), and the
+	// store's clock never steps back; it does not follow steps or slewing
+	// of the wall clock after New, which nothing in the store needs, since
+	// every time the store compares was read from its own clock. Tests
+	// inject a fake clock here.
 	Now func() time.Time
 }
 
@@ -59,7 +66,9 @@ type Config struct {
 // Records expire lazily: a Get or Update that finds a record past its time to
 // live treats the key as absent and removes it.
 type Store struct {
-	now    func() time.Time
+	now    func() time.Time // Config.Now; nil for the system clock
+	start  time.Time        // the system clock's anchor, with a monotonic reading
+	base   int64            // start in nanoseconds since the Unix epoch
 	seed   maphash.Seed
 	mask   uint64
 	shards []shard
@@ -100,7 +109,8 @@ func New(cfg Config) (*Store, error) {
 		shards: make([]shard, n),
 	}
 	if s.now == nil {
-		s.now = time.Now
+		s.start = time.Now()
+		s.base = s.start.UnixNano()
 	}
 	for i := range s.shards {
 		s.shards[i].max = maxKeys / n
@@ -112,6 +122,14 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// clock returns the store's time in nanoseconds since the Unix epoch.
+func (s *Store) clock() int64 {
+	if s.now == nil {
+		return s.base + int64(time.Since(s.start))
+	}
+	return s.now().UnixNano()
+}
+
 func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
@@ -121,7 +139,7 @@ func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, erro
 	if err := ctx.Err(); err != nil {
 		return kvstore.Record{}, false, err
 	}
-	now := s.now().UnixNano()
+	now := s.clock()
 	sh := s.shard(key)
 	sh.mu.Lock()
 	var rec kvstore.Record
@@ -143,7 +161,7 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 		return err
 	}
 	ttl = max(ttl, time.Millisecond)
-	now := s.now().UnixNano()
+	now := s.clock()
 	sh := s.shard(key)
 	sh.mu.Lock()
 	sh.store(key, sh.entries[key], entry{rec: rec, expires: now + int64(ttl)}, now)
@@ -170,8 +188,11 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err := ctx.Err(); err != nil {
 		return kvstore.Result{}, err
 	}
-	t := s.now()
-	nowNano, nowMicro := t.UnixNano(), t.UnixMicro()
+	nowNano := s.clock()
+	nowMicro := nowNano / 1000
+	if nowNano < 0 && nowNano%1000 != 0 {
+		nowMicro-- // time.Time.UnixMicro rounds down
+	}
 	sh := s.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

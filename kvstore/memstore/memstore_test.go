@@ -187,3 +187,37 @@ func BenchmarkUpdate(b *testing.B) {
 		})
 	})
 }
+
+// TestSystemClock checks the default clock (wall clock at New advanced by the
+// monotonic clock): an update stamps the record with the current Unix time in
+// microseconds, and a later update stamps a later time. A clock in the wrong
+// unit, without its wall-clock base or running backwards fails one of the
+// checks.
+func TestSystemClock(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, memstore.Config{})
+	ctx := context.Background()
+	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	var prev int64
+	for i := range 3 {
+		before := time.Now().UnixMicro()
+		if _, err := s.Update(ctx, "k", r, kvstore.OpTake, 1<<30); err != nil {
+			t.Fatal(err)
+		}
+		after := time.Now().UnixMicro()
+		rec, ok, err := s.Get(ctx, "k")
+		if err != nil || !ok {
+			t.Fatalf("Get: %v, %v", ok, err)
+		}
+		// The monotonic and the wall clock may part by NTP slewing only:
+		// far less than 10ms over a test.
+		if rec.Time < before-10_000 || rec.Time > after+10_000 {
+			t.Fatalf("update %d stamped %d, want between %d and %d", i, rec.Time, before, after)
+		}
+		if rec.Time <= prev {
+			t.Fatalf("update %d stamped %d, not after the previous %d", i, rec.Time, prev)
+		}
+		prev = rec.Time
+		time.Sleep(2 * time.Millisecond)
+	}
+}
