@@ -195,25 +195,29 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	}
 	sh := s.shard(key)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(key, nowNano)
+	e := sh.entries[key]
+	live := e != nil && nowNano < e.expires
 	var rec kvstore.Record
-	if e != nil {
+	if live {
 		rec = e.rec
 	}
-	res, next, write, err := r.Apply(rec, e != nil, nowMicro, op, n)
-	if err != nil || !write {
-		return res, err
-	}
-	if next.Value >= r.Max {
+	res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
+	if err == nil && write && next.Value < r.Max {
+		// The record is current at next.Time (at most a stepped-back
+		// clock's distance from now); it is full TimeToFull after that. It
+		// goes into the key's entry even when that entry had expired: the
+		// same keys as removing it and inserting the key afresh, without
+		// the allocations (a bucket that refills within microseconds
+		// expires between most visits).
+		expires := next.Time*1000 + int64(r.TimeToFull(next.Value))
+		sh.store(key, e, entry{rec: next, expires: expires}, nowNano)
+	} else if e != nil && (!live || err == nil && write) {
+		// An expired record that is not rewritten goes, and so does a
+		// full one: an absent key reads as full.
 		delete(sh.entries, key)
-		return res, nil
 	}
-	// The record is current at next.Time (at most a stepped-back clock's
-	// distance from now); it is full TimeToFull after that.
-	expires := next.Time*1000 + int64(r.TimeToFull(next.Value))
-	sh.store(key, e, entry{rec: next, expires: expires}, nowNano)
-	return res, nil
+	sh.mu.Unlock()
+	return res, err
 }
 
 // Len returns the number of keys held, expired ones not yet removed

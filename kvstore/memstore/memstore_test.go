@@ -221,3 +221,36 @@ func TestSystemClock(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestUpdateExpiredEntry checks what Update leaves behind when it finds a
+// record past its time to live: a take writes a fresh record from a full
+// bucket into the key (one key held, the new level and time), and a peek
+// removes the key. Reading the expired record as live, or keeping it after
+// the peek, fails a check.
+func TestUpdateExpiredEntry(t *testing.T) {
+	t.Parallel()
+	c := newClock()
+	s := newStore(t, memstore.Config{Now: c.Now})
+	ctx := context.Background()
+	r := kvstore.Refill{Max: 100, Rate: 1} // full 100µs after empty
+	for _, k := range []string{"take", "peek"} {
+		if _, err := s.Update(ctx, k, r, kvstore.OpTake, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Add(time.Second)
+	res, err := s.Update(ctx, "take", r, kvstore.OpTake, 30)
+	if err != nil || !res.OK || res.Value != 70 {
+		t.Fatalf("take on an expired record = %+v, %v; want OK at 70 (from full)", res, err)
+	}
+	rec, ok, _ := s.Get(ctx, "take")
+	if !ok || rec != (kvstore.Record{Value: 70, Time: c.Now().UnixMicro()}) {
+		t.Fatalf("record = %+v, %v; want 70 at now", rec, ok)
+	}
+	if res, _ := s.Update(ctx, "peek", r, kvstore.OpPeek, 1); !res.OK || res.Value != 100 {
+		t.Fatalf("peek on an expired record = %+v; want full", res)
+	}
+	if n := s.Len(); n != 1 {
+		t.Fatalf("Len = %d, want 1 (the peeked expired key removed)", n)
+	}
+}
