@@ -97,19 +97,22 @@ type Config struct {
 	MaxSkew time.Duration
 
 	// ReplayCacheSize is the number of entries of a per-process cache that
-	// catches clients re-using old tokens inside one warm instance. Zero
-	// (the default) disables it. With the cache, the limiter remembers the
-	// highest count it issued for each subject and window, and counts a
-	// token that carries a lower count (a replayed token, or one shared by
-	// two browser tabs) from the remembered count, reporting
-	// [ErrTokenReplayed]; concurrent requests for one subject are then
-	// counted exactly within the instance. It also makes each nonce and each
-	// solved challenge single-use within the instance. One entry is kept per
-	// subject and window, nonce or challenge, until it expires or is
-	// evicted: the cache is split into up to 16 shards with their own lock,
-	// and a full shard evicts its oldest entry (first in, first out),
-	// expired or not. Each entry takes about 40 bytes. Tokens seen only by
-	// other instances, or evicted, are not caught.
+	// catches clients re-using old tokens or dropping them inside one warm
+	// instance. Zero (the default) disables it. With the cache, the limiter
+	// remembers each subject's latest window and the highest count it
+	// issued in it. A token that carries a lower count (a replayed token, or
+	// one shared by two browser tabs) or an earlier window is counted from
+	// the remembered window and count, reporting [ErrTokenReplayed]; a
+	// request without a valid token joins the remembered window instead of
+	// starting a fresh one. Requests for one subject that reach this
+	// instance are therefore counted exactly, however many arrive at once
+	// and whether or not they carry tokens. It also makes each nonce and
+	// each solved challenge single-use within the instance. One entry is
+	// kept per subject, nonce or challenge, until it expires or is evicted:
+	// the cache is split into up to 16 shards with their own lock, and a
+	// full shard evicts its oldest entry (first in, first out), expired or
+	// not. Each entry takes about 40 bytes. Requests seen only by other
+	// instances, or whose entry was evicted, are not caught.
 	ReplayCacheSize int
 
 	// NonceLifetime is how long a nonce from [Limiter.NewNonce] stays

@@ -27,7 +27,8 @@
 // between networks when the key is the client IP, starts afresh.) Nor does it stop a client that replays an older token of its own
 // (one with a lower count) while that token's window lasts. The optional
 // per-process replay cache ([Config.ReplayCacheSize]) catches the re-use of
-// older tokens inside one warm instance only; requests that land on other
+// older tokens, and counts requests without a token in the subject's current
+// window, inside one warm instance only; requests that land on other
 // instances, or on a fresh one, are not caught. Treat this strategy as a
 // friction layer; for quotas that must hold against a determined client, use
 // a server-side strategy (ratekit's tokenbucket or durable packages). The

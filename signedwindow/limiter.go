@@ -156,39 +156,48 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 	var (
 		allowed  bool
 		newCount int64
-		replayed bool
 	)
-	var key uint64
-	cached := valid && l.replay != nil
-	if cached {
-		key = l.replay.windowKey(req.Key, start)
+	w := window{start: start, count: count, expires: (start + min(tf.ttl, l.windowSec)) * 1000}
+	if !valid {
+		w.expires = (start + l.windowSec) * 1000
 	}
-	expiresMs := (start + min(tf.ttl, l.windowSec)) * 1000
-	switch op {
-	case opAllow:
-		if cached {
-			count, allowed, replayed = l.replay.spend(key, count, req.Cost, l.limit, expiresMs, now.UnixMilli())
-		} else {
-			allowed = count <= l.limit-req.Cost
+	var key uint64
+	if l.replay != nil {
+		key = l.replay.windowKey(req.Key)
+	}
+	nowMs := now.UnixMilli()
+	switch {
+	case op == opAllow && l.replay != nil:
+		w, allowed = l.replay.spend(key, valid, w, req.Cost, l.limit, nowMs)
+		newCount = w.count
+		if allowed {
+			newCount += req.Cost
 		}
+	case op == opAllow:
+		allowed = count <= l.limit-req.Cost
 		newCount = count
 		if allowed {
 			newCount += req.Cost
 		}
-	case opPeek:
-		if cached {
-			count, replayed = l.replay.count(key, count, now.UnixMilli())
+	case op == opPeek:
+		if l.replay != nil {
+			w = l.replay.peek(key, valid, w, nowMs)
 		}
-		allowed = count <= l.limit-req.Cost
-		newCount = count
-	case opRefund:
+		allowed = w.count <= l.limit-req.Cost
+		newCount = w.count
+	case op == opRefund:
+		// A token that was not accepted has nothing to give back, and must
+		// not lower the window other requests of the subject are counted in.
 		allowed = true
-		if cached {
-			newCount, replayed = l.replay.refund(key, count, req.Cost, expiresMs, now.UnixMilli())
+		if valid && l.replay != nil {
+			w = l.replay.refund(key, w, req.Cost, nowMs)
+			newCount = w.count
 		} else {
 			newCount = max(count-req.Cost, 0)
 		}
 	}
+	start, replayed := w.start, w.replayed
+	end = start + l.windowSec
 	if replayed {
 		stateErr = ErrTokenReplayed
 	}
@@ -204,7 +213,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 	if !allowed {
 		d.RetryAfter = d.ResetAfter
 	}
-	if valid && newCount == tf.count && tf.kid == l.keys.signing.id {
+	if valid && start == tf.start && newCount == tf.count && tf.kid == l.keys.signing.id {
 		// Nothing changed (a denial, a peek): hand the same token back.
 		// A token signed by an older key is re-signed, so that it survives
 		// the old key's removal.

@@ -30,8 +30,16 @@ type replayShard struct {
 }
 
 type replayEntry struct {
+	start   int64 // window tokens: the window's start, in Unix seconds
 	count   int64 // window tokens: the highest count issued for the window
 	expires int64 // Unix milliseconds; the entry is ignored from then on
+}
+
+// window is the window a request is counted in, as the cache resolves it.
+type window struct {
+	start, count int64
+	expires      int64 // Unix milliseconds; recorded with a new count
+	replayed     bool  // the token was older than one already issued
 }
 
 func newReplayCache(size int) *replayCache {
@@ -52,15 +60,11 @@ func newReplayCache(size int) *replayCache {
 	return c
 }
 
-// windowKey returns the cache key of a subject's window.
-func (c *replayCache) windowKey(subject string, start int64) uint64 {
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	h.WriteString(subject)
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(start))
-	h.Write(b[:])
-	return h.Sum64()
+// windowKey returns the cache key of a subject's window entry. One entry
+// per subject holds its latest window, so that requests without a valid
+// token join the window this process is already counting.
+func (c *replayCache) windowKey(subject string) uint64 {
+	return maphash.String(c.seed, subject)
 }
 
 // macKey returns the cache key of a nonce or challenge.
@@ -86,55 +90,62 @@ func (s *replayShard) insert(key uint64, e replayEntry) {
 	s.m[key] = e
 }
 
-// spend counts cost units in the window with cache key key, for a token
-// carrying tokenCount, atomically within this process: the count used is
-// the larger of tokenCount and the highest count this process issued for
-// the window. When the cost fits in limit it records the new count. It
-// returns the count used before this request, whether the cost was admitted
-// and whether the token was older than one already issued (a replay, or a
-// second tab).
-func (c *replayCache) spend(key uint64, tokenCount, cost, limit, expires, now int64) (count int64, allowed, replayed bool) {
+// resolve returns the window to count a request in, given the window w
+// its token carries (valid reports whether the token was accepted; when it
+// was not, w is a fresh window starting now with count 0). The caller holds
+// s.mu. A live entry for the subject wins over a fresh window (a request
+// without a valid token joins the window being counted), and over a token
+// of the same or an earlier window whose count is lower (a replayed token,
+// or one shared by two tabs); a token of a later window replaces the entry.
+func (s *replayShard) resolve(key uint64, valid bool, w window, now int64) window {
+	e, ok := s.m[key]
+	if !ok || e.expires <= now {
+		return w
+	}
+	switch {
+	case !valid, e.start > w.start:
+		return window{start: e.start, count: e.count, expires: e.expires, replayed: valid}
+	case e.start == w.start && e.count > w.count:
+		return window{start: e.start, count: e.count, expires: e.expires, replayed: true}
+	}
+	return w
+}
+
+// spend counts cost units for a subject with cache key key, atomically
+// within this process, in the window resolve picks. When the cost fits in
+// limit it records the new count. It returns the window with the count used
+// before this request, and whether the cost was admitted.
+func (c *replayCache) spend(key uint64, valid bool, w window, cost, limit, now int64) (window, bool) {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	count = tokenCount
-	if e, ok := s.m[key]; ok && e.expires > now && e.count > tokenCount {
-		replayed = true
-		count = e.count
-	}
-	allowed = count <= limit-cost
+	w = s.resolve(key, valid, w, now)
+	allowed := w.count <= limit-cost
 	if allowed {
-		s.insert(key, replayEntry{count: count + cost, expires: expires})
+		s.insert(key, replayEntry{start: w.start, count: w.count + cost, expires: w.expires})
 	}
-	return count, allowed, replayed
+	return w, allowed
 }
 
-// count returns the count to use for a window token without spending.
-func (c *replayCache) count(key uint64, tokenCount, now int64) (int64, bool) {
+// peek returns the window spend would use, without spending.
+func (c *replayCache) peek(key uint64, valid bool, w window, now int64) window {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.m[key]; ok && e.expires > now && e.count > tokenCount {
-		return e.count, true
-	}
-	return tokenCount, false
+	return s.resolve(key, valid, w, now)
 }
 
-// refund gives cost units back in the window with cache key key, for a
-// token carrying tokenCount, and records the lowered count as the latest
-// issued. It returns the count after the refund and whether the token was
-// older than one already issued.
-func (c *replayCache) refund(key uint64, tokenCount, cost, expires, now int64) (int64, bool) {
+// refund gives cost units back in the window of an accepted token and
+// records the lowered count as the latest issued. It returns the window
+// with the count after the refund.
+func (c *replayCache) refund(key uint64, w window, cost, now int64) window {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	count, replayed := tokenCount, false
-	if e, ok := s.m[key]; ok && e.expires > now && e.count > tokenCount {
-		count, replayed = e.count, true
-	}
-	count = max(count-cost, 0)
-	s.insert(key, replayEntry{count: count, expires: expires})
-	return count, replayed
+	w = s.resolve(key, true, w, now)
+	w.count = max(w.count-cost, 0)
+	s.insert(key, replayEntry{start: w.start, count: w.count, expires: w.expires})
+	return w
 }
 
 // claim marks a single-use value (a nonce, a solved challenge) as used and

@@ -203,3 +203,75 @@ func TestConcurrentChains(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestReplayCacheJoinsWindow: with a replay cache, a request without a
+// token (a client that dropped it, or a second client of the same subject)
+// is counted in the subject's current window instead of a fresh one, and a
+// token of an earlier window cannot reopen it.
+func TestReplayCacheJoinsWindow(t *testing.T) {
+	clock := newClock(t0)
+	cfg := testConfig(clock)
+	cfg.ReplayCacheSize = 64
+	l := mustNew(t, cfg)
+	first := allow(t, l, alice, "") // count 1, window starting at t0
+	clock.Add(1500 * time.Millisecond)
+	d := allow(t, l, alice, "") // dropped token: joins, count 2
+	if !d.Allowed || d.Remaining != cfg.Limit-2 || !errors.Is(d.StateError, ErrTokenMissing) {
+		t.Fatalf("tokenless request: %+v", d)
+	}
+	tok, err := l.VerifyToken(d.State, alice)
+	if err != nil || tok.WindowStart.Unix() != t0.Unix() || tok.Count != 2 {
+		t.Fatalf("its token: %+v, %v; want the window of %v with count 2", tok, err, t0)
+	}
+	// The first token is from the same window with a lower count: a replay.
+	if d := allow(t, l, alice, first.State); !errors.Is(d.StateError, ErrTokenReplayed) || d.Remaining != cfg.Limit-3 {
+		t.Fatalf("first token after the join: %+v", d)
+	}
+	// Another subject is unaffected.
+	if d := allow(t, l, "198.51.100.1", ""); d.Remaining != cfg.Limit-1 {
+		t.Fatalf("other subject: %+v", d)
+	}
+	// After the window ends, a tokenless request starts a new one.
+	clock.Add(cfg.Window)
+	if d := allow(t, l, alice, ""); d.Remaining != cfg.Limit-1 {
+		t.Fatalf("after the window: %+v", d)
+	}
+}
+
+// TestConcurrentTokenlessExact: 64 clients of one subject, each threading
+// its own token chain from none, across second boundaries: with a replay
+// cache the instance admits exactly Limit in the window. (Without the
+// cache each chain would get the full Limit.)
+func TestConcurrentTokenlessExact(t *testing.T) {
+	clock := newClock(t0.Add(900 * time.Millisecond))
+	cfg := testConfig(clock)
+	cfg.Limit = 100
+	cfg.Window = time.Hour
+	cfg.ReplayCacheSize = 128
+	l := mustNew(t, cfg)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 64 {
+		wg.Go(func() {
+			state := ""
+			for i := range 10 {
+				if w == 0 && i == 5 {
+					clock.Add(300 * time.Millisecond) // cross a second boundary mid-burst
+				}
+				d, err := l.Allow(context.Background(), ratekit.Request{Key: alice, Cost: 1, State: state})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+				state = d.State
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 100 {
+		t.Fatalf("admitted %d, want exactly 100", got)
+	}
+}
