@@ -1,0 +1,217 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/fakeclock"
+	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/memstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/limitertest"
+	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/signedwindow"
+	"github.com/ratekit/ratekit/tokenbucket"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+		code = 1
+	}
+	if err := pgtest.DropSchema(); err != nil {
+		fmt.Fprintln(os.Stderr, "drop test schema:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+
+// upTo is the bound of limiters that document no exactness under
+// concurrency: each of the workers may be admitted up to the limit.
+func upTo(workers int, limit int64) int64 { return int64(workers) * limit }
+
+func TestSignedWindow(t *testing.T) {
+	for _, cache := range []int{0, 1024} {
+		t.Run(fmt.Sprintf("replay-cache-%d", cache), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			var secret byte
+			h := limitertest.Harness{
+				New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
+					secret++ // a key of its own: tokens of one limiter mean nothing to another
+					l, err := signedwindow.New(signedwindow.Config{
+						Name:            cfg.Name,
+						Limit:           cfg.Limit,
+						Window:          cfg.Window,
+						Keys:            []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{secret}, signedwindow.MinSecretLen)}},
+						Now:             clock.Now,
+						ReplayCacheSize: cache,
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return l
+				},
+				Advance:     clock.Add,
+				Family:      limitertest.FixedWindow,
+				ClientState: true,
+			}
+			if cache == 0 {
+				// Without the cache, clients that start without a token
+				// each get a window of their own (best-effort friction).
+				h.MaxAdmitted = upTo
+			}
+			limitertest.Run(t, h)
+		})
+	}
+}
+
+func tokenBucket(t testing.TB, cfg limitertest.Config, mode tokenbucket.Mode, store kvstore.Store, now func() time.Time) ratekit.Limiter {
+	t.Helper()
+	l, err := tokenbucket.New(tokenbucket.Config{
+		Name:       cfg.Name,
+		Burst:      cfg.Limit,
+		RefillRate: tokenbucket.Rate{Tokens: cfg.Limit, Per: cfg.Window},
+		Mode:       mode,
+		Store:      store,
+		Now:        now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestTokenBucketMemory(t *testing.T) {
+	for _, mode := range []tokenbucket.Mode{tokenbucket.Atomic, tokenbucket.Eventual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			h := limitertest.Harness{
+				New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
+					store, err := memstore.New(memstore.Config{Now: clock.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tokenBucket(t, cfg, mode, store, clock.Now)
+				},
+				Advance: clock.Add,
+				Family:  limitertest.TokenBucket,
+			}
+			if mode == tokenbucket.Eventual {
+				h.MaxAdmitted = upTo
+			}
+			limitertest.Run(t, h)
+		})
+	}
+}
+
+func TestTokenBucketRedis(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}, PoolSize: 80}, 2*time.Second))
+	t.Cleanup(func() { client.Close() })
+	for _, mode := range []tokenbucket.Mode{tokenbucket.Atomic, tokenbucket.Eventual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			h := limitertest.Harness{
+				New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
+					prefix := "ratekit-test:conformance:" + randHex() + ":"
+					t.Cleanup(func() { deleteKeys(client, prefix) })
+					store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tokenBucket(t, cfg, mode, store, nil)
+				},
+				Family: limitertest.TokenBucket,
+			}
+			if mode == tokenbucket.Eventual {
+				h.MaxAdmitted = upTo
+			}
+			limitertest.Run(t, h)
+		})
+	}
+}
+
+func TestDurable(t *testing.T) {
+	servers := []struct{ name, url string }{
+		{"postgres", testenv.PostgresURL(t)},
+		{"pgbouncer", testenv.PgBouncerURL(t)},
+	}
+	for _, srv := range servers {
+		store, err := pgstore.New(pgtest.Pool(t, srv.url, 16, ""), pgstore.Config{Schema: pgtest.Schema()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+			durabilities := []pgstore.Durability{pgstore.Unlogged}
+			if srv.name == "postgres" && alg == pgstore.TokenBucket {
+				durabilities = append(durabilities, pgstore.Logged)
+			}
+			for _, dur := range durabilities {
+				t.Run(fmt.Sprintf("%s/%v/%v", srv.name, alg, dur), func(t *testing.T) {
+					t.Parallel()
+					limitertest.Run(t, limitertest.Harness{
+						New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
+							l, err := durable.New(durable.Config{
+								Store:      store,
+								Algorithm:  alg,
+								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Limit, Window: cfg.Window},
+								Prefix:     pgtest.Prefix(t),
+								Durability: dur,
+							})
+							if err != nil {
+								t.Fatal(err)
+							}
+							return l
+						},
+						Family: family(alg),
+					})
+				})
+			}
+		}
+	}
+}
+
+func family(alg pgstore.Algorithm) limitertest.Family {
+	switch alg {
+	case pgstore.SlidingWindow:
+		return limitertest.SlidingWindow
+	case pgstore.TokenBucket:
+		return limitertest.TokenBucket
+	case pgstore.SlidingLog:
+		return limitertest.SlidingLog
+	}
+	return limitertest.FixedWindow
+}
+
+func randHex() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func deleteKeys(c redis.UniversalClient, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+}
