@@ -1,0 +1,242 @@
+package historytest_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/memstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/limitertest"
+	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/tokenbucket"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+		code = 1
+	}
+	if err := pgtest.DropSchema(); err != nil {
+		fmt.Fprintln(os.Stderr, "drop test schema:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+const (
+	workers  = 32
+	runFor   = 2 * time.Second
+	deadline = time.Second
+	// skew covers the difference between the store's clock and this
+	// process's on one host (both read the same system clock).
+	skew = 2 * time.Millisecond
+)
+
+var keys = []string{"alpha", "beta", "gamma"}
+
+// faultyProxy starts an in-process toxiproxy in front of upstream with
+// 1 ms ± 1 ms of latency each way, and a goroutine that resets every
+// connection that sends data through it (TCP RST, toxiproxy's reset_peer)
+// for 20 ms every 500 ms, until the returned stop is called.
+func faultyProxy(t *testing.T, upstream string) (listen string, stop func()) {
+	t.Helper()
+	p := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()), "history", "127.0.0.1:0", upstream)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, stream := range []string{"upstream", "downstream"} {
+		js := fmt.Sprintf(`{"name":"lat-%s","type":"latency","stream":%q,"attributes":{"latency":1,"jitter":1}}`, stream, stream)
+		if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if _, err := p.Toxics.AddToxicJson(strings.NewReader(`{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)); err != nil {
+					t.Errorf("add reset_peer: %v", err)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+				if err := p.Toxics.RemoveToxic(context.Background(), "reset"); err != nil {
+					t.Errorf("remove reset_peer: %v", err)
+					return
+				}
+			}
+		}
+	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			p.Stop()
+		})
+	}
+	t.Cleanup(stop)
+	return p.Listen, stop
+}
+
+// run has workers goroutines make decisions of cost 1 on keys, each with
+// its own deadline, for runFor, recording them; then checks the history
+// against bound and that the run exercised the limit.
+func run(t *testing.T, l ratekit.Limiter, bound limitertest.Bound, stop func()) {
+	t.Helper()
+	var h limitertest.History
+	end := time.Now().Add(runFor)
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Go(func() {
+			for i := 0; time.Now().Before(end); i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				h.Allow(ctx, l, ratekit.Request{Key: keys[(w+i)%len(keys)], Cost: 1})
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	if stop != nil {
+		stop()
+	}
+	admitted, denied, failed := h.Count(limitertest.Admitted), h.Count(limitertest.Denied), h.Count(limitertest.Failed)
+	t.Logf("%d admitted, %d denied, %d failed", admitted, denied, failed)
+	if admitted < 10 || denied < 10 {
+		t.Fatalf("the run did not exercise the limit: %d admitted, %d denied", admitted, denied)
+	}
+	if err := h.Check(bound); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tokenBucket(t *testing.T, store kvstore.Store, mode tokenbucket.Mode) ratekit.Limiter {
+	t.Helper()
+	// Burst 10, refilled 20 a second.
+	l, err := tokenbucket.New(tokenbucket.Config{Name: "history", Burst: 10, RefillRate: tokenbucket.PerSecond(20), Mode: mode, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestTokenBucketMemory(t *testing.T) {
+	t.Parallel()
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, tokenBucket(t, store, tokenbucket.Atomic), limitertest.TokenBucketBound(10, 20, time.Second, skew), nil)
+}
+
+func TestTokenBucketRedis(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	for _, mode := range []tokenbucket.Mode{tokenbucket.Atomic, tokenbucket.Eventual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			listen, stop := faultyProxy(t, addr)
+			client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{listen}, PoolSize: workers}, deadline))
+			b := make([]byte, 6)
+			rand.Read(b)
+			prefix := "ratekit-test:history:" + hex.EncodeToString(b) + ":"
+			t.Cleanup(func() {
+				ctx := context.Background()
+				direct := redis.NewClient(&redis.Options{Addr: addr})
+				for _, k := range keys {
+					direct.Del(ctx, prefix+"{"+"history:"+k+"}")
+				}
+				direct.Close()
+				client.Close()
+			})
+			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bound := limitertest.TokenBucketBound(10, 20, time.Second, skew)
+			if mode == tokenbucket.Eventual {
+				// The package documents no bound that holds regardless of
+				// timing; with every worker racing in lock step it
+				// documents about workers × the bucket.
+				one := bound
+				bound = func(a, b time.Time) int64 { return workers * one(a, b) }
+			}
+			run(t, tokenBucket(t, store, mode), bound, stop)
+		})
+	}
+}
+
+func TestDurable(t *testing.T) {
+	for _, srv := range []struct{ name, url string }{
+		{"postgres", testenv.PostgresURL(t)},
+		{"pgbouncer", testenv.PgBouncerURL(t)},
+	} {
+		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+			t.Run(srv.name+"/"+alg.String(), func(t *testing.T) {
+				t.Parallel()
+				u, err := url.Parse(srv.url)
+				if err != nil {
+					t.Fatal(err)
+				}
+				listen, stop := faultyProxy(t, u.Host)
+				u.Host = listen
+				pool := pgtest.Pool(t, u.String(), 16, "")
+				store, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Create the schema before the faults start: a migration
+				// under a short deadline and resets may never finish.
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				for err := store.Migrate(ctx); err != nil; err = store.Migrate(ctx) {
+					if ctx.Err() != nil {
+						t.Fatal(err)
+					}
+				}
+				const limit, window = 5, 500 * time.Millisecond
+				policy := ratekit.Policy{Name: "history", Quota: limit, Window: window}
+				l, err := durable.New(durable.Config{Store: store, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var bound limitertest.Bound
+				switch alg {
+				case pgstore.FixedWindow, pgstore.SlidingWindow:
+					bound = limitertest.FixedWindowBound(limit, window, skew)
+				case pgstore.TokenBucket:
+					bound = limitertest.TokenBucketBound(limit, limit, window, skew)
+				case pgstore.SlidingLog:
+					bound = limitertest.SlidingLogBound(limit, window, skew)
+				}
+				run(t, l, bound, stop)
+			})
+		}
+	}
+}
