@@ -70,6 +70,12 @@ type GuardConfig struct {
 	// call) in addition to the caller's context, so a slow store costs at
 	// most Timeout per request. Zero adds no bound: the caller's context
 	// alone decides (in Lambda, the invocation deadline).
+	//
+	// With UseFallback, set Timeout below the callers' deadline: a limiter
+	// call that runs until the caller's own deadline leaves no time for the
+	// fallback, which then fails too, and the guard fails closed. (The
+	// chaos tests in internal/chaostest use a 200 ms caller deadline and a
+	// 100 ms Timeout.)
 	Timeout time.Duration
 
 	// Logger receives FailOpen and fallback events at level Warn. Nil means
