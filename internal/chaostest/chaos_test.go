@@ -163,9 +163,11 @@ var faults = []fault{
 		heal: func(t *testing.T, p *toxiproxy.Proxy) { removeToxic(t, p, "slow") },
 	},
 	{
-		// Every connection that sends data is reset (TCP RST) before the
-		// data reaches the store.
-		name: "reset", reaches: false,
+		// Every connection that sends data is reset (TCP RST). Bytes
+		// already on their way may still reach the store and be counted
+		// while the client sees the reset (seen about once in 15 runs
+		// with PostgreSQL).
+		name: "reset", reaches: true,
 		inject: func(t *testing.T, p *toxiproxy.Proxy) {
 			addToxic(t, p, `{"name":"rst","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)
 		},
@@ -340,13 +342,14 @@ func runFault(t *testing.T, be backend, f fault, pol policy, withBreaker bool) {
 	}
 	// Recovery without recreating the limiter, pool or client.
 	recovered := false
-	tries := 0
+	tries, failedTries := 0, int64(0)
 	for end := time.Now().Add(5 * time.Second); time.Now().Before(end) && !recovered; tries++ {
 		res, _, _ := check(g)
 		if res.Decided && res.Err == nil {
 			recovered = res.Decision.Allowed
 			successes++
 		} else {
+			failedTries++
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
@@ -359,16 +362,17 @@ func runFault(t *testing.T, be backend, f fault, pol policy, withBreaker bool) {
 	}
 	// Nothing was counted twice by the limiter's own retries: every unit
 	// is a successful decision or one failed attempt that may have reached
-	// the store; when nothing could reach it, exactly the successes.
+	// the store (after healing, any failed try may have); during an outage
+	// nothing could reach it.
 	if f.name == "latency" {
 		time.Sleep(2 * time.Second) // let the delayed replies drain
 	}
 	n := used(t, store)
-	most := successes
+	most := successes + failedTries
 	if f.reaches {
 		most += attempts
 	}
 	if n < successes || n > most {
-		t.Fatalf("the store counted %d units; %d decisions succeeded and %d attempts may have reached it (want %d..%d)", n, successes, most-successes, successes, most)
+		t.Fatalf("the store counted %d units; %d decisions succeeded and %d failed attempts may have reached it (want %d..%d)", n, successes, most-successes, successes, most)
 	}
 }
