@@ -16,8 +16,10 @@
 //
 // What the limit does and does not stop: it counts per client IP in a token
 // the client carries, so it stops accidental floods, runaway scripts and
-// casual abuse that keeps its cookie. A client that drops its cookie starts a
-// fresh count; the proof of work is what makes that expensive.
+// casual abuse that keeps its cookie. A client that drops its cookie is still
+// counted by the instance that saw it (the limiter's replay cache remembers
+// each address's window), but starts a fresh count on any other instance;
+// the proof of work is what makes that expensive.
 package main
 
 import (
