@@ -4,13 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
@@ -19,22 +16,9 @@ import (
 	"github.com/ratekit/ratekit/pgstore"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	// Every pool is closed by its test's cleanup, and the limiter starts
-	// no goroutine of its own.
-	if err := goleak.Find(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-		code = 1
-	}
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+// TestMain checks for leaked goroutines (every pool is closed by its test's
+// cleanup, and the limiter starts none of its own) and drops the schema.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func newStore(t testing.TB, url string, conns int32) *pgstore.Store {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/breaker"
@@ -31,20 +29,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := goleak.Find(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-		code = 1
-	}
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const (
 	// deadline is the caller's deadline for each decision, and timeout

@@ -6,12 +6,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
@@ -27,20 +25,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := goleak.Find(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-		code = 1
-	}
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
@@ -30,20 +28,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := goleak.Find(); err != nil && code == 0 {
-		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
-		code = 1
-	}
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const (
 	workers  = 32

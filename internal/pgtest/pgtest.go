@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit/internal/testenv"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -107,4 +108,22 @@ func Drop(name string) error {
 	defer pool.Close()
 	_, err = pool.Exec(ctx, fmt.Sprintf(`DROP SCHEMA IF EXISTS "%s" CASCADE`, name))
 	return err
+}
+
+// Main runs the tests of m, then fails the binary if a goroutine leaked
+// (goleak) or if DropSchema fails, and exits. Call it as TestMain's body in
+// packages whose tests use Schema.
+func Main(m *testing.M) {
+	code := m.Run()
+	if err := goleak.Find(); err != nil && code == 0 {
+		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+		code = 1
+	}
+	if err := DropSchema(); err != nil {
+		fmt.Fprintln(os.Stderr, "drop test schema:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
