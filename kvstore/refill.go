@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -50,13 +51,13 @@ func (r Refill) Level(rec Record, ok bool, now int64) (level, at int64) {
 	if now <= rec.Time {
 		return v, rec.Time
 	}
-	gap := r.Max - v
-	// elapsed*Rate >= gap, written so that it cannot overflow.
-	if elapsed := now - rec.Time; elapsed >= (gap+r.Rate-1)/r.Rate {
+	// The refill elapsed*Rate, in 128 bits so that it cannot overflow:
+	// the value is full when it covers the gap to Max.
+	hi, lo := bits.Mul64(uint64(now-rec.Time), uint64(r.Rate))
+	if gap := uint64(r.Max - v); hi != 0 || lo >= gap {
 		return r.Max, now
-	} else {
-		return v + elapsed*r.Rate, now
 	}
+	return v + int64(lo), now
 }
 
 // Apply is the reference semantics of [Atomic.Update]: it refills rec to now

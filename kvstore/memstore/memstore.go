@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -50,18 +52,25 @@ type Config struct {
 
 // Store is an in-memory key-value store. It is safe for concurrent use.
 //
-// Keys are spread over up to 64 shards, each a map guarded by its own mutex,
-// so every operation on a key, [Store.Update] included, is atomic, and
-// operations on different keys rarely contend.
+// Every key has an entry with its own mutex, on the same cache line as the
+// record it guards, and an index from key to entry that is read without a
+// lock (a [sync.Map]). An operation on a key that the store holds, [Store.Update]
+// included, finds the entry without locking anything else and runs under that
+// entry's mutex: it is atomic, operations on different keys never contend, and
+// concurrent operations on one hot key pass one cache line between cores, the
+// least a mutual exclusion can pass. Adding and removing keys also takes the
+// lock of one of up to 64 shards, which keeps the bound.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
-// the shard samples five of its entries (Go's randomized map iteration order
-// picks them) and removes every sampled entry past its time to live; if none
-// was, it removes the sampled entry that expires first. For a token bucket
-// that entry is the bucket nearest to full, the one whose loss changes the
-// fewest decisions, since an absent bucket reads as full. This is the sampled
-// eviction Redis uses for maxmemory, with time to live as the score.
+// the shard samples five of its entries (consecutive from a random position
+// in the shard's list of entries, which is in no order) and removes every
+// sampled entry past its time to live; if none was, it removes the sampled
+// entry that expires first. For a token bucket that entry is the bucket
+// nearest to full, the one whose loss changes the fewest decisions, since an
+// absent bucket reads as full. This is the sampled eviction Redis uses for
+// maxmemory, with time to live as the score. An entry that another goroutine
+// is using at that moment is not a candidate.
 //
 // Records expire lazily: a Get or Update that finds a record past its time to
 // live treats the key as absent and removes it.
@@ -71,19 +80,29 @@ type Store struct {
 	base   int64            // start in nanoseconds since the Unix epoch
 	seed   maphash.Seed
 	mask   uint64
+	index  sync.Map // key (string) → *entry
 	shards []shard
 }
 
+// A shard keeps the bound for its keys: it lists their entries, so that
+// eviction can sample them.
 type shard struct {
 	mu      sync.Mutex
 	max     int
-	entries map[string]*entry
-	_       [40]byte // keep shards on separate cache lines
+	entries []*entry // in no order; entries[e.pos] == e
+	_       [24]byte // keep shards on separate cache lines
 }
 
+// An entry holds one key's record. An entry that is removed is marked dead
+// under its mutex and never written again; an operation that locks a dead
+// entry looks the key up again.
 type entry struct {
+	mu      sync.Mutex
 	rec     kvstore.Record
-	expires int64 // store clock, nanoseconds since the Unix epoch
+	expires int64  // store clock, nanoseconds since the Unix epoch
+	key     string // immutable, owned by the store
+	pos     int    // index in the shard's entries; guarded by the shard's mu
+	dead    bool   // guarded by mu
 }
 
 var (
@@ -117,7 +136,6 @@ func New(cfg Config) (*Store, error) {
 		if i < maxKeys%n {
 			s.shards[i].max++
 		}
-		s.shards[i].entries = make(map[string]*entry)
 	}
 	return s, nil
 }
@@ -134,21 +152,39 @@ func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
+// lock returns the live entry of key locked, or nil when the store does not
+// hold key.
+func (s *Store) lock(key string) *entry {
+	for {
+		v, ok := s.index.Load(key)
+		if !ok {
+			return nil
+		}
+		e := v.(*entry)
+		e.mu.Lock()
+		if !e.dead {
+			return e
+		}
+		e.mu.Unlock()
+	}
+}
+
 // Get implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
 func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return kvstore.Record{}, false, err
 	}
 	now := s.clock()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	var rec kvstore.Record
-	e := sh.lookup(key, now)
-	if e != nil {
-		rec = e.rec
+	e := s.lock(key)
+	if e == nil {
+		return kvstore.Record{}, false, nil
 	}
-	sh.mu.Unlock()
-	return rec, e != nil, nil
+	defer e.mu.Unlock()
+	if now >= e.expires {
+		s.remove(e)
+		return kvstore.Record{}, false, nil
+	}
+	return e.rec, true, nil
 }
 
 // Set implements [kvstore.Store]. It returns kvstore.ErrInvalidTTL for a ttl
@@ -162,11 +198,16 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	}
 	ttl = max(ttl, time.Millisecond)
 	now := s.clock()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	sh.store(key, sh.entries[key], entry{rec: rec, expires: now + int64(ttl)}, now)
-	sh.mu.Unlock()
-	return nil
+	for {
+		if e := s.lock(key); e != nil {
+			e.rec, e.expires = rec, now+int64(ttl)
+			e.mu.Unlock()
+			return nil
+		}
+		if s.insert(key, rec, now+int64(ttl), now) {
+			return nil
+		}
+	}
 }
 
 // Delete implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -174,14 +215,14 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	delete(sh.entries, key)
-	sh.mu.Unlock()
+	if e := s.lock(key); e != nil {
+		s.remove(e)
+		e.mu.Unlock()
+	}
 	return nil
 }
 
-// Update implements [kvstore.Atomic] under the key's shard lock, on the
+// Update implements [kvstore.Atomic] under the key's entry lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
 func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
@@ -193,31 +234,50 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if nowNano < 0 && nowNano%1000 != 0 {
 		nowMicro-- // time.Time.UnixMicro rounds down
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	e := sh.entries[key]
-	live := e != nil && nowNano < e.expires
-	var rec kvstore.Record
-	if live {
-		rec = e.rec
+	for {
+		e := s.lock(key)
+		if e == nil {
+			// The key is absent: the value is full. Only a write
+			// below full is stored; another goroutine may add the key
+			// first, and then the update runs on its entry.
+			res, next, write, err := r.Apply(kvstore.Record{}, false, nowMicro, op, n)
+			if err != nil || !write || next.Value >= r.Max {
+				return res, err
+			}
+			if s.insert(key, next, expiry(r, next), nowNano) {
+				return res, nil
+			}
+			continue
+		}
+		live := nowNano < e.expires
+		var rec kvstore.Record
+		if live {
+			rec = e.rec
+		}
+		res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
+		switch {
+		case err == nil && write && next.Value < r.Max:
+			// The record goes into the key's entry even when that
+			// entry had expired: the same keys as removing it and
+			// inserting the key afresh, without the allocations (a
+			// bucket that refills within microseconds expires between
+			// most visits).
+			e.rec, e.expires = next, expiry(r, next)
+		case !live || err == nil && write:
+			// An expired record that is not rewritten goes, and so
+			// does a full one: an absent key reads as full.
+			s.remove(e)
+		}
+		e.mu.Unlock()
+		return res, err
 	}
-	res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
-	if err == nil && write && next.Value < r.Max {
-		// The record is current at next.Time (at most a stepped-back
-		// clock's distance from now); it is full TimeToFull after that. It
-		// goes into the key's entry even when that entry had expired: the
-		// same keys as removing it and inserting the key afresh, without
-		// the allocations (a bucket that refills within microseconds
-		// expires between most visits).
-		expires := next.Time*1000 + int64(r.TimeToFull(next.Value))
-		sh.store(key, e, entry{rec: next, expires: expires}, nowNano)
-	} else if e != nil && (!live || err == nil && write) {
-		// An expired record that is not rewritten goes, and so does a
-		// full one: an absent key reads as full.
-		delete(sh.entries, key)
-	}
-	sh.mu.Unlock()
-	return res, err
+}
+
+// expiry returns when the record next, written by an update with r, is full
+// again, on the store clock in nanoseconds: it is current at next.Time (at
+// most a stepped-back clock's distance from now) and full TimeToFull after.
+func expiry(r kvstore.Refill, next kvstore.Record) int64 {
+	return next.Time*1000 + int64(r.TimeToFull(next.Value))
 }
 
 // Len returns the number of keys held, expired ones not yet removed
@@ -233,58 +293,98 @@ func (s *Store) Len() int {
 	return n
 }
 
-// lookup returns the live entry under key, or nil, removing the entry if it
-// has expired. The caller holds sh.mu.
-func (sh *shard) lookup(key string, now int64) *entry {
-	e := sh.entries[key]
-	if e != nil && now >= e.expires {
-		delete(sh.entries, key)
-		return nil
+// insert adds key with rec, expiring at expires, evicting first when the
+// key's shard is full. It returns false, adding nothing, when another
+// goroutine added key first. The key is copied, so that no method keeps its
+// caller's key string: a caller that builds the key in a stack buffer
+// (tokenbucket does) allocates nothing for it on the paths that do not
+// insert.
+func (s *Store) insert(key string, rec kvstore.Record, expires, now int64) bool {
+	e := &entry{rec: rec, expires: expires, key: strings.Clone(key)}
+	// e stays locked until it is in the index: an eviction that found it
+	// in the shard's list before would otherwise remove it and let a dead
+	// entry be published.
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	for len(sh.entries) >= sh.max && !sh.evict(s, now) {
+		// Every entry that eviction could take is in use, and its
+		// user may be waiting for sh.mu to remove it: let it run.
+		sh.mu.Unlock()
+		runtime.Gosched()
+		sh.mu.Lock()
 	}
-	return e
+	e.pos = len(sh.entries)
+	sh.entries = append(sh.entries, e)
+	sh.mu.Unlock()
+	if _, loaded := s.index.LoadOrStore(e.key, e); loaded {
+		s.remove(e)
+		return false
+	}
+	return true
 }
 
-// store writes e under key: in place when cur, the key's entry, is not nil
-// (one map access per update), else as a new key, evicting first when the
-// shard is full. A new key is copied, so that no method keeps its caller's
-// key string: a caller that builds the key in a stack buffer (tokenbucket
-// does) allocates nothing for it. The caller holds sh.mu.
-func (sh *shard) store(key string, cur *entry, e entry, now int64) {
-	if cur != nil {
-		*cur = e
-		return
-	}
-	if len(sh.entries) >= sh.max {
-		sh.evict(now)
-	}
-	ne := new(entry)
-	*ne = e
-	sh.entries[strings.Clone(key)] = ne
+// remove marks e dead and takes it out of the index and of its shard. The
+// caller holds e.mu, and not the shard's mu.
+func (s *Store) remove(e *entry) {
+	sh := s.shard(e.key)
+	sh.mu.Lock()
+	sh.drop(s, e)
+	sh.mu.Unlock()
 }
 
-// evict removes the expired entries among a sample of the shard, or else the
-// sampled entry that expires first. The caller holds sh.mu.
-func (sh *shard) evict(now int64) {
+// drop marks e dead and takes it out of the index and of sh. The caller
+// holds e.mu and sh.mu.
+func (sh *shard) drop(s *Store, e *entry) {
+	e.dead = true
+	last := len(sh.entries) - 1
+	moved := sh.entries[last]
+	sh.entries[e.pos], moved.pos = moved, e.pos
+	sh.entries[last] = nil
+	sh.entries = sh.entries[:last]
+	s.index.CompareAndDelete(e.key, e)
+}
+
+// evict samples up to five entries of sh, consecutive from a random
+// position, and removes those past their time to live, or else the one that
+// expires first. Entries in use (locked) are skipped. It reports whether it
+// removed an entry. The caller holds sh.mu.
+func (sh *shard) evict(s *Store, now int64) bool {
+	n := len(sh.entries)
+	if n == 0 {
+		return false
+	}
 	var (
-		victim    string
-		victimExp int64
-		found     bool
-		removed   bool
-		sampled   int
+		held    [evictionSamples]*entry
+		locked  int
+		removed bool
 	)
-	for k, e := range sh.entries {
+	start := rand.IntN(n)
+	for i := 0; i < min(n, evictionSamples); i++ {
+		e := sh.entries[(start+i)%n]
+		if !e.mu.TryLock() {
+			continue
+		}
+		held[locked] = e
+		locked++
+	}
+	victim := -1
+	for i, e := range held[:locked] {
 		switch {
 		case now >= e.expires:
-			delete(sh.entries, k)
+			sh.drop(s, e)
 			removed = true
-		case !found || e.expires < victimExp:
-			victim, victimExp, found = k, e.expires, true
-		}
-		if sampled++; sampled == evictionSamples {
-			break
+		case victim < 0 || e.expires < held[victim].expires:
+			victim = i
 		}
 	}
-	if !removed && found {
-		delete(sh.entries, victim)
+	if !removed && victim >= 0 {
+		sh.drop(s, held[victim])
+		removed = true
 	}
+	for _, e := range held[:locked] {
+		e.mu.Unlock()
+	}
+	return removed
 }
