@@ -183,17 +183,14 @@ type Config struct {
 // Limiter is a token-bucket limiter. It implements ratekit.Limiter,
 // ratekit.Peeker, ratekit.Refunder and ratekit.Resetter in both modes (see
 // the package doc for what each guarantees in Eventual mode). It keeps its
-// buckets in the store under the key Name + ":" + Request.Key, and ignores
-// Request.State and Request.IdempotencyKey. It is safe for concurrent use.
+// buckets in the store under the key Name + ":" + Request.Key (in a
+// memstore.Store, under Request.Key in the store's scope of the prefix
+// Name + ":"; see memstore.Store.Prefixed), and ignores Request.State and
+// Request.IdempotencyKey. It is safe for concurrent use.
 type Limiter struct {
 	mode   Mode
 	store  kvstore.Store
 	atomic kvstore.Atomic
-	// mem is the store when it is a *memstore.Store. Atomic mode calls it
-	// directly rather than through the interface: memstore keeps no key
-	// string it is given, so the compiler builds the prefixed key on the
-	// stack (up to 32 bytes) instead of allocating it.
-	mem    *memstore.Store
 	now    func() time.Time
 	refill kvstore.Refill
 	unit   int64 // units per token
@@ -255,11 +252,14 @@ func New(cfg Config) (*Limiter, error) {
 		burst:  cfg.Burst,
 		prefix: cfg.Name + ":",
 	}
-	l.mem, _ = cfg.Store.(*memstore.Store)
+	if m, ok := cfg.Store.(*memstore.Store); ok {
+		// The prefix's own key space: no decision builds prefix+key.
+		l.store, l.prefix = m.Prefixed(l.prefix), ""
+	}
 	switch cfg.Mode {
 	case Eventual:
 	case Atomic:
-		a, ok := cfg.Store.(kvstore.Atomic)
+		a, ok := l.store.(kvstore.Atomic)
 		if !ok {
 			return nil, invalid("Atomic mode needs a kvstore.Atomic store; %T is not one", cfg.Store)
 		}
@@ -400,13 +400,14 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 
 // apply runs op on the bucket of key in the Limiter's mode.
 func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.Result, err error) {
+	if l.prefix != "" { // a memstore scope needs no prefix
+		key = l.prefix + key
+	}
 	switch {
-	case l.mem != nil && l.atomic != nil:
-		res, err = l.mem.Update(ctx, l.prefix+key, l.refill, op, n)
 	case l.atomic != nil:
-		res, err = l.atomic.Update(ctx, l.prefix+key, l.refill, op, n)
+		res, err = l.atomic.Update(ctx, key, l.refill, op, n)
 	default:
-		res, err = l.eventual(ctx, l.prefix+key, op, n)
+		res, err = l.eventual(ctx, key, op, n)
 	}
 	if err != nil {
 		return kvstore.Result{}, fmt.Errorf("tokenbucket: %w", err)

@@ -20,7 +20,7 @@ func TestEvictRule(t *testing.T) {
 		sh := &s.shards[0]
 		sh.max = 5
 		for i, k := range []string{"a", "b", "c", "d", "e"} {
-			e := &entry{key: k, expires: int64(10 * (i + 1)), pos: i} // a:10 … e:50
+			e := &entry{key: k, expires: int64(10 * (i + 1)), pos: i, scope: &s.Scope} // a:10 … e:50
 			sh.entries = append(sh.entries, e)
 			s.index.Store(k, e)
 		}
@@ -90,20 +90,26 @@ func checkConsistent(t *testing.T, s *Store, maxKeys int) {
 			if e.pos != j || e.dead || s.shard(e.key) != sh {
 				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key, e.pos, e.dead)
 			}
-			if v, ok := s.index.Load(e.key); !ok || v.(*entry) != e {
+			if v, ok := e.scope.index.Load(e.key); !ok || v != e {
 				t.Fatalf("listed key %q is not indexed to its entry", e.key)
 			}
 			listed++
 		}
 	}
 	indexed := 0
-	s.index.Range(func(k, v any) bool {
-		if e := v.(*entry); e.dead || e.key != k.(string) {
-			t.Fatalf("index holds %q → dead %v, key %q", k, e.dead, e.key)
-		}
-		indexed++
-		return true
-	})
+	scopes := []*Scope{&s.Scope}
+	for _, sc := range s.scopes {
+		scopes = append(scopes, sc)
+	}
+	for _, sc := range scopes {
+		sc.index.Range(func(k string, e *entry) bool {
+			if e.dead || e.key != k || e.scope != sc {
+				t.Fatalf("index holds %q → dead %v, key %q", k, e.dead, e.key)
+			}
+			indexed++
+			return true
+		})
+	}
 	if indexed != listed || listed > maxKeys {
 		t.Fatalf("%d keys indexed, %d listed, bound %d", indexed, listed, maxKeys)
 	}
@@ -124,11 +130,15 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 		}
 		ctx := context.Background()
 		r := kvstore.Refill{Max: 50, Rate: 1}
+		// The keys go to the store itself and to two scopes, which share
+		// its bound and eviction.
+		spaces := []*Scope{&s.Scope, s.Prefixed("p:"), s.Prefixed("q:")}
 		var wg sync.WaitGroup
 		for w := range 16 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				s := spaces[w%len(spaces)]
 				for i := range 3000 {
 					k := strconv.Itoa((w*31 + i*7) % (3*maxKeys + 5))
 					switch i % 6 {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/puzpuzpuz/xsync/v4"
+
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -54,7 +56,9 @@ type Config struct {
 //
 // Every key has an entry with its own mutex, on the same cache line as the
 // record it guards, and an index from key to entry that is read without a
-// lock (a [sync.Map]). An operation on a key that the store holds, [Store.Update]
+// lock (a github.com/puzpuzpuz/xsync Map: open hashing with lock-free reads,
+// one probe of a bucket's metadata word instead of [sync.Map]'s walk down a
+// hash trie). An operation on a key that the store holds, [Store.Update]
 // included, finds the entry without locking anything else and runs under that
 // entry's mutex: it is atomic, operations on different keys never contend, and
 // concurrent operations on one hot key pass one cache line between cores, the
@@ -73,15 +77,37 @@ type Config struct {
 // is using at that moment is not a candidate.
 //
 // Records expire lazily: a Get or Update that finds a record past its time to
-// live treats the key as absent and removes it.
+// live treats the key as absent. Get leaves the expired entry in place for
+// the write that usually follows it (the read-compute-write of tokenbucket's
+// Eventual mode) to reuse without allocating; an Update that does not
+// rewrite the record removes it; eviction takes expired entries first.
 type Store struct {
+	Scope // the store's own keys: the scope of the empty prefix
+
 	now    func() time.Time // Config.Now; nil for the system clock
 	start  time.Time        // the system clock's anchor, with a monotonic reading
 	base   int64            // start in nanoseconds since the Unix epoch
 	seed   maphash.Seed
 	mask   uint64
-	index  sync.Map // key (string) → *entry
 	shards []shard
+
+	scopesMu sync.Mutex
+	scopes   map[string]*Scope // by prefix; guarded by scopesMu
+}
+
+// Scope is a key space of a [Store]: a [kvstore.Store] and [kvstore.Atomic]
+// whose key k stands for the store's key prefix+k, with its own index, so
+// that an operation finds the key without building prefix+k. A Scope shares
+// its Store's clock, key bound ([Config.MaxKeys]) and eviction; its methods
+// have the Store's semantics and errors. It is safe for concurrent use.
+//
+// A key written through a Scope is held in that Scope only: the Store's own
+// methods (the scope of the empty prefix) do not see it under prefix+k, and
+// the same holds between scopes whose prefixes overlap. Every user of one
+// prefix must therefore go through [Store.Prefixed] (tokenbucket does).
+type Scope struct {
+	s     *Store
+	index *xsync.Map[string, *entry]
 }
 
 // A shard keeps the bound for its keys: it lists their entries, so that
@@ -101,6 +127,7 @@ type entry struct {
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
 	key     string // immutable, owned by the store
+	scope   *Scope // immutable: the index that holds the entry
 	pos     int    // index in the shard's entries; guarded by the shard's mu
 	dead    bool   // guarded by mu
 }
@@ -108,6 +135,8 @@ type entry struct {
 var (
 	_ kvstore.Store  = (*Store)(nil)
 	_ kvstore.Atomic = (*Store)(nil)
+	_ kvstore.Store  = (*Scope)(nil)
+	_ kvstore.Atomic = (*Scope)(nil)
 )
 
 // New returns an empty Store. It returns an error matching
@@ -127,6 +156,7 @@ func New(cfg Config) (*Store, error) {
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
 	}
+	s.Scope = Scope{s: s, index: xsync.NewMap[string, *entry]()}
 	if s.now == nil {
 		s.start = time.Now()
 		s.base = s.start.UnixNano()
@@ -148,19 +178,39 @@ func (s *Store) clock() int64 {
 	return s.now().UnixNano()
 }
 
+// Prefixed returns the key space of prefix (see [Scope]). Every call with the
+// same prefix returns the same Scope; the empty prefix gives the Store's own
+// keys. A Scope lives as long as its Store: it is meant to be taken once
+// per user of a prefix, such as a limiter at construction.
+func (s *Store) Prefixed(prefix string) *Scope {
+	if prefix == "" {
+		return &s.Scope
+	}
+	s.scopesMu.Lock()
+	defer s.scopesMu.Unlock()
+	sc, ok := s.scopes[prefix]
+	if !ok {
+		if s.scopes == nil {
+			s.scopes = make(map[string]*Scope)
+		}
+		sc = &Scope{s: s, index: xsync.NewMap[string, *entry]()}
+		s.scopes[prefix] = sc
+	}
+	return sc
+}
+
 func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
-// lock returns the live entry of key locked, or nil when the store does not
+// lock returns the live entry of key locked, or nil when the scope does not
 // hold key.
-func (s *Store) lock(key string) *entry {
+func (c *Scope) lock(key string) *entry {
 	for {
-		v, ok := s.index.Load(key)
+		e, ok := c.index.Load(key)
 		if !ok {
 			return nil
 		}
-		e := v.(*entry)
 		e.mu.Lock()
 		if !e.dead {
 			return e
@@ -170,18 +220,17 @@ func (s *Store) lock(key string) *entry {
 }
 
 // Get implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
-func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
+func (c *Scope) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
 	if err := ctx.Err(); err != nil {
 		return kvstore.Record{}, false, err
 	}
-	now := s.clock()
-	e := s.lock(key)
+	now := c.s.clock()
+	e := c.lock(key)
 	if e == nil {
 		return kvstore.Record{}, false, nil
 	}
 	defer e.mu.Unlock()
 	if now >= e.expires {
-		s.remove(e)
 		return kvstore.Record{}, false, nil
 	}
 	return e.rec, true, nil
@@ -189,7 +238,7 @@ func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, erro
 
 // Set implements [kvstore.Store]. It returns kvstore.ErrInvalidTTL for a ttl
 // that is not positive and ctx.Err() when ctx is done.
-func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
+func (c *Scope) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
 	if ttl <= 0 {
 		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
 	}
@@ -197,26 +246,26 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 		return err
 	}
 	ttl = max(ttl, time.Millisecond)
-	now := s.clock()
+	now := c.s.clock()
 	for {
-		if e := s.lock(key); e != nil {
+		if e := c.lock(key); e != nil {
 			e.rec, e.expires = rec, now+int64(ttl)
 			e.mu.Unlock()
 			return nil
 		}
-		if s.insert(key, rec, now+int64(ttl), now) {
+		if c.insert(key, rec, now+int64(ttl), now) {
 			return nil
 		}
 	}
 }
 
 // Delete implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
-func (s *Store) Delete(ctx context.Context, key string) error {
+func (c *Scope) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if e := s.lock(key); e != nil {
-		s.remove(e)
+	if e := c.lock(key); e != nil {
+		c.s.remove(e)
 		e.mu.Unlock()
 	}
 	return nil
@@ -225,17 +274,18 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Update implements [kvstore.Atomic] under the key's entry lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
-func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return kvstore.Result{}, err
 	}
+	s := c.s
 	nowNano := s.clock()
 	nowMicro := nowNano / 1000
 	if nowNano < 0 && nowNano%1000 != 0 {
 		nowMicro-- // time.Time.UnixMicro rounds down
 	}
 	for {
-		e := s.lock(key)
+		e := c.lock(key)
 		if e == nil {
 			// The key is absent: the value is full. Only a write
 			// below full is stored; another goroutine may add the key
@@ -244,7 +294,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			if err != nil || !write || next.Value >= r.Max {
 				return res, err
 			}
-			if s.insert(key, next, expiry(r, next), nowNano) {
+			if c.insert(key, next, expiry(r, next), nowNano) {
 				return res, nil
 			}
 			continue
@@ -296,11 +346,11 @@ func (s *Store) Len() int {
 // insert adds key with rec, expiring at expires, evicting first when the
 // key's shard is full. It returns false, adding nothing, when another
 // goroutine added key first. The key is copied, so that no method keeps its
-// caller's key string: a caller that builds the key in a stack buffer
-// (tokenbucket does) allocates nothing for it on the paths that do not
-// insert.
-func (s *Store) insert(key string, rec kvstore.Record, expires, now int64) bool {
-	e := &entry{rec: rec, expires: expires, key: strings.Clone(key)}
+// caller's key string: a caller may build its key in a reused or stack
+// buffer, and only an insert allocates for it.
+func (c *Scope) insert(key string, rec kvstore.Record, expires, now int64) bool {
+	s := c.s
+	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), scope: c}
 	// e stays locked until it is in the index: an eviction that found it
 	// in the shard's list before would otherwise remove it and let a dead
 	// entry be published.
@@ -318,7 +368,7 @@ func (s *Store) insert(key string, rec kvstore.Record, expires, now int64) bool 
 	e.pos = len(sh.entries)
 	sh.entries = append(sh.entries, e)
 	sh.mu.Unlock()
-	if _, loaded := s.index.LoadOrStore(e.key, e); loaded {
+	if _, loaded := c.index.LoadOrStore(e.key, e); loaded {
 		s.remove(e)
 		return false
 	}
@@ -343,7 +393,12 @@ func (sh *shard) drop(s *Store, e *entry) {
 	sh.entries[e.pos], moved.pos = moved, e.pos
 	sh.entries[last] = nil
 	sh.entries = sh.entries[:last]
-	s.index.CompareAndDelete(e.key, e)
+	e.scope.index.Compute(e.key, func(old *entry, loaded bool) (*entry, xsync.ComputeOp) {
+		if loaded && old == e {
+			return nil, xsync.DeleteOp
+		}
+		return old, xsync.CancelOp
+	})
 }
 
 // evict samples up to five entries of sh, consecutive from a random
