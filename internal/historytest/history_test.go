@@ -19,6 +19,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -148,6 +149,10 @@ func TestTokenBucketRedis(t *testing.T) {
 			t.Parallel()
 			listen, stop := faultyProxy(t, addr)
 			client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{listen}, PoolSize: workers}, deadline))
+			// 32 workers and the store's default of 8 round trips in
+			// flight: decisions queue and go in pipelines (coalescing).
+			counter := &redistest.CommandCounter{}
+			client.AddHook(counter)
 			b := make([]byte, 6)
 			rand.Read(b)
 			prefix := "ratekit-test:history:" + hex.EncodeToString(b) + ":"
@@ -173,6 +178,10 @@ func TestTokenBucketRedis(t *testing.T) {
 				bound = func(a, b time.Time) int64 { return workers * one(a, b) }
 			}
 			run(t, tokenBucket(t, store, mode), bound, stop)
+			if counter.Pipelined.Load() == 0 {
+				t.Fatal("no command went in a pipeline: the history did not cover coalescing")
+			}
+			t.Logf("%d commands, %d of them in pipelines", counter.N.Load(), counter.Pipelined.Load())
 		})
 	}
 }

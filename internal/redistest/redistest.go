@@ -78,7 +78,10 @@ func (s *Server) Stop() {
 
 // CommandCounter is a go-redis hook (client.AddHook) that counts the
 // commands a client sends, pipelined ones included.
-type CommandCounter struct{ N atomic.Int64 }
+type CommandCounter struct {
+	N         atomic.Int64 // commands
+	Pipelined atomic.Int64 // commands sent in pipelines of two or more
+}
 
 // DialHook does not count dials.
 func (h *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -95,6 +98,9 @@ func (h *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.N.Add(int64(len(cmds)))
+		if len(cmds) > 1 {
+			h.Pipelined.Add(int64(len(cmds)))
+		}
 		return next(ctx, cmds)
 	}
 }

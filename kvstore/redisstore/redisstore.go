@@ -8,9 +8,19 @@
 //
 // [Store.Update] is one round trip: a short Lua script run with EVALSHA that
 // reads the time with TIME inside the script, so no client clock enters the
-// math. go-redis's [redis.Script] falls back to EVAL when the server answers
-// NOSCRIPT, so a flushed script cache or a failover to a fresh replica
-// recovers on its own.
+// math. When the server answers NOSCRIPT, the update is sent again with EVAL,
+// which also loads the script, so a flushed script cache or a failover to a
+// fresh replica recovers on its own.
+//
+// Coalescing: the Store keeps at most [Config.MaxInFlight] round trips in
+// flight (DefaultMaxInFlight, 8). Below that a command goes at once on its
+// caller's goroutine; beyond it, commands wait and go together in one
+// pipeline when a round trip ends, so that under heavy concurrency Redis and
+// the client pay one write and one read for many decisions instead of one
+// each. Every command still runs alone and atomically in Redis, and every
+// caller still returns at its own deadline. The idea is group commit in
+// databases and auto-pipelining in Redis clients (rueidis), applied to the
+// Store's own commands.
 //
 // It needs Redis 5 or later (or a compatible server: Valkey, KeyDB), where a
 // script that reads TIME may write, and uses only the Lua string library.
@@ -39,19 +49,39 @@ import (
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty.
 const DefaultPrefix = "ratekit:"
 
-// Config configures a [Store].
+// Config configures a [Store]. The zero Config is valid.
 type Config struct {
 	// Prefix is prepended to every key, so that ratekit's keys can share a
 	// database with others. Empty means DefaultPrefix. It must not contain
 	// '{' or '}', which would change the keys' hash slot.
 	Prefix string
+
+	// MaxInFlight bounds the round trips the Store has in flight at once.
+	// A command that finds fewer in flight is sent at once on its caller's
+	// goroutine, so a lone decision waits for nothing. Commands that find
+	// MaxInFlight in flight wait, and when a round trip ends they go to
+	// Redis together as one pipeline (coalescing): one write and one read
+	// for all of them on each side, which under concurrency is most of what
+	// a decision costs Redis and the client. Each command still runs on
+	// its own and atomically in Redis, and each caller still stops waiting
+	// at its own context's deadline.
+	//
+	// Zero means DefaultMaxInFlight; a negative value turns coalescing
+	// off, so that every command is a round trip of its own on a pooled
+	// connection (the client's PoolSize then bounds the round trips).
+	// Round trips use the client's pool, so a PoolSize below MaxInFlight
+	// makes commands wait for a connection rather than coalesce.
+	MaxInFlight int
 }
 
 // Store is a Redis-backed store. It is safe for concurrent use; it holds no
-// connection of its own and never closes the client.
+// connection of its own and never closes the client. While commands are
+// queued behind [Config.MaxInFlight] round trips, one goroutine per round
+// trip sends them; it ends when the queue is empty.
 type Store struct {
 	client redis.UniversalClient
 	prefix string
+	co     coalescer
 	args   atomic.Pointer[refillArgs]
 	lastN  atomic.Pointer[boxedN]
 }
@@ -87,7 +117,13 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
-	return &Store{client: client, prefix: cfg.Prefix}, nil
+	switch {
+	case cfg.MaxInFlight == 0:
+		cfg.MaxInFlight = DefaultMaxInFlight
+	case cfg.MaxInFlight < 0:
+		cfg.MaxInFlight = 0
+	}
+	return &Store{client: client, prefix: cfg.Prefix, co: coalescer{client: client, max: cfg.MaxInFlight}}, nil
 }
 
 // ServerlessOptions sets o's timeouts for a function that must answer within
@@ -128,14 +164,15 @@ func (s *Store) Key(key string) string {
 // kvstore.ErrMalformedRecord when the key holds something this package did
 // not write.
 func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
-	v, err := s.client.Get(ctx, s.Key(key)).Result()
+	cmd := redis.NewStringCmd(ctx, "get", s.Key(key))
+	err := s.co.do(ctx, cmd)
 	if errors.Is(err, redis.Nil) {
 		return kvstore.Record{}, false, nil
 	}
 	if err != nil {
 		return kvstore.Record{}, false, wrap(ctx, "GET", err)
 	}
-	rec, ok := parseRecord(v)
+	rec, ok := parseRecord(cmd.Val())
 	if !ok {
 		return kvstore.Record{}, false, kvstore.ErrMalformedRecord
 	}
@@ -148,7 +185,8 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
 	}
 	ttl = max(ttl, time.Millisecond)
-	if err := s.client.Set(ctx, s.Key(key), formatRecord(rec), ttl).Err(); err != nil {
+	cmd := redis.NewStatusCmd(ctx, "set", s.Key(key), formatRecord(rec), "px", ttl.Milliseconds())
+	if err := s.co.do(ctx, cmd); err != nil {
 		return wrap(ctx, "SET", err)
 	}
 	return nil
@@ -156,7 +194,7 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 
 // Delete implements [kvstore.Store] with DEL.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.client.Del(ctx, s.Key(key)).Err(); err != nil {
+	if err := s.co.do(ctx, redis.NewIntCmd(ctx, "del", s.Key(key))); err != nil {
 		return wrap(ctx, "DEL", err)
 	}
 	return nil
@@ -193,11 +231,28 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		bn = &boxedN{n: n, arg: n}
 		s.lastN.Store(bn)
 	}
-	v, err := updateScript.Run(ctx, s.client, []string{s.Key(key)}, a.max, a.rate, bn.arg, opArg).Int64()
+	// One command built here rather than through redis.Script.Run, which
+	// copies the keys and arguments into new slices: 3 allocations fewer
+	// per decision. A server that lost the script (a flushed cache, a
+	// failover) answers NOSCRIPT, and the update is sent again with EVAL.
+	args := []any{"evalsha", updateSHA, 1, s.Key(key), a.max, a.rate, bn.arg, opArg}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	err := s.co.do(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", updateSource
+		cmd = redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		err = s.co.do(ctx, cmd)
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), malformedMsg) {
 			return kvstore.Result{}, kvstore.ErrMalformedRecord
 		}
+		return kvstore.Result{}, wrap(ctx, "EVALSHA", err)
+	}
+	v, err := cmd.Int64()
+	if err != nil {
 		return kvstore.Result{}, wrap(ctx, "EVALSHA", err)
 	}
 	if v < 0 {
@@ -208,7 +263,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 
 const malformedMsg = "kvstore: malformed record"
 
-// updateScript is kvstore.Refill.Apply in Lua. KEYS[1] is the record's key;
+// updateSource is kvstore.Refill.Apply in Lua. KEYS[1] is the record's key;
 // ARGV is max, rate (units per microsecond), n and the op: t (take), p (peek)
 // or r (refund). The record is the string "<value> <time>" (time in
 // microseconds since the Unix epoch). The reply is one integer: the level
@@ -222,7 +277,7 @@ const malformedMsg = "kvstore: malformed record"
 // avoids what costs most in Redis's Lua: no pattern matching, no math.*
 // calls, one string built per write; it only uses the string library every
 // Redis-compatible server ships.
-var updateScript = redis.NewScript(`
+const updateSource = `
 local max, rate, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = redis.call('TIME')
 local clock = t[1] * 1000000 + t[2]
@@ -258,7 +313,10 @@ else
   redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', ttl - ttl % 1 + 1)
 end
 return v
-`)
+`
+
+// updateSHA is the SHA-1 of updateSource in hex, its name in EVALSHA.
+var updateSHA = redis.NewScript(updateSource).Hash()
 
 func formatRecord(rec kvstore.Record) string {
 	b := make([]byte, 0, 40)
