@@ -9,8 +9,9 @@
 //	                github.com/sethvargo/go-limiter memorystore
 //	client token    ratekit signedwindow (plain, and with ReplayCacheSize);
 //	                floor: one HMAC-SHA256 of a 48-byte message with a reused hash
-//	Redis           ratekit tokenbucket on redisstore (Atomic, Eventual, and Atomic
-//	                with the denied-key cache, a separate row);
+//	Redis           ratekit tokenbucket on redisstore (Atomic, Atomic with
+//	                coalescing off, Eventual, and Atomic with the denied-key
+//	                cache, each a row of its own);
 //	                github.com/go-redis/redis_rate/v10; github.com/ulule/limiter/v3
 //	                with its Redis store; floor: one INCR round trip
 //	PostgreSQL      ratekit durable FixedWindow, SlidingWindow, TokenBucket,
@@ -33,8 +34,14 @@
 // Redis key prefix and in a PostgreSQL schema of its own, both random, and
 // removes them at the end.
 //
+// With -paired (the default), each scenario then measures the Redis and the
+// PostgreSQL contenders side by side at concurrency 1: one goroutine makes one
+// decision with each contender of the backend in turn, so that the machine's
+// drift hits all of them alike (harness.MeasureInterleaved).
+//
 //	cd benchmarks && go run ./compare [-duration 1s] [-runs 3] [-concurrency 1,8,64]
 //	    [-backends memory,token,redis,postgres] [-scenarios hot,denied,10k] [-contenders regexp]
+//	    [-paired=true] [-exactness=true]
 package main
 
 import (
@@ -148,6 +155,7 @@ func main() {
 	scenariosFlag := flag.String("scenarios", "hot,denied,10k", "scenarios to measure")
 	contendersFlag := flag.String("contenders", "", "regular expression: only contenders whose name matches (floors always run)")
 	exactness := flag.Bool("exactness", true, "run the 64-way burst")
+	paired := flag.Bool("paired", true, "also measure the Redis and PostgreSQL contenders side by side at concurrency 1")
 	maxConns := flag.Int("pg-max-conns", 16, "PostgreSQL pool size")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
@@ -201,14 +209,14 @@ func main() {
 		}
 	}
 
-	err = run(ctx, e, contenders, scenarios, concs, *runs, *duration, *exactness)
+	err = run(ctx, e, contenders, scenarios, concs, *runs, *duration, *exactness, *paired)
 	if err != nil {
 		e.cleanup()
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, e *env, contenders []contender, scenarios []scenario, concs []int, runs int, d time.Duration, exactness bool) error {
+func run(ctx context.Context, e *env, contenders []contender, scenarios []scenario, concs []int, runs int, d time.Duration, exactness, paired bool) error {
 	host, _ := os.Hostname()
 	fmt.Printf("ratekit comparison, %s, host %s, %s/%s, GOMAXPROCS %d, %s; %d run(s) of %v per cell, medians\n\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.Version(), runs, d)
@@ -217,6 +225,10 @@ func run(ctx context.Context, e *env, contenders []contender, scenarios []scenar
 		s, c, n int
 	}
 	results := map[cellID][]harness.Result{}
+	// pairedResults are the side-by-side measurements at concurrency 1,
+	// under n = 0.
+	pairedResults := map[cellID][]harness.Result{}
+	pairedBackends := []string{redisBackend, pgBackend}
 	for si, s := range scenarios {
 		// One limiter per contender and scenario, kept over the runs.
 		ops := make([]decide, len(contenders))
@@ -247,6 +259,36 @@ func run(ctx context.Context, e *env, contenders []contender, scenarios []scenar
 			}
 			fmt.Fprintf(os.Stderr, "%s: run %d of %d done\n", s.short, r+1, runs)
 		}
+		if !paired {
+			continue
+		}
+		for _, backend := range pairedBackends {
+			var idx []int
+			var side []harness.Op
+			for ci, c := range contenders {
+				if c.backend == backend {
+					op := ops[ci]
+					idx = append(idx, ci)
+					side = append(side, func(ctx context.Context, w, i int) (bool, error) {
+						return op(ctx, w, s.keys[s.pick(w, i)])
+					})
+				}
+			}
+			if len(side) == 0 {
+				continue
+			}
+			for range runs {
+				rs, err := harness.MeasureInterleaved(ctx, time.Duration(len(side))*d, side)
+				if err != nil {
+					return fmt.Errorf("%s, %s side by side: %v", s.short, backend, err)
+				}
+				for k, ci := range idx {
+					id := cellID{si, ci, 0}
+					pairedResults[id] = append(pairedResults[id], rs[k])
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "%s: side by side done\n", s.short)
 	}
 
 	for si, s := range scenarios {
@@ -275,6 +317,41 @@ func run(ctx context.Context, e *env, contenders []contender, scenarios []scenar
 					m := harness.Median(results[cellID{si, ci, n}])
 					fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", backend, c.name, n, count(m.Throughput),
 						harness.Latency(m.P50), harness.Latency(m.P99), ratio(m.Throughput, floorTP), ratio(m.Throughput, bestPeer), percent(m.Admitted))
+				}
+			}
+		}
+		fmt.Println()
+	}
+
+	if paired {
+		fmt.Printf("### Concurrency 1, side by side: one goroutine makes one decision with each contender of a backend in turn\n\n")
+		fmt.Println("Decisions/s is one over the mean latency. Interleaving pairs the samples in time, so the machine's drift from")
+		fmt.Println("second to second, larger than the differences between one-round-trip limiters, hits every contender alike.")
+		fmt.Println()
+		fmt.Println("| scenario | backend | contender | decisions/s | p50 | p99 | × floor | × best peer |")
+		fmt.Println("|---|---|---|---:|---:|---:|---:|---:|")
+		for si, s := range scenarios {
+			for _, backend := range pairedBackends {
+				var floorTP, bestPeer float64
+				for ci, c := range contenders {
+					if c.backend != backend {
+						continue
+					}
+					m := harness.Median(pairedResults[cellID{si, ci, 0}])
+					switch c.role {
+					case floor:
+						floorTP = m.Throughput
+					case peer:
+						bestPeer = max(bestPeer, m.Throughput)
+					}
+				}
+				for ci, c := range contenders {
+					if c.backend != backend {
+						continue
+					}
+					m := harness.Median(pairedResults[cellID{si, ci, 0}])
+					fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", s.short, backend, c.name, count(m.Throughput),
+						harness.Latency(m.P50), harness.Latency(m.P99), ratio(m.Throughput, floorTP), ratio(m.Throughput, bestPeer))
 				}
 			}
 		}
@@ -452,6 +529,7 @@ func ratekitDecide(l ratekit.Limiter) decide {
 type tokenClient struct {
 	mu     sync.Mutex
 	tokens map[string]string
+	_      [48]byte // one cache line each: workers share nothing while measuring
 }
 
 func tokenContenders(e *env) []contender {
@@ -493,7 +571,9 @@ func tokenContenders(e *env) []contender {
 				macs[i] = hmac.New(sha256.New, make([]byte, 32))
 			}
 			msg := make([]byte, 48)
-			bufs := make([][sha256.Size]byte, e.maxWorkers)
+			// One cache line per worker's output, so that workers share
+			// nothing while measuring.
+			bufs := make([][64]byte, e.maxWorkers)
 			return func(_ context.Context, w int, key string) (bool, error) {
 				m := macs[w]
 				m.Reset()
@@ -521,9 +601,10 @@ func (e *env) openRedis(ctx context.Context) error {
 }
 
 func redisContenders(e *env) []contender {
-	tb := func(mode tokenbucket.Mode, cache int) func(limit, string) (decide, error) {
+	tb := func(mode tokenbucket.Mode, cache, maxInFlight int) func(limit, string) (decide, error) {
 		return func(lim limit, tag string) (decide, error) {
-			store, err := redisstore.New(e.redis, redisstore.Config{Prefix: e.prefix + ":rk-" + mode.String() + strconv.Itoa(cache) + ":"})
+			prefix := fmt.Sprintf("%s:rk-%v-%d-%d:", e.prefix, mode, cache, maxInFlight)
+			store, err := redisstore.New(e.redis, redisstore.Config{Prefix: prefix, MaxInFlight: maxInFlight})
 			if err != nil {
 				return nil, err
 			}
@@ -537,9 +618,10 @@ func redisContenders(e *env) []contender {
 	}
 	rrl := redis_rate.NewLimiter(e.redis)
 	return []contender{
-		{"ratekit tokenbucket Redis Atomic", redisBackend, ours, tb(tokenbucket.Atomic, 0)},
-		{"ratekit tokenbucket Redis Eventual", redisBackend, ours, tb(tokenbucket.Eventual, 0)},
-		{"ratekit tokenbucket Redis Atomic + denied-key cache (in process)", redisBackend, ours, tb(tokenbucket.Atomic, 10_000)},
+		{"ratekit tokenbucket Redis Atomic", redisBackend, ours, tb(tokenbucket.Atomic, 0, 0)},
+		{"ratekit tokenbucket Redis Atomic, coalescing off", redisBackend, ours, tb(tokenbucket.Atomic, 0, -1)},
+		{"ratekit tokenbucket Redis Eventual", redisBackend, ours, tb(tokenbucket.Eventual, 0, 0)},
+		{"ratekit tokenbucket Redis Atomic + denied-key cache (in process)", redisBackend, ours, tb(tokenbucket.Atomic, 10_000, 0)},
 		{"go-redis/redis_rate v10", redisBackend, peer, func(lim limit, tag string) (decide, error) {
 			l := redis_rate.Limit{Rate: int(lim.n), Burst: int(lim.n), Period: lim.period}
 			prefix := e.prefix + ":rr-" + tag + ":"

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sethvargo/go-limiter/memorystore"
 	"golang.org/x/time/rate"
 
 	"github.com/ratekit/ratekit"
@@ -63,6 +64,29 @@ func newRatekit(b *testing.B) *tokenbucket.Limiter {
 	return l
 }
 
+// newGoLimiter is sethvargo/go-limiter's memorystore with the same bucket:
+// it refills its whole quota each interval, so an interval of burst × refill
+// never refills within a run either.
+func newGoLimiter(b *testing.B) *goLimiter {
+	s, err := memorystore.New(&memorystore.Config{Tokens: burst, Interval: burst * refill})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close(context.Background()) })
+	return &goLimiter{s}
+}
+
+type goLimiter struct {
+	s interface {
+		Take(context.Context, string) (uint64, uint64, uint64, bool, error)
+	}
+}
+
+func (g *goLimiter) allow(ctx context.Context, key string) bool {
+	_, _, _, ok, _ := g.s.Take(ctx, key)
+	return ok
+}
+
 func BenchmarkMemory(b *testing.B) {
 	for _, spread := range []string{"hot", "10k"} {
 		b.Run("ratekit/"+spread+"/serial", func(b *testing.B) {
@@ -84,6 +108,16 @@ func BenchmarkMemory(b *testing.B) {
 				i++
 			}
 		})
+		b.Run("golimiter/"+spread+"/serial", func(b *testing.B) {
+			g := newGoLimiter(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				g.allow(ctx, key(spread, i))
+				i++
+			}
+		})
 		b.Run("ratekit/"+spread+"/parallel", func(b *testing.B) {
 			l := newRatekit(b)
 			ctx := context.Background()
@@ -93,6 +127,19 @@ func BenchmarkMemory(b *testing.B) {
 				i := int(seq.Add(1)) * 7919
 				for pb.Next() {
 					l.Allow(ctx, ratekit.Request{Key: key(spread, i), Cost: 1})
+					i++
+				}
+			})
+		})
+		b.Run("golimiter/"+spread+"/parallel", func(b *testing.B) {
+			g := newGoLimiter(b)
+			ctx := context.Background()
+			var seq atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(1)) * 7919
+				for pb.Next() {
+					g.allow(ctx, key(spread, i))
 					i++
 				}
 			})

@@ -10,6 +10,8 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	ulule "github.com/ulule/limiter/v3"
+	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -17,9 +19,10 @@ import (
 )
 
 // BenchmarkRedis puts one atomic ratekit decision beside one redis_rate
-// decision and a bare INCR on the Redis at RATEKIT_REDIS_ADDR (default
-// 127.0.0.1:6379), on one hot key that never denies, for allocations per
-// decision; rediscompare gives latency percentiles and more scenarios.
+// decision, one ulule decision and a bare INCR on the Redis at
+// RATEKIT_REDIS_ADDR (default 127.0.0.1:6379), on one hot key that never
+// denies and on one exhausted key, for time and allocations per decision;
+// the compare program gives latency percentiles and more scenarios.
 func BenchmarkRedis(b *testing.B) {
 	addr := os.Getenv("RATEKIT_REDIS_ADDR")
 	if addr == "" {
@@ -34,7 +37,12 @@ func BenchmarkRedis(b *testing.B) {
 	buf := make([]byte, 6)
 	rand.Read(buf)
 	prefix := "ratekit-bench:" + hex.EncodeToString(buf) + ":"
-	defer client.Del(ctx, prefix+"rk:{open:hot}", prefix+"rr:hot", prefix+"incr")
+	defer func() {
+		iter := client.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			client.Del(ctx, iter.Val())
+		}
+	}()
 
 	store, err := redisstore.New(client, redisstore.Config{Prefix: prefix + "rk:"})
 	if err != nil {
@@ -44,8 +52,25 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rkDenied, err := tokenbucket.New(tokenbucket.Config{Name: "denied", Burst: 1, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: store})
+	if err != nil {
+		b.Fatal(err)
+	}
 	rrl := redis_rate.NewLimiter(client)
 	rrLimit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Hour}
+	rrDenied := redis_rate.Limit{Rate: 1, Burst: 1, Period: time.Hour}
+	ulStore, err := ulredis.NewStoreWithOptions(client, ulule.StoreOptions{Prefix: prefix + "ul", MaxRetry: 3})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ul := ulule.New(ulStore, ulule.Rate{Period: time.Hour, Limit: 1_000_000_000})
+	ulDenied := ulule.New(ulStore, ulule.Rate{Period: time.Hour, Limit: 1})
+	// Exhaust the denied keys.
+	for range 2 {
+		rkDenied.Allow(ctx, ratekit.Request{Key: "d", Cost: 1})
+		rrl.Allow(ctx, prefix+"rr:d", rrDenied)
+		ulDenied.Get(ctx, "d")
+	}
 
 	ops := []struct {
 		name string
@@ -57,6 +82,22 @@ func BenchmarkRedis(b *testing.B) {
 		}},
 		{"redis_rate", func() error {
 			_, err := rrl.Allow(ctx, prefix+"rr:hot", rrLimit)
+			return err
+		}},
+		{"ulule", func() error {
+			_, err := ul.Get(ctx, "hot")
+			return err
+		}},
+		{"ratekit/denied", func() error {
+			_, err := rkDenied.Allow(ctx, ratekit.Request{Key: "d", Cost: 1})
+			return err
+		}},
+		{"redis_rate/denied", func() error {
+			_, err := rrl.Allow(ctx, prefix+"rr:d", rrDenied)
+			return err
+		}},
+		{"ulule/denied", func() error {
+			_, err := ulDenied.Get(ctx, "d")
 			return err
 		}},
 		{"INCR", func() error { return client.Incr(ctx, prefix+"incr").Err() }},

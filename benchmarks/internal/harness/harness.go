@@ -6,8 +6,10 @@
 // Latencies go into a per-worker log-linear histogram (64 sub-buckets per
 // power of two, so a percentile is within 1.6% of the exact value; below 64
 // ns exact), which keeps memory constant however many decisions a cell
-// makes. Each decision costs one clock read: the end of one decision is the
-// start of the next.
+// makes. Each decision costs one monotonic clock read (time.Since, not
+// time.Now, which also reads the wall clock): the end of one decision is the
+// start of the next. Workers share no memory while they measure, so that
+// the harness itself adds no cache-line traffic between cores.
 package harness
 
 import (
@@ -79,23 +81,24 @@ func Measure(ctx context.Context, workers int, d time.Duration, op Op) (Result, 
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
 	start := time.Now()
-	stop := start.Add(d)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			h := &hists[w]
-			t0 := time.Now()
-			for i := 0; t0.Before(stop); i++ {
+			var adm int64 // local: neighbouring workers' counters share cache lines
+			defer func() { admitted[w] = adm }()
+			t0 := time.Since(start)
+			for i := 0; t0 < d; i++ {
 				ok, err := op(ctx, w, i)
 				if err != nil {
 					errs[w] = fmt.Errorf("worker %d, decision %d: %w", w, i, err)
 					return
 				}
-				t1 := time.Now()
-				h[bucket(int64(t1.Sub(t0)))]++
+				t1 := time.Since(start)
+				h[bucket(int64(t1-t0))]++
 				if ok {
-					admitted[w]++
+					adm++
 				}
 				t0 = t1
 			}
@@ -125,6 +128,52 @@ func Measure(ctx context.Context, workers int, d time.Duration, op Op) (Result, 
 		Admitted:   float64(adm) / float64(n),
 		Decisions:  n,
 	}, nil
+}
+
+// MeasureInterleaved measures ops side by side from one goroutine: it makes
+// one decision with each op in turn, starting each round one op further, for
+// d in all, and returns one Result per op. Throughput is one over the mean
+// latency. On a shared machine whose speed drifts from second to second,
+// this pairs the ops' samples in time, so that a difference at concurrency 1
+// smaller than the drift between two separate measurements still shows.
+func MeasureInterleaved(ctx context.Context, d time.Duration, ops []Op) ([]Result, error) {
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	hists := make([]histogram, len(ops))
+	admitted := make([]int64, len(ops))
+	total := make([]time.Duration, len(ops))
+	counts := make([]int64, len(ops))
+	start := time.Now()
+	for round := 0; time.Since(start) < d; round++ {
+		for k := range ops {
+			j := (k + round) % len(ops)
+			t0 := time.Since(start)
+			ok, err := ops[j](ctx, 0, round)
+			if err != nil {
+				return nil, fmt.Errorf("op %d, decision %d: %w", j, round, err)
+			}
+			lat := time.Since(start) - t0
+			hists[j][bucket(int64(lat))]++
+			total[j] += lat
+			counts[j]++
+			if ok {
+				admitted[j]++
+			}
+		}
+	}
+	out := make([]Result, len(ops))
+	for j := range ops {
+		n := counts[j]
+		out[j] = Result{
+			Throughput: float64(n) / total[j].Seconds(),
+			P50:        hists[j].quantile(n, 0.50),
+			P99:        hists[j].quantile(n, 0.99),
+			Admitted:   float64(admitted[j]) / float64(n),
+			Decisions:  n,
+		}
+	}
+	return out, nil
 }
 
 // quantile returns the latency below which a fraction q of the n recorded

@@ -45,3 +45,28 @@ func TestMeasureCounts(t *testing.T) {
 		t.Fatalf("admitted %v, want about 1/3", r.Admitted)
 	}
 }
+
+// TestMeasureInterleaved checks that side-by-side measuring keeps each op's
+// figures apart: an op that sleeps twice as long as another reports about
+// half its throughput, and each op's admissions are its own.
+func TestMeasureInterleaved(t *testing.T) {
+	sleep := func(d time.Duration, admit bool) Op {
+		return func(context.Context, int, int) (bool, error) {
+			time.Sleep(d)
+			return admit, nil
+		}
+	}
+	rs, err := MeasureInterleaved(context.Background(), 100*time.Millisecond, []Op{sleep(time.Millisecond, true), sleep(2*time.Millisecond, false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 || rs[0].Decisions < 10 || rs[0].Decisions != rs[1].Decisions && rs[0].Decisions != rs[1].Decisions+1 {
+		t.Fatalf("implausible results %+v", rs)
+	}
+	if r := rs[0].Throughput / rs[1].Throughput; r < 1.3 || r > 2.5 {
+		t.Fatalf("throughput ratio %.2f of a 1 ms and a 2 ms op, want about 2", r)
+	}
+	if rs[0].Admitted != 1 || rs[1].Admitted != 0 || rs[1].P50 < 2*time.Millisecond {
+		t.Fatalf("figures mixed between ops: %+v", rs)
+	}
+}
