@@ -297,19 +297,7 @@ func run(ctx context.Context, e *env, contenders []contender, scenarios []scenar
 		fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 		for _, backend := range []string{memoryBackend, tokenBackend, redisBackend, pgBackend} {
 			for _, n := range concs {
-				var floorTP, bestPeer float64
-				for ci, c := range contenders {
-					if c.backend != backend {
-						continue
-					}
-					m := harness.Median(results[cellID{si, ci, n}])
-					switch c.role {
-					case floor:
-						floorTP = m.Throughput
-					case peer:
-						bestPeer = max(bestPeer, m.Throughput)
-					}
-				}
+				floorTP, bestPeer := references(contenders, backend, func(ci int) []harness.Result { return results[cellID{si, ci, n}] })
 				for ci, c := range contenders {
 					if c.backend != backend {
 						continue
@@ -332,19 +320,7 @@ func run(ctx context.Context, e *env, contenders []contender, scenarios []scenar
 		fmt.Println("|---|---|---|---:|---:|---:|---:|---:|")
 		for si, s := range scenarios {
 			for _, backend := range pairedBackends {
-				var floorTP, bestPeer float64
-				for ci, c := range contenders {
-					if c.backend != backend {
-						continue
-					}
-					m := harness.Median(pairedResults[cellID{si, ci, 0}])
-					switch c.role {
-					case floor:
-						floorTP = m.Throughput
-					case peer:
-						bestPeer = max(bestPeer, m.Throughput)
-					}
-				}
+				floorTP, bestPeer := references(contenders, backend, func(ci int) []harness.Result { return pairedResults[cellID{si, ci, 0}] })
 				for ci, c := range contenders {
 					if c.backend != backend {
 						continue
@@ -805,4 +781,22 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// references returns the median throughput of backend's floor and of its
+// fastest peer, where results gives the runs of contender ci.
+func references(contenders []contender, backend string, results func(ci int) []harness.Result) (floorTP, bestPeer float64) {
+	for ci, c := range contenders {
+		if c.backend != backend {
+			continue
+		}
+		m := harness.Median(results(ci))
+		switch c.role {
+		case floor:
+			floorTP = m.Throughput
+		case peer:
+			bestPeer = max(bestPeer, m.Throughput)
+		}
+	}
+	return floorTP, bestPeer
 }

@@ -4,20 +4,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/Shopify/toxiproxy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -43,53 +39,14 @@ const (
 var keys = []string{"alpha", "beta", "gamma"}
 
 // faultyProxy starts an in-process toxiproxy in front of upstream with
-// 1 ms ± 1 ms of latency each way, and a goroutine that resets every
-// connection that sends data through it (TCP RST, toxiproxy's reset_peer)
-// for 20 ms every 500 ms, until the returned stop is called.
+// 1 ms ± 1 ms of latency each way, and resets every connection that sends
+// data through it (TCP RST) for 20 ms every 500 ms, until stop is called.
 func faultyProxy(t *testing.T, upstream string) (listen string, stop func()) {
 	t.Helper()
-	p := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop()), "history", "127.0.0.1:0", upstream)
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	for _, stream := range []string{"upstream", "downstream"} {
-		js := fmt.Sprintf(`{"name":"lat-%s","type":"latency","stream":%q,"attributes":{"latency":1,"jitter":1}}`, stream, stream)
-		if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				if _, err := p.Toxics.AddToxicJson(strings.NewReader(`{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)); err != nil {
-					t.Errorf("add reset_peer: %v", err)
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
-				if err := p.Toxics.RemoveToxic(context.Background(), "reset"); err != nil {
-					t.Errorf("remove reset_peer: %v", err)
-					return
-				}
-			}
-		}
-	})
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			close(done)
-			wg.Wait()
-			p.Stop()
-		})
-	}
-	t.Cleanup(stop)
-	return p.Listen, stop
+	p := faultproxy.Start(t, upstream)
+	p.Latency(time.Millisecond, time.Millisecond)
+	p.ResetEvery(500*time.Millisecond, 20*time.Millisecond)
+	return p.Listen, p.Stop
 }
 
 // run has workers goroutines make decisions of cost 1 on keys, each with

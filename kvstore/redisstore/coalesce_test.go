@@ -10,15 +10,12 @@ import (
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/rs/zerolog"
 
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
-	"github.com/ratekit/ratekit/kvstore/storetest"
 )
 
 // coalescingStore returns a store on the shared test Redis that allows one
@@ -26,33 +23,10 @@ import (
 // pipelines, and the counter of the commands its client sends.
 func coalescingStore(t *testing.T) (*redisstore.Store, *redistest.CommandCounter) {
 	t.Helper()
-	p := prefix(t)
-	c := client(t, testenv.RedisAddr(t), p)
+	s, c := newStoreMaxInFlight(t, 1)
 	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
-	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return s, counter
-}
-
-func TestConformanceCoalescing(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) kvstore.Store {
-		s, _ := coalescingStore(t)
-		return s
-	})
-}
-
-func TestConformanceCoalescingOff(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) kvstore.Store {
-		p := prefix(t)
-		s, err := redisstore.New(client(t, testenv.RedisAddr(t), p), redisstore.Config{Prefix: p, MaxInFlight: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
 }
 
 // TestCoalescedUpdatesAreExact races 64 goroutines on one round trip in
@@ -127,11 +101,7 @@ func TestCoalescedUpdatesAreExact(t *testing.T) {
 // result.
 func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), "redis", "127.0.0.1:0", srv.Addr)
-	if err := proxy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Stop)
+	proxy := faultproxy.Start(t, srv.Addr)
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}}, time.Second))
 	t.Cleanup(func() { c.Close() })
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 1})
@@ -241,11 +211,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 // TestMain checks that no flushing goroutine outlives the test.
 func TestCoalescingUnderFaults(t *testing.T) {
 	srv := redistest.Start(t)
-	proxy := toxiproxy.NewProxy(toxiproxy.NewServer(toxiproxy.NewMetricsContainer(nil), zerolog.Nop()), "redis", "127.0.0.1:0", srv.Addr)
-	if err := proxy.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Stop)
+	proxy := faultproxy.Start(t, srv.Addr)
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}, PoolSize: 4}, 20*time.Millisecond))
 	t.Cleanup(func() { c.Close() })
 	counter := &redistest.CommandCounter{}
@@ -257,34 +223,8 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	if _, err := s.Update(context.Background(), "k", r, kvstore.OpPeek, 1); err != nil { // loads the script
 		t.Fatal(err)
 	}
-	for _, stream := range []string{"upstream", "downstream"} {
-		js := `{"name":"lat-` + stream + `","type":"latency","stream":"` + stream + `","attributes":{"latency":2,"jitter":2}}`
-		if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	done := make(chan struct{})
-	var resets sync.WaitGroup
-	resets.Go(func() {
-		tick := time.NewTicker(100 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-			}
-			if _, err := proxy.Toxics.AddToxicJson(strings.NewReader(`{"name":"reset","type":"reset_peer","stream":"upstream","attributes":{"timeout":0}}`)); err != nil {
-				t.Error(err)
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-			if err := proxy.Toxics.RemoveToxic(context.Background(), "reset"); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	})
+	proxy.Latency(2*time.Millisecond, 2*time.Millisecond)
+	proxy.ResetEvery(100*time.Millisecond, 10*time.Millisecond)
 	const workers = 64
 	var (
 		admitted, failed, timedOut atomic.Int64
@@ -316,14 +256,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	close(done)
-	resets.Wait()
-	if err := proxy.Toxics.RemoveToxic(context.Background(), "lat-upstream"); err != nil {
-		t.Fatal(err)
-	}
-	if err := proxy.Toxics.RemoveToxic(context.Background(), "lat-downstream"); err != nil {
-		t.Fatal(err)
-	}
+	proxy.Heal()
 	// Let pipelines whose callers left reach Redis before reading.
 	time.Sleep(100 * time.Millisecond)
 	res, err := s.Update(context.Background(), "k", r, kvstore.OpPeek, 1)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -50,20 +51,34 @@ func client(t *testing.T, addr, p string) *redis.Client {
 
 func newStore(t *testing.T) (*redisstore.Store, *redis.Client) {
 	t.Helper()
+	return newStoreMaxInFlight(t, 0)
+}
+
+// newStoreMaxInFlight returns a store on the shared test Redis, under a
+// prefix of the test's own, with Config.MaxInFlight set to n, and its client.
+func newStoreMaxInFlight(t *testing.T, n int) (*redisstore.Store, *redis.Client) {
+	t.Helper()
 	p := prefix(t)
 	c := client(t, testenv.RedisAddr(t), p)
-	s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, c
 }
 
+// TestConformance runs the kvstore suite with the default coalescing, with
+// one round trip in flight (most commands queue and go in pipelines) and
+// with coalescing off.
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) kvstore.Store {
-		s, _ := newStore(t)
-		return s
-	})
+	for _, n := range []int{0, 1, -1} {
+		t.Run("MaxInFlight="+strconv.Itoa(n), func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) kvstore.Store {
+				s, _ := newStoreMaxInFlight(t, n)
+				return s
+			})
+		})
+	}
 }
 
 func TestNewInvalid(t *testing.T) {
