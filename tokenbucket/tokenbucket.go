@@ -392,17 +392,24 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.denied != nil {
 		l.denied.remove(key)
 	}
-	if err := l.store.Delete(ctx, l.prefix+key); err != nil {
+	if err := l.store.Delete(ctx, l.storeKey(key)); err != nil {
 		return fmt.Errorf("tokenbucket: reset: %w", err)
 	}
 	return nil
 }
 
+// storeKey returns the store's key for the bucket of key: key itself in a
+// memstore scope, which is the prefix's own key space, prefix+key otherwise.
+func (l *Limiter) storeKey(key string) string {
+	if l.prefix == "" {
+		return key
+	}
+	return l.prefix + key
+}
+
 // apply runs op on the bucket of key in the Limiter's mode.
 func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.Result, err error) {
-	if l.prefix != "" { // a memstore scope needs no prefix
-		key = l.prefix + key
-	}
+	key = l.storeKey(key)
 	switch {
 	case l.atomic != nil:
 		res, err = l.atomic.Update(ctx, key, l.refill, op, n)

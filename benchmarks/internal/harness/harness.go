@@ -143,28 +143,28 @@ func MeasureInterleaved(ctx context.Context, d time.Duration, ops []Op) ([]Resul
 	hists := make([]histogram, len(ops))
 	admitted := make([]int64, len(ops))
 	total := make([]time.Duration, len(ops))
-	counts := make([]int64, len(ops))
 	start := time.Now()
-	for round := 0; time.Since(start) < d; round++ {
+	// Every round makes one decision with each op: rounds is each op's count.
+	rounds := 0
+	for ; time.Since(start) < d; rounds++ {
 		for k := range ops {
-			j := (k + round) % len(ops)
+			j := (k + rounds) % len(ops)
 			t0 := time.Since(start)
-			ok, err := ops[j](ctx, 0, round)
+			ok, err := ops[j](ctx, 0, rounds)
 			if err != nil {
-				return nil, fmt.Errorf("op %d, decision %d: %w", j, round, err)
+				return nil, fmt.Errorf("op %d, decision %d: %w", j, rounds, err)
 			}
 			lat := time.Since(start) - t0
 			hists[j][bucket(int64(lat))]++
 			total[j] += lat
-			counts[j]++
 			if ok {
 				admitted[j]++
 			}
 		}
 	}
 	out := make([]Result, len(ops))
+	n := int64(rounds)
 	for j := range ops {
-		n := counts[j]
 		out[j] = Result{
 			Throughput: float64(n) / total[j].Seconds(),
 			P50:        hists[j].quantile(n, 0.50),
