@@ -415,21 +415,21 @@ func checkPeek(t testing.TB, h Harness) error {
 	for i := 0; i < 3; i++ {
 		d, err := p.Peek(ctx, c.req(1))
 		if err != nil {
-			return fmt.Errorf("Peek: %w", err)
+			return fmt.Errorf("peek: %w", err)
 		}
 		if err := want("Peek", d, true, 2); err != nil {
 			return err
 		}
 		d, err = p.Peek(ctx, c.req(3))
 		if err != nil {
-			return fmt.Errorf("Peek: %w", err)
+			return fmt.Errorf("peek: %w", err)
 		}
 		if d.Allowed {
-			return fmt.Errorf("Peek of cost 3 with 2 remaining reports Allowed: %+v", d)
+			return fmt.Errorf("peek of cost 3 with 2 remaining reports Allowed: %+v", d)
 		}
 	}
 	if _, err := p.Peek(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {
-		return fmt.Errorf("Peek with an empty key: %v, want ErrEmptyKey", err)
+		return fmt.Errorf("peek with an empty key: %v, want ErrEmptyKey", err)
 	}
 	return take(c, 2, 2, cfg, h.Family)
 }
@@ -450,7 +450,7 @@ func checkRefund(t testing.TB, h Harness) error {
 	defer cancel()
 	d, err := r.Refund(ctx, c.req(2))
 	if err != nil {
-		return fmt.Errorf("Refund: %w", err)
+		return fmt.Errorf("refund: %w", err)
 	}
 	c.keep(d)
 	if err := want("Refund of 2", d, true, 2); err != nil {
@@ -466,7 +466,7 @@ func checkRefund(t testing.TB, h Harness) error {
 	}
 	d, err = r.Refund(ctx, fresh.req(3))
 	if err != nil {
-		return fmt.Errorf("Refund: %w", err)
+		return fmt.Errorf("refund: %w", err)
 	}
 	fresh.keep(d)
 	if err := want("Refund of 3 with 1 used", d, true, 3); err != nil {
@@ -483,7 +483,7 @@ func checkRefund(t testing.TB, h Harness) error {
 		return err
 	}
 	if _, err := r.Refund(ctx, ratekit.Request{Key: "k", Cost: 0}); !errors.Is(err, ratekit.ErrInvalidCost) {
-		return fmt.Errorf("Refund of cost 0: %v, want ErrInvalidCost", err)
+		return fmt.Errorf("refund of cost 0: %v, want ErrInvalidCost", err)
 	}
 	return nil
 }
@@ -507,7 +507,7 @@ func checkReset(t testing.TB, h Harness) error {
 	ctx, cancel := ctxFor()
 	defer cancel()
 	if err := r.Reset(ctx, c.key); err != nil {
-		return fmt.Errorf("Reset: %w", err)
+		return fmt.Errorf("reset: %w", err)
 	}
 	c.state = ""
 	if err := take(c, 3, 3, cfg, h.Family); err != nil {
@@ -517,13 +517,13 @@ func checkReset(t testing.TB, h Harness) error {
 		return fmt.Errorf("another key after Reset: %w", err)
 	}
 	if err := r.Reset(ctx, "never-seen-key"); err != nil {
-		return fmt.Errorf("Reset of a key never seen: %w", err)
+		return fmt.Errorf("reset of a key never seen: %w", err)
 	}
 	if err := r.Reset(ctx, ""); !errors.Is(err, ratekit.ErrEmptyKey) {
-		return fmt.Errorf("Reset of an empty key: %v, want ErrEmptyKey", err)
+		return fmt.Errorf("reset of an empty key: %v, want ErrEmptyKey", err)
 	}
 	if err := r.Reset(ctx, strings.Repeat("k", ratekit.MaxKeyLen+1)); !errors.Is(err, ratekit.ErrKeyTooLong) {
-		return fmt.Errorf("Reset of a key of MaxKeyLen+1 bytes: %v, want ErrKeyTooLong", err)
+		return fmt.Errorf("reset of a key of MaxKeyLen+1 bytes: %v, want ErrKeyTooLong", err)
 	}
 	return nil
 }

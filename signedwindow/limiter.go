@@ -151,7 +151,6 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 	if valid {
 		start, count = tf.start, tf.count
 	}
-	end := start + l.windowSec
 
 	var (
 		allowed  bool
@@ -197,7 +196,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 		}
 	}
 	start, replayed := w.start, w.replayed
-	end = start + l.windowSec
+	end := start + l.windowSec
 	if replayed {
 		stateErr = ErrTokenReplayed
 	}
