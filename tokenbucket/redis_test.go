@@ -5,14 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -51,6 +54,87 @@ func TestRedisAtomicExactUnderConcurrency(t *testing.T) {
 		l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: 100, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: store, DeniedCacheSize: cache})
 		if got := hammer(t, l, 64, 50); got != 100 {
 			t.Errorf("denied cache %d: %d admitted, want exactly 100", cache, got)
+		}
+	}
+}
+
+// TestRedisClusterAtomicExact runs Atomic mode on a throwaway Redis Cluster
+// of 3 masters through a go-redis ClusterClient: 12 keys, each hammered by
+// 32 goroutines at once (384 in all, so the Store coalesces commands for
+// several masters into pipelines), admit exactly Burst each, and the keys
+// land on every master. A fresh master knows no script, so each one answers
+// NOSCRIPT first and the EVAL fallback loads it.
+func TestRedisClusterAtomicExact(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), PoolSize: 16})
+	t.Cleanup(func() { client.Close() })
+	counter := &redistest.CommandCounter{}
+	client.AddHook(counter)
+	store, err := redisstore.New(client, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const burst, keys, workers, perWorker = 50, 12, 32, 10
+	l := newLimiter(t, tokenbucket.Config{Name: "p", Burst: burst, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: store})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		admitted [keys]atomic.Int64
+		wg       sync.WaitGroup
+		errs     = make(chan error, keys*workers)
+		start    = make(chan struct{})
+	)
+	for k := range keys {
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				for range perWorker {
+					d, err := l.Allow(ctx, ratekit.Request{Key: fmt.Sprintf("user:%d", k), Cost: 1})
+					if err != nil {
+						errs <- err
+						return
+					}
+					if d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for k := range keys {
+		if got := admitted[k].Load(); got != burst {
+			t.Errorf("key user:%d: %d admitted by %d goroutines, want exactly %d", k, got, workers, burst)
+		}
+	}
+	if counter.Pipelined.Load() == 0 {
+		t.Error("no command went in a coalesced pipeline; the test does not exercise ClusterClient pipelines")
+	}
+	var mu sync.Mutex
+	perMaster := map[string]int64{}
+	err = client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n, err := m.DBSize(ctx).Result()
+		mu.Lock()
+		perMaster[m.Options().Addr] = n
+		mu.Unlock()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(perMaster) != 3 {
+		t.Fatalf("ForEachMaster saw %d masters, want 3", len(perMaster))
+	}
+	for addr, n := range perMaster {
+		if n == 0 {
+			t.Errorf("master %s holds no key (keys per master: %v); the test's keys must spread over all masters", addr, perMaster)
 		}
 	}
 }

@@ -74,7 +74,28 @@
 // script, so instance clocks never enter the math, and a flushed script cache
 // recovers through EVAL) or one shard lock in memory. It is exact: 64
 // workers making 50 requests each against a bucket of 100 with negligible
-// refill admit exactly 100, on memory and on Redis (tests).
+// refill admit exactly 100, on memory, on Redis and on a Redis Cluster of 3
+// masters (tests).
+//
+// # Atomic mode across a Redis failover
+//
+// Exact means exact on one Redis master. Redis replicates asynchronously and
+// the store does not wait for replicas (no WAIT), so when Sentinel or Redis
+// Cluster promotes a replica, a bucket in use at the switch may be counted
+// on both masters: requests the old master admitted but had not yet
+// replicated are admitted again by the new one, and an old master cut off
+// from Sentinel but not from some clients keeps admitting them until it is
+// demoted. Over any interval of length T that contains one failover, a
+// bucket admits at most 2 × (Burst + the tokens RefillRate adds in T), twice
+// what one master admits; with n failovers, (n+1) times as much. Buckets not
+// used between the last replicated write and the switch stay exact.
+// Decisions fail (see [ratekit.FailurePolicy]) from the master's failure
+// until the client reaches the new master: with go-redis's failover client,
+// within 2 × down-after-milliseconds + failover-timeout + 2s of Sentinel's
+// settings, plus one decision's deadline. Package redisstore gives the
+// derivation and the Redis settings that narrow the window;
+// TestRedisSentinelFailover checks both bounds on a live Sentinel, with the
+// master killed and with it cut off.
 //
 // # Denied-key cache
 //

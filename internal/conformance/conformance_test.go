@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -119,6 +120,40 @@ func TestTokenBucketRedis(t *testing.T) {
 					prefix := "ratekit-test:conformance:" + randHex() + ":"
 					t.Cleanup(func() { deleteKeys(client, prefix) })
 					store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return tokenBucket(t, cfg, mode, store, nil)
+				},
+				Family: limitertest.TokenBucket,
+			}
+			if mode == tokenbucket.Eventual {
+				h.MaxAdmitted = upTo
+			}
+			limitertest.Run(t, h)
+		})
+	}
+}
+
+// TestTokenBucketRedisCluster runs the suite on a throwaway Redis Cluster
+// of 3 masters through a go-redis ClusterClient, coalescing on: every
+// script's key carries a hash tag, so no command fails with CROSSSLOT, and
+// the suite's keys land on all the masters (tokenbucket's
+// TestRedisClusterAtomicExact checks the spread).
+func TestTokenBucketRedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: cluster.Addrs(), IsClusterMode: true, PoolSize: 80}, 2*time.Second))
+	t.Cleanup(func() { client.Close() })
+	if _, ok := client.(*redis.ClusterClient); !ok {
+		t.Fatalf("client is a %T, want a *redis.ClusterClient", client)
+	}
+	for _, mode := range []tokenbucket.Mode{tokenbucket.Atomic, tokenbucket.Eventual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			h := limitertest.Harness{
+				New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
+					// A throwaway cluster: its keys go with it.
+					store, err := redisstore.New(client, redisstore.Config{Prefix: "ratekit-test:conformance:" + randHex() + ":"})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -220,8 +220,16 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	// A take is 2^30 units; the rate refills less than one take during
 	// the test.
 	r := kvstore.Refill{Max: 1 << 50, Rate: 1}
-	if _, err := s.Update(context.Background(), "k", r, kvstore.OpPeek, 1); err != nil { // loads the script
-		t.Fatal(err)
+	// Load the script, patiently: the client's 20ms timeouts are meant for
+	// the faults below, and a loaded machine can miss one before them.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		_, err := s.Update(context.Background(), "k", r, kvstore.OpPeek, 1)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	proxy.Latency(2*time.Millisecond, 2*time.Millisecond)
 	proxy.ResetEvery(100*time.Millisecond, 10*time.Millisecond)

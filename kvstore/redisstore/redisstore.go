@@ -29,6 +29,51 @@
 // the context says. Build the client with [ServerlessOptions] (or set the
 // same fields yourself) so that a slow or dead Redis returns an error within
 // the caller's context deadline.
+//
+// # Replication and failover
+//
+// [Store.Update] is exact on one master: every update of a key runs in one
+// script, one after the other. Redis replicates asynchronously and the Store
+// does not wait for replicas (no WAIT): an update is final when the master
+// has run it, before any replica has it. When Sentinel or Redis Cluster
+// promotes a replica, two things can happen to a key in use at the switch:
+//
+//   - the new master holds the key as of the last update it received;
+//     updates the old master acknowledged after that (the replication lag,
+//     on a crash) are lost, and their units are available again;
+//   - an old master cut off from Sentinel but not from every client keeps
+//     applying updates until it is demoted, and those are discarded when
+//     it resynchronises from the new master.
+//
+// Each master's history of a key is exact on its own: over any interval of
+// length T it takes at most Max + Rate × T units (the [kvstore.Refill]'s
+// fields, Rate in units per microsecond and T in microseconds). The new
+// master's history continues a prefix of the old one's, and that shared
+// prefix is counted once. So over an interval that contains one failover a
+// key takes at most 2 × (Max + Rate × T) units, twice what one store takes,
+// less the units of the shared prefix; with n failovers in the interval, at
+// most (n+1) × (Max + Rate × T). Keys not updated between the last
+// replicated update and the switch stay exact. The new master's clock
+// (TIME) takes over too: one that runs s ahead of the old master's refills
+// s × Rate early, which adds to the bound; one behind refills nothing until
+// it catches up.
+//
+// While the master is unreachable, updates fail (an error; what follows is
+// the caller's choice) until the client reaches the new master. With
+// go-redis's failover client that is Sentinel's down-after-milliseconds,
+// the promotion and Sentinel's one-second polling: at most
+// 2 × down-after-milliseconds + failover-timeout + 2s, plus one command's
+// deadline (tested in package tokenbucket on a live Sentinel). On Redis
+// Cluster, cluster-node-timeout plays the part of down-after-milliseconds.
+// An update whose caller gave up may still be applied by the old master: it
+// takes units and admits nothing.
+//
+// Narrowing the window is the server's job: min-replicas-to-write 1 with
+// min-replicas-max-lag N makes an isolated master refuse writes after N
+// seconds, so decisions fail instead of being counted on both sides for
+// longer; only WAIT (one more round trip per decision, and no help against a
+// partition) would close the replication-lag window, and the Store does not
+// use it.
 package redisstore
 
 import (

@@ -81,6 +81,27 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceCluster runs the kvstore suite on a throwaway Redis
+// Cluster of 3 masters through a go-redis ClusterClient, with the default
+// coalescing and with one round trip in flight, where most commands go in
+// pipelines that the client splits by master.
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	for _, n := range []int{0, 1} {
+		t.Run("MaxInFlight="+strconv.Itoa(n), func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) kvstore.Store {
+				s, err := redisstore.New(c, redisstore.Config{Prefix: prefix(t), MaxInFlight: n})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			})
+		})
+	}
+}
+
 func TestNewInvalid(t *testing.T) {
 	if _, err := redisstore.New(nil, redisstore.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Errorf("New(nil): %v, want ratekit.ErrInvalidConfig", err)
