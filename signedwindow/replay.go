@@ -135,15 +135,21 @@ func (c *replayCache) peek(key uint64, valid bool, w window, now int64) window {
 	return s.resolve(key, valid, w, now)
 }
 
-// refund gives cost units back in the window of an accepted token and
-// records the lowered count as the latest issued. It returns the window
-// with the count after the refund.
+// refund gives cost units back in the window resolve picks for an accepted
+// token (the one Allow would have charged) and returns that window with the
+// count after the refund. It records the lowered count as the latest issued,
+// unless the cache remembers an earlier live window for the subject: a
+// refund never moves the window the subject is counted in, so the token's
+// later window (issued by another instance) is left for Allow to adopt.
 func (c *replayCache) refund(key uint64, w window, cost, now int64) window {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w = s.resolve(key, true, w, now)
 	w.count = max(w.count-cost, 0)
+	if e, ok := s.m[key]; ok && e.expires > now && e.start != w.start {
+		return w
+	}
 	s.insert(key, replayEntry{start: w.start, count: w.count, expires: w.expires})
 	return w
 }
