@@ -14,7 +14,8 @@ import (
 // into shards, each a map plus a ring of its keys in insertion order; a full
 // shard evicts its oldest entry (FIFO), expired or not, so memory stays
 // bounded whatever clients send and no background goroutine is needed
-// (Lambda freezes those anyway).
+// (Lambda freezes those anyway). Memory grows with the entries held, not
+// with the configured size.
 type replayCache struct {
 	seed   maphash.Seed
 	mask   uint64
@@ -55,7 +56,6 @@ func newReplayCache(size int) *replayCache {
 		}
 		c.shards[i].size = s
 		c.shards[i].m = make(map[uint64]replayEntry)
-		c.shards[i].ring = make([]uint64, 0, s)
 	}
 	return c
 }
@@ -81,6 +81,13 @@ func (s *replayShard) insert(key uint64, e replayEntry) {
 		return
 	}
 	if len(s.ring) < s.size {
+		// The ring grows with use, never past size, so a large size
+		// reserves nothing up front.
+		if len(s.ring) == cap(s.ring) {
+			ring := make([]uint64, len(s.ring), min(max(2*cap(s.ring), 16), s.size))
+			copy(ring, s.ring)
+			s.ring = ring
+		}
 		s.ring = append(s.ring, key)
 	} else {
 		delete(s.m, s.ring[s.next])
