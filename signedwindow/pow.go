@@ -92,9 +92,9 @@ func (l *Limiter) NewChallenge(subject string, difficulty int) (Challenge, error
 // minDifficulty bits (pass l.Difficulty(used) for the client's count now, so
 // a challenge fetched when the count was lower does not do), and the
 // solution's SHA-256 digest must have that many leading zero bits. It costs
-// one SHA-256 and one HMAC; a solution longer than the longest valid one
-// (55 + 1 + 16 bytes) is refused by its length before it is read, so the
-// cost does not grow with what the client sends.
+// one SHA-256 and one HMAC; a solution far longer than a valid one (more
+// than 103 bytes) is refused by its length before it is read, so the cost
+// does not grow with what the client sends.
 //
 // Without a replay cache a solution can be reused until its challenge
 // expires. With [Config.ReplayCacheSize] set, each challenge is accepted once
