@@ -27,7 +27,9 @@ func TestNewExtremes(t *testing.T) {
 		"Mode":              func(c *tokenbucket.Config, v int64) { c.Mode = tokenbucket.Mode(v) },
 		"DeniedCacheSize":   func(c *tokenbucket.Config, v int64) { c.DeniedCacheSize = int(v) },
 		"Burst=Tokens":      func(c *tokenbucket.Config, v int64) { c.Burst, c.RefillRate.Tokens = v, v },
-		"Tokens=Per":        func(c *tokenbucket.Config, v int64) { c.RefillRate = tokenbucket.Rate{Tokens: v, Per: time.Duration(v)} },
+		"Tokens=Per": func(c *tokenbucket.Config, v int64) {
+			c.RefillRate = tokenbucket.Rate{Tokens: v, Per: time.Duration(v)}
+		},
 	}
 	values := append([]int64{}, extremes.Ints...)
 	for _, d := range extremes.Durations {
