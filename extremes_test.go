@@ -39,9 +39,11 @@ func TestConstructorExtremes(t *testing.T) {
 	}
 	for _, v := range values {
 		for name, set := range map[string]func(*ratekit.GuardConfig){
-			"Timeout":  func(c *ratekit.GuardConfig) { c.Timeout = time.Duration(v) },
-			"OnError":  func(c *ratekit.GuardConfig) { c.OnError = ratekit.FailurePolicy(v) },
-			"Fallback": func(c *ratekit.GuardConfig) { c.OnError, c.Fallback, c.Timeout = ratekit.UseFallback, countLimiter{5}, time.Duration(v) },
+			"Timeout": func(c *ratekit.GuardConfig) { c.Timeout = time.Duration(v) },
+			"OnError": func(c *ratekit.GuardConfig) { c.OnError = ratekit.FailurePolicy(v) },
+			"Fallback": func(c *ratekit.GuardConfig) {
+				c.OnError, c.Fallback, c.Timeout = ratekit.UseFallback, countLimiter{5}, time.Duration(v)
+			},
 		} {
 			gc := ratekit.GuardConfig{Limiter: countLimiter{5}, OnError: ratekit.FailClosed, Logger: slog.New(slog.DiscardHandler)}
 			set(&gc)
