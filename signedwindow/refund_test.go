@@ -378,3 +378,34 @@ func TestRefundChargedRequestToken(t *testing.T) {
 		}
 	}
 }
+
+// TestRefundWithoutEntry refunds without a token when the replay cache
+// remembers no window for the subject: the answer is a fresh window at
+// count 0, as Peek's, and the cache records nothing, so the window a later
+// request starts is the one the subject is counted in, and the refund's
+// older token is counted there as a replay.
+func TestRefundWithoutEntry(t *testing.T) {
+	clock := newClock(t0)
+	cfg := testConfig(clock)
+	cfg.ReplayCacheSize = 64
+	l := mustNew(t, cfg)
+
+	r := refund(t, l, alice, "", 1)
+	if s, c := windowOf(t, l, alice, r.State); s != t0.Unix() || c != 0 {
+		t.Fatalf("refund token: window %d count %d, want %d count 0", s, c, t0.Unix())
+	}
+	clock.Add(10 * time.Second)
+	later := t0.Unix() + 10
+	for range 3 {
+		if d := allow(t, l, alice, ""); !d.Allowed {
+			t.Fatalf("Allow without token: %+v", d)
+		}
+	}
+	d := allow(t, l, alice, r.State)
+	if d.Allowed || !errors.Is(d.StateError, ErrTokenReplayed) {
+		t.Fatalf("Allow with the earlier refund token: %+v, want a denied replay", d)
+	}
+	if s, _ := windowOf(t, l, alice, d.State); s != later {
+		t.Fatalf("counted in window %d, want %d", s, later)
+	}
+}
