@@ -42,10 +42,25 @@ func IPKey(addr netip.Addr) string {
 	return "ip:" + p.String()
 }
 
+// maxIPText is the longest text, white space included, that ParseIPKey
+// reads: an IPv6 address with an embedded IPv4 address is 45 bytes, and a
+// zone or some white space fits in the rest. Longer input is refused by its
+// length before it is read, so refusing it costs the same whatever its size.
+const maxIPText = 100
+
+// maxAPIKeyLen is the longest value APIKey hashes, in bytes: room for
+// bearer tokens (JWTs) with many claims; API Gateway allows 10 KiB per
+// header field. Longer values are refused by their length.
+const maxAPIKeyLen = 16 << 10
+
 // ParseIPKey parses s as a client IP address (no port, no brackets) and
 // returns its [IPKey]. It returns an error matching [ErrNoKey] when s is
-// not an IP address.
+// not an IP address, and without reading s when it is longer than 100
+// bytes.
 func ParseIPKey(s string) (string, error) {
+	if len(s) > maxIPText {
+		return "", fmt.Errorf("%w: %d bytes is too long for an IP address", ErrNoKey, len(s))
+	}
 	addr, err := netip.ParseAddr(strings.TrimSpace(s))
 	if err != nil {
 		return "", fmt.Errorf("%w: %q is not an IP address", ErrNoKey, s)
@@ -95,7 +110,10 @@ func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 // ForwardedForClient returns the [IPKey] of the right-most untrusted entry of
 // the X-Forwarded-For field lines in values, given trustedProxies appending
 // proxies, as [ForwardedForKey] describes. Adapters that receive headers in
-// another form (the lambda package) use it directly.
+// another form (the lambda package) use it directly. It reads the lines from
+// the right and stops at the entry it uses; an entry it passes or uses that
+// is longer than 100 bytes is refused with [ErrNoKey] without being read, so
+// the cost does not grow with what a client writes.
 func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 	if trustedProxies < 1 {
 		return "", fmt.Errorf("%w: at least 1 trusted proxy is needed, got %d", ErrInvalidConfig, trustedProxies)
@@ -104,7 +122,18 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 	for i := len(values) - 1; i >= 0; i-- {
 		line := values[i]
 		for {
-			j := strings.LastIndexByte(line, ',')
+			// Look for the comma before the last entry in at most
+			// maxIPText+1 bytes: a longer entry is not an address, and
+			// scanning no further keeps the cost independent of what the
+			// client wrote to the left.
+			tail := line[max(len(line)-maxIPText-1, 0):]
+			j := strings.LastIndexByte(tail, ',')
+			if j < 0 && len(tail) < len(line) {
+				return "", fmt.Errorf("%w: an X-Forwarded-For entry is longer than %d bytes", ErrNoKey, maxIPText)
+			}
+			if j >= 0 {
+				j += len(line) - len(tail)
+			}
 			entry := line[j+1:]
 			if need--; need == 0 {
 				return ParseIPKey(entry)
@@ -162,8 +191,12 @@ func APIKeyHeaderKey(name string) (KeyFunc, error) {
 
 // APIKey returns the rate-limit key for an API key value as
 // [APIKeyHeaderKey] computes it, or an error matching [ErrNoKey] when the
-// value is empty.
+// value is empty or longer than 16 KiB (refused by its length, before it is
+// read or hashed).
 func APIKey(value string) (string, error) {
+	if len(value) > maxAPIKeyLen {
+		return "", fmt.Errorf("%w: API key field is %d bytes, more than %d", ErrNoKey, len(value), maxAPIKeyLen)
+	}
 	v := strings.TrimSpace(value)
 	if len(v) >= 6 && strings.EqualFold(v[:6], "bearer") && (len(v) == 6 || v[6] == ' ' || v[6] == '\t') {
 		v = strings.TrimSpace(v[6:])

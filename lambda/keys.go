@@ -186,9 +186,16 @@ func EventKey[E any](f func(ctx context.Context, event *E) (string, error)) KeyF
 // HeaderValue returns a function that reads the named header field (any
 // case, surrounding white space trimmed), for Config.IdempotencyKey, as in
 // HeaderValue("Idempotency-Key") (draft-ietf-httpapi-idempotency-key-header).
+// A field longer than [ratekit.MaxKeyLen] plus 256 bytes is returned as it
+// is, without being read, so that it is refused as too long
+// ([ratekit.ErrKeyTooLong]) at a cost that does not grow with its size.
 func HeaderValue(name string) func(*Request) string {
 	name = http.CanonicalHeaderKey(name)
 	return func(r *Request) string {
-		return strings.TrimSpace(r.Header.Get(name))
+		v := r.Header.Get(name)
+		if len(v) > ratekit.MaxKeyLen+256 {
+			return v
+		}
+		return strings.TrimSpace(v)
 	}
 }

@@ -410,7 +410,8 @@ type Result struct {
 	Remaining int64
 
 	// RetryAfter is how long until a request of the same cost can be
-	// admitted: zero when Allowed, positive otherwise.
+	// admitted: zero when Allowed, positive otherwise. Like ResetAfter, it
+	// saturates at the longest time.Duration (about 292 years).
 	RetryAfter time.Duration
 
 	// ResetAfter is how long until the full capacity is available again.
@@ -523,9 +524,19 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	}
 	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
 	retryUS, resetUS := out[2], out[3]
-	r.RetryAfter = time.Duration(retryUS) * time.Microsecond
-	r.ResetAfter = time.Duration(resetUS) * time.Microsecond
+	r.RetryAfter = microseconds(retryUS)
+	r.ResetAfter = microseconds(resetUS)
 	return r, nil
+}
+
+// microseconds converts us to a Duration, saturating at the longest one: a
+// sliding window's reset can lie two windows ahead, beyond what a Duration
+// holds when the window is over 146 years.
+func microseconds(us int64) time.Duration {
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }
 
 // Reset forgets key: its counter, its sliding-log entries and its

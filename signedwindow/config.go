@@ -111,7 +111,10 @@ type Config struct {
 	// kept per subject, nonce or challenge, until it expires or is evicted:
 	// the cache is split into up to 16 shards with their own lock, and a
 	// full shard evicts its oldest entry (first in, first out), expired or
-	// not. Each entry takes about 40 bytes. Requests seen only by other
+	// not. Each entry takes about 40 bytes, allocated as entries are added:
+	// New reserves nothing in proportion to the size, so any size is
+	// accepted and a large one costs memory only as clients fill it.
+	// Requests seen only by other
 	// instances, or whose entry was evicted, are not caught.
 	ReplayCacheSize int
 
@@ -159,11 +162,13 @@ func (p DifficultyPolicy) Bits(used int64) int {
 	if used < p.Free || p.Step == 0 {
 		return p.Base
 	}
-	extra := used - p.Free + 1
-	if extra > int64(p.Max) { // keeps the product below overflow
+	// used >= Free >= 0, so neither difference overflows; with extra and
+	// Step both at most Max (32), neither does the product.
+	extra := used - p.Free
+	if extra >= int64(p.Max) || p.Step > p.Max {
 		return p.Max
 	}
-	bits := int64(p.Base) + extra*int64(p.Step)
+	bits := int64(p.Base) + (extra+1)*int64(p.Step)
 	if bits > int64(p.Max) {
 		return p.Max
 	}

@@ -36,6 +36,21 @@
 // add a per-request CPU price that rises with the count, which makes
 // dropping tokens and flooding expensive rather than impossible.
 //
+// # Refunds
+//
+// [Limiter.Refund] gives units back only in a window that an accepted token
+// names, and never moves the window a subject is counted in. Without the
+// replay cache it lowers the count of the token it is given (the same token
+// twice gives back once). With the cache it lowers the count of the window
+// Allow would charge that token in, the remembered one for a token of the
+// same or an earlier window. A refund whose token is not accepted (none, a
+// forged one, one of a window that has ended) gives nothing back and
+// answers as [Limiter.Peek] does: with the cache, the remembered window at
+// its count, so dropping the token on calls that are refunded cannot win a
+// fresh window; without it, a fresh window at count 0, which a client gets
+// anyway by sending no token. A call charged in one window and refunded
+// after that window ended is not refunded in the next one.
+//
 // # Token format, version 1
 //
 // A token is the unpadded base64url encoding (RFC 4648, section 5) of

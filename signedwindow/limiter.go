@@ -110,9 +110,31 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 
 // Refund gives req.Cost units back to the window carried in req.State (the
 // count never goes below 0) and returns the decision with Allowed true and
-// the new token in Decision.State. A refund on a token that is not accepted
-// has nothing to give back: it returns a fresh window's token and the reason
-// in Decision.StateError. It returns the same errors as Allow.
+// the new token in Decision.State. Pass the state of the request that was
+// charged, or better the token its Allow returned. A refund never moves the
+// window the subject is counted in:
+//
+//   - Without a replay cache, an accepted token is refunded in its own
+//     window. Refunding the same token again gives the same answer, so the
+//     units come back once.
+//   - With [Config.ReplayCacheSize], an accepted token is refunded in the
+//     window Allow would charge it in: the remembered window when the token
+//     is of the same or an earlier window (a replayed token, reported as
+//     [ErrTokenReplayed], is refunded from the remembered count), otherwise
+//     the token's own window (issued by another instance), which the cache
+//     adopts only when it remembers no live window for the subject. The
+//     token Allow returned refunds once however often it is sent; each
+//     refund with an older token (such as the one the charged request
+//     carried, which Allow's answer made a replay) gives units back again.
+//   - A token that is not accepted (missing, forged, for another subject or
+//     policy, expired, of a window that has ended) names no window the
+//     request was charged in, so nothing is given back: Refund answers as
+//     [Limiter.Peek] does, with the reason in Decision.StateError. With the
+//     cache that is the remembered window at its count; without it, a fresh
+//     window at count 0, no more than a client gets by sending no token.
+//     A request sent without a token is therefore charged and not refunded.
+//
+// It returns the same errors as Allow.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	return l.decide(ctx, req, opRefund)
 }
@@ -184,16 +206,24 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 		}
 		allowed = w.count <= l.limit-req.Cost
 		newCount = w.count
-	case op == opRefund:
-		// A token that was not accepted has nothing to give back, and must
-		// not lower the window other requests of the subject are counted in.
+	case op == opRefund && !valid:
+		// A token that was not accepted names no window the request was
+		// charged in: give nothing back, and answer as Peek does. With the
+		// cache that is the remembered window, so the answer never carries
+		// a window other than the one the subject is counted in (a fresh
+		// window here would let the next Allow adopt it and start over).
 		allowed = true
-		if valid && l.replay != nil {
-			w = l.replay.refund(key, w, req.Cost, nowMs)
-			newCount = w.count
-		} else {
-			newCount = max(count-req.Cost, 0)
+		if l.replay != nil {
+			w = l.replay.peek(key, false, w, nowMs)
 		}
+		newCount = w.count
+	case op == opRefund && l.replay != nil:
+		allowed = true
+		w = l.replay.refund(key, w, req.Cost, nowMs)
+		newCount = w.count
+	case op == opRefund:
+		allowed = true
+		newCount = max(count-req.Cost, 0)
 	}
 	start, replayed := w.start, w.replayed
 	end := start + l.windowSec

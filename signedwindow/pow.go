@@ -92,7 +92,9 @@ func (l *Limiter) NewChallenge(subject string, difficulty int) (Challenge, error
 // minDifficulty bits (pass l.Difficulty(used) for the client's count now, so
 // a challenge fetched when the count was lower does not do), and the
 // solution's SHA-256 digest must have that many leading zero bits. It costs
-// one SHA-256 and one HMAC.
+// one SHA-256 and one HMAC; a solution far longer than a valid one (more
+// than 103 bytes) is refused by its length before it is read, so the cost
+// does not grow with what the client sends.
 //
 // Without a replay cache a solution can be reused until its challenge
 // expires. With [Config.ReplayCacheSize] set, each challenge is accepted once
@@ -169,8 +171,13 @@ func splitSolution(s string) (challenge string, counter uint64, err error) {
 	if s == "" {
 		return "", 0, ErrTokenMissing
 	}
+	// Refused by length before anything reads s, so that refusing a
+	// solution costs the same whatever its size.
+	if len(s) > maxEncLen+1+maxCounterDigits {
+		return "", 0, ErrTokenMalformed
+	}
 	i := strings.LastIndexByte(s, '.')
-	if i < 0 || len(s) > maxEncLen+1+maxCounterDigits {
+	if i < 0 {
 		return "", 0, ErrTokenMalformed
 	}
 	digits := s[i+1:]

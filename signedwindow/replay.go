@@ -14,7 +14,8 @@ import (
 // into shards, each a map plus a ring of its keys in insertion order; a full
 // shard evicts its oldest entry (FIFO), expired or not, so memory stays
 // bounded whatever clients send and no background goroutine is needed
-// (Lambda freezes those anyway).
+// (Lambda freezes those anyway). Memory grows with the entries held, not
+// with the configured size.
 type replayCache struct {
 	seed   maphash.Seed
 	mask   uint64
@@ -55,7 +56,6 @@ func newReplayCache(size int) *replayCache {
 		}
 		c.shards[i].size = s
 		c.shards[i].m = make(map[uint64]replayEntry)
-		c.shards[i].ring = make([]uint64, 0, s)
 	}
 	return c
 }
@@ -81,6 +81,13 @@ func (s *replayShard) insert(key uint64, e replayEntry) {
 		return
 	}
 	if len(s.ring) < s.size {
+		// The ring grows with use, never past size, so a large size
+		// reserves nothing up front.
+		if len(s.ring) == cap(s.ring) {
+			ring := make([]uint64, len(s.ring), min(max(2*cap(s.ring), 16), s.size))
+			copy(ring, s.ring)
+			s.ring = ring
+		}
 		s.ring = append(s.ring, key)
 	} else {
 		delete(s.m, s.ring[s.next])
@@ -135,15 +142,21 @@ func (c *replayCache) peek(key uint64, valid bool, w window, now int64) window {
 	return s.resolve(key, valid, w, now)
 }
 
-// refund gives cost units back in the window of an accepted token and
-// records the lowered count as the latest issued. It returns the window
-// with the count after the refund.
+// refund gives cost units back in the window resolve picks for an accepted
+// token (the one Allow would have charged) and returns that window with the
+// count after the refund. It records the lowered count as the latest issued,
+// unless the cache remembers an earlier live window for the subject: a
+// refund never moves the window the subject is counted in, so the token's
+// later window (issued by another instance) is left for Allow to adopt.
 func (c *replayCache) refund(key uint64, w window, cost, now int64) window {
 	s := c.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w = s.resolve(key, true, w, now)
 	w.count = max(w.count-cost, 0)
+	if e, ok := s.m[key]; ok && e.expires > now && e.start != w.start {
+		return w
+	}
 	s.insert(key, replayEntry{start: w.start, count: w.count, expires: w.expires})
 	return w
 }
