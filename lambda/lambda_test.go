@@ -515,7 +515,7 @@ func TestFailurePolicies(t *testing.T) {
 }
 
 // The limiter runs under the invocation's context, so the Lambda deadline
-// bounds it; the handler sees the charged request with its idempotency key.
+// (minus the Guard's DeadlineMargin) bounds it; the handler sees the charged request with its idempotency key.
 func TestInvocationContext(t *testing.T) {
 	rec := &recorder{}
 	a := adapter(t, lambda.Config{
@@ -534,8 +534,8 @@ func TestInvocationContext(t *testing.T) {
 	defer cancel()
 	payload := fixture(t, "httpapi.json", func(m map[string]any) { obj(m, "headers")["idempotency-key"] = " req-8f14e45f " })
 	invoke[events.APIGatewayV2HTTPResponse](t, ctx, h, payload)
-	if !rec.deadline.Equal(deadline) {
-		t.Errorf("limiter saw deadline %v, want the invocation's %v", rec.deadline, deadline)
+	if want := deadline.Add(-ratekit.DefaultDeadlineMargin); !rec.deadline.Equal(want) {
+		t.Errorf("limiter saw deadline %v, want the invocation's %v minus DefaultDeadlineMargin", rec.deadline, deadline)
 	}
 	got := rec.last(t)
 	if got.Cost != 4 || got.IdempotencyKey != "req-8f14e45f" || seen != got {
