@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -103,6 +104,18 @@ type quoteResult struct {
 
 func call(t *testing.T, h awslambda.Handler, apiKey, symbol, idem string) quoteResult {
 	t.Helper()
+	return callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+		ev.Headers["x-api-key"] = apiKey
+		if idem != "" {
+			ev.Headers["idempotency-key"] = idem
+		}
+		ev.QueryStringParameters["symbol"] = symbol
+	})
+}
+
+// callWith invokes h with testdata/event.json changed by patch.
+func callWith(t *testing.T, h awslambda.Handler, patch func(*events.APIGatewayV2HTTPRequest)) quoteResult {
+	t.Helper()
 	raw, err := os.ReadFile("testdata/event.json")
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +124,7 @@ func call(t *testing.T, h awslambda.Handler, apiKey, symbol, idem string) quoteR
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		t.Fatal(err)
 	}
-	ev.Headers["x-api-key"] = apiKey
-	if idem != "" {
-		ev.Headers["idempotency-key"] = idem
-	}
-	ev.QueryStringParameters["symbol"] = symbol
+	patch(&ev)
 	payload, _ := json.Marshal(ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the invocation's deadline
 	defer cancel()
@@ -291,5 +300,48 @@ func TestBurstIsExact(t *testing.T) {
 	t.Logf("%d calls in %v: %d admitted, %d denied, %d other", burst, time.Since(start).Round(time.Millisecond), ok.Load(), denied.Load(), other.Load())
 	if ok.Load() != burstQuota || denied.Load() != burst-burstQuota || other.Load() != 0 {
 		t.Fatalf("admitted %d, denied %d, other %d; want exactly %d and %d", ok.Load(), denied.Load(), other.Load(), burstQuota, burst-burstQuota)
+	}
+}
+
+// An event with two differently-cased copies of X-Api-Key (possible with a
+// direct Invoke) must not authenticate one copy and charge the other: an
+// invented key in the second copy would get a fresh quota on every call.
+// The copies are refused with 400 unless they agree.
+func TestDuplicateAPIKeyCopies(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	store := testStore(t, prefix, 1, customer)
+	a, err := newAPI(config{store: store, prefix: prefix, quota: 1, keys: []string{customer}, logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awslambda.NewHandler(a.handler)
+	if r := call(t, h, customer, "ACME", ""); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	var invented []string
+	t.Cleanup(func() {
+		for _, k := range invented {
+			a.limiter.Reset(context.Background(), mustAPIKey(k))
+		}
+	})
+	for i := 0; i < 40; i++ { // the order of a map's names varies
+		other := fmt.Sprintf("invented-%s-%d", prefix, i)
+		invented = append(invented, other)
+		r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+			ev.Headers["x-api-key"] = customer
+			ev.Headers["X-Api-Key"] = other
+		})
+		if r.status != 400 {
+			t.Fatalf("call %d with conflicting copies: %d %s, want 400", i, r.status, r.body)
+		}
+	}
+	// Copies that agree are one key: the customer's, whose quota is spent.
+	r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+		ev.Headers["x-api-key"] = customer
+		ev.Headers["X-API-KEY"] = customer
+	})
+	if r.status != 429 {
+		t.Fatalf("agreeing copies past the quota: %d %s, want 429", r.status, r.body)
 	}
 }
