@@ -85,12 +85,14 @@ type GuardConfig struct {
 	// deadline of the caller's context (in Lambda, the invocation deadline;
 	// behind net/http, a deadline a server or earlier middleware set). Each
 	// limiter call is bounded by the earlier of Timeout and the caller's
-	// deadline minus DeadlineMargin, so a store that does not answer ends in
-	// the failure policy's answer (503 under FailClosed) while the caller
-	// still listens, rather than in the caller's own timeout. With
-	// UseFallback the limiter gets at most half of the time left before that
-	// bound and the fallback the rest, so the fallback gets time too. A
-	// context without a deadline is bounded by Timeout alone.
+	// deadline minus the margin, so a store that does not answer ends in the
+	// failure policy's answer (503 under FailClosed) while the caller still
+	// listens, rather than in the caller's own timeout. The margin is
+	// DeadlineMargin, or a tenth of the time left before the deadline when
+	// Check starts if that is less, so that a short deadline is not spent on
+	// the margin. With UseFallback the limiter gets at most half of the time
+	// left before that bound and the fallback the rest, so the fallback gets
+	// time too. A context without a deadline is bounded by Timeout alone.
 	//
 	// Zero means DefaultDeadlineMargin; a negative margin is invalid. Set it
 	// above the time the handler needs to answer after a refusal.
@@ -261,7 +263,8 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 	if ctx.Err() != nil {
 		return g.callerGone(ctx, nil, dst)
 	}
-	d, err := g.allow(ctx, g.cfg.Limiter, req, g.cfg.OnError == UseFallback)
+	last, hasLast := g.limit(ctx, time.Now())
+	d, err := g.allow(ctx, g.cfg.Limiter, req, last, hasLast, g.cfg.OnError == UseFallback)
 	if err != nil {
 		if errors.Is(err, ErrInvalidRequest) {
 			return g.BadRequest(err, dst)
@@ -274,7 +277,7 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
 			return Result{Err: err}
 		case UseFallback:
-			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, false)
+			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
 				g.log.WarnContext(ctx, "ratekit: limiter failed; decided by the fallback", "error", err)
 				res := g.decided(fd, dst)
@@ -322,17 +325,28 @@ func (g *Guard) BadRequest(err error, dst http.Header) Result {
 	}
 }
 
-// allow calls l under the bound of [GuardConfig.Timeout] and
-// [GuardConfig.DeadlineMargin]. shared says that a fallback call may follow,
-// which gets the second half of the time left before the caller's deadline.
-func (g *Guard) allow(ctx context.Context, l Limiter, req Request, shared bool) (Decision, error) {
+// limit returns the time by which every limiter call of a Check that
+// starts now must end to leave the margin before ctx's deadline, and false
+// when ctx has no deadline.
+func (g *Guard) limit(ctx context.Context, now time.Time) (time.Time, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	margin := min(g.cfg.DeadlineMargin, dl.Sub(now)/10)
+	return dl.Add(-max(margin, 0)), true
+}
+
+// allow calls l under the bound of [GuardConfig.Timeout] and last, the
+// result of limit (when hasLast). shared says that a fallback call may
+// follow, which gets the second half of the time left before last.
+func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Time, hasLast, shared bool) (Decision, error) {
 	var end time.Time
 	now := time.Now()
 	if g.cfg.Timeout > 0 {
 		end = now.Add(g.cfg.Timeout)
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		last := dl.Add(-g.cfg.DeadlineMargin)
+	if hasLast {
 		if shared && last.After(now) {
 			last = now.Add(last.Sub(now) / 2)
 		}

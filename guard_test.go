@@ -118,24 +118,26 @@ func TestCheckCallerGoneResult(t *testing.T) {
 
 // Each limiter call ends DeadlineMargin before the caller's deadline (or
 // at Timeout, whichever is earlier), so that the failure policy answers
-// while the caller still listens. With UseFallback the primary gets half of
-// the time left, and the fallback the rest.
+// while the caller still listens; a short deadline gives up a tenth of its
+// time at most. With UseFallback the primary gets half of the time left,
+// and the fallback the rest.
 func TestGuardDeadlineMargin(t *testing.T) {
-	const margin = 300 * time.Millisecond
+	const margin = 200 * time.Millisecond
 	tests := []struct {
 		name    string
 		timeout time.Duration
 		left    time.Duration // from the call to the caller's deadline
 		policy  FailurePolicy
 	}{
-		{"deadline before timeout", 10 * time.Second, 1500 * time.Millisecond, FailClosed},
+		{"deadline before timeout", 10 * time.Second, 2500 * time.Millisecond, FailClosed},
 		{"timeout before deadline", 400 * time.Millisecond, 10 * time.Second, FailClosed},
-		{"no timeout", 0, 1500 * time.Millisecond, FailClosed},
-		{"fallback gets time too", 10 * time.Second, 1500 * time.Millisecond, UseFallback},
-		{"deadline within the margin", 10 * time.Second, margin / 2, FailClosed},
+		{"no timeout", 0, 2500 * time.Millisecond, FailClosed},
+		{"fallback gets time too", 10 * time.Second, 2500 * time.Millisecond, UseFallback},
+		{"short deadline", 10 * time.Second, margin, FailClosed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			primary, fallback := &blockingLimiter{}, &blockingLimiter{}
 			cfg := GuardConfig{Limiter: primary, OnError: tc.policy, Timeout: tc.timeout, DeadlineMargin: margin, Logger: slog.New(slog.DiscardHandler)}
 			if tc.policy == UseFallback {
@@ -158,11 +160,19 @@ func TestGuardDeadlineMargin(t *testing.T) {
 				t.Fatalf("result %+v, want 503 by the failure policy", res)
 			}
 			got := primary.deadline(t, 0)
+			// The full margin unless a tenth of the time left is less
+			// (Check starts within half a second of start here).
 			latest := deadline.Add(-margin)
+			if tc.left < 10*margin {
+				latest = deadline
+				if earliest := start.Add(tc.left * 8 / 10); got.Before(earliest) {
+					t.Errorf("a short deadline lost %v to the margin, more than a tenth of %v", deadline.Sub(got), tc.left)
+				}
+			}
 			if tc.timeout > 0 && end.Add(tc.timeout).Before(latest) {
 				latest = end.Add(tc.timeout)
 			}
-			if got.IsZero() || got.After(latest) {
+			if got.IsZero() || !got.Before(latest.Add(time.Nanosecond)) {
 				t.Errorf("the limiter's deadline is %v after the latest allowed", got.Sub(latest))
 			}
 			if tc.policy == UseFallback {
