@@ -2,8 +2,12 @@ package lambda_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"sync/atomic"
 	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/lambda"
@@ -76,4 +80,80 @@ func mustAPIKey(t testing.TB, v string) string {
 		t.Fatal(err)
 	}
 	return k
+}
+
+func TestEventHeader(t *testing.T) {
+	rest := &events.APIGatewayProxyRequest{
+		Headers:           map[string]string{"x-api-key": "ignored: the multi-value map wins"},
+		MultiValueHeaders: map[string][]string{"x-forwarded-for": {"192.0.2.1", "198.51.100.7"}, "X-Forwarded-For": {"192.0.2.1", "198.51.100.7"}, "accept": {"*/*"}},
+	}
+	h, err := lambda.EventHeader(rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Agreeing copies are one field: a doubled X-Forwarded-For would move
+	// the right-most untrusted entry.
+	if got := h.Values("X-Forwarded-For"); len(got) != 2 || got[0] != "192.0.2.1" || got[1] != "198.51.100.7" {
+		t.Errorf("X-Forwarded-For %q", got)
+	}
+	if h.Get("X-Api-Key") != "" || h.Get("Accept") != "*/*" {
+		t.Errorf("header %v", h)
+	}
+	h["Accept"][0] = "changed"
+	if rest.MultiValueHeaders["accept"][0] != "*/*" {
+		t.Error("the Header shares a slice with the event")
+	}
+
+	rest.MultiValueHeaders["X-FORWARDED-FOR"] = []string{"203.0.113.9"}
+	if _, err := lambda.EventHeader(rest); !errors.Is(err, lambda.ErrConflictingHeader) || !errors.Is(err, ratekit.ErrInvalidRequest) {
+		t.Errorf("conflicting multi-value copies: %v", err)
+	}
+
+	url := &events.LambdaFunctionURLRequest{Headers: map[string]string{"cookie": "a=1"}, Cookies: []string{"b=2", "c=3"}}
+	h, err = lambda.EventHeader(url)
+	if err != nil || len(h["Cookie"]) != 2 || h["Cookie"][1] != "b=2; c=3" {
+		t.Errorf("cookies: %q, %v", h["Cookie"], err)
+	}
+
+	for _, ev := range []any{nil, events.APIGatewayV2HTTPRequest{}, &events.SQSEvent{}} {
+		if _, err := lambda.EventHeader(ev); !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("EventHeader(%T): %v, want ErrInvalidConfig", ev, err)
+		}
+	}
+}
+
+// FuzzEventHeader: two header names and values; copies of one field under
+// names that differ in case are refused exactly when their values differ,
+// and otherwise every name reads back its value, the same on every call.
+func FuzzEventHeader(f *testing.F) {
+	f.Add("x-api-key", "a", "X-Api-Key", "b")
+	f.Add("x-api-key", "a", "X-API-KEY", "a")
+	f.Add("accept", "*/*", "x-api-key", "k")
+	f.Add("", "", "\x00", "\xff")
+	f.Fuzz(func(t *testing.T, n1, v1, n2, v2 string) {
+		ev := &events.APIGatewayV2HTTPRequest{Headers: map[string]string{n1: v1, n2: v2}}
+		first, ferr := lambda.EventHeader(ev)
+		for i := 0; i < 4; i++ {
+			h, err := lambda.EventHeader(ev)
+			if (err == nil) != (ferr == nil) || (err == nil && h.Get(n1) != first.Get(n1)) {
+				t.Fatalf("EventHeader differs between calls: %v / %v", err, ferr)
+			}
+		}
+		conflict := n1 != n2 && http.CanonicalHeaderKey(n1) == http.CanonicalHeaderKey(n2) && v1 != v2
+		if conflict {
+			if !errors.Is(ferr, lambda.ErrConflictingHeader) {
+				t.Fatalf("conflicting copies %q=%q, %q=%q: %v", n1, v1, n2, v2, ferr)
+			}
+			return
+		}
+		if ferr != nil {
+			t.Fatalf("no conflict, error %v", ferr)
+		}
+		if n1 != n2 && first.Get(n1) != v1 {
+			t.Fatalf("%q reads %q, want %q", n1, first.Get(n1), v1)
+		}
+		if first.Get(n2) != v2 {
+			t.Fatalf("%q reads %q, want %q", n2, first.Get(n2), v2)
+		}
+	})
 }
