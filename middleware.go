@@ -41,7 +41,10 @@ type MiddlewareConfig struct {
 // their context ([DecisionFromContext], [RequestFromContext]);
 // denied requests get 429 with Retry-After and a problem+json body (or
 // cfg.Denied); limiter failures follow cfg.OnError; requests without a usable
-// key get 400.
+// key get 400. A request whose context ended before the limiter decided (the
+// client disconnected) never reaches next, whatever cfg.OnError says, and
+// each limiter call ends DeadlineMargin before the request context's
+// deadline, if it has one (see [Guard.Check]).
 //
 // This is what a Cloud Run service or any net/http server uses. It returns an
 // error matching [ErrInvalidConfig] for an invalid cfg. The returned

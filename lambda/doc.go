@@ -21,7 +21,9 @@
 //
 // For every invocation the wrapper builds a [Request] (the event's header
 // fields under canonical names, whatever case the event used, its cookies
-// and its source IP), derives the key with [Config.Key], reads the client
+// and its source IP; an event with differing copies of one field under
+// differently-cased names gets 400, and code in front of the adapter reads
+// the same fields with [EventHeader]), derives the key with [Config.Key], reads the client
 // state with [ratekit.Guard.State] and calls [ratekit.Guard.Check] with the
 // invocation's context. Each limiter call ends by the earlier of
 // [ratekit.GuardConfig.Timeout] and the invocation deadline minus

@@ -37,6 +37,10 @@ type Request struct {
 	// used when the event has them. The cookies that HTTP API and function
 	// URL events carry in their own list are added as a Cookie field, so
 	// [ratekit.Guard.State] finds the state cookie in every event type.
+	// Copies of one field under names that differ in case only are one field
+	// when their values agree; an event whose copies differ is answered with
+	// 400 before any Config function runs ([EventHeader],
+	// [ErrConflictingHeader]).
 	Header http.Header
 
 	// SourceIP is the client address that API Gateway or the function URL
