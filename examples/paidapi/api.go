@@ -156,16 +156,26 @@ func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 	}, nil
 }
 
+// refundTimeout bounds a refund.
+const refundTimeout = 2 * time.Second
+
 // refund gives the call back, with the same key, cost and idempotency key
 // that were charged (so a retried refund counts once), and returns resp
 // with RateLimit fields that show the refunded count. It runs even when the
-// invocation's context has ended, within a bound of its own.
+// handler's context was cancelled, but ends by the earlier of refundTimeout
+// and the invocation deadline minus ratekit.DefaultDeadlineMargin, so that
+// the answer leaves in time; a refund that does not finish leaves the call
+// charged.
 func (a *api) refund(ctx context.Context, resp events.APIGatewayV2HTTPResponse) events.APIGatewayV2HTTPResponse {
 	req, ok := ratekit.RequestFromContext(ctx)
 	if !ok {
 		return resp // no decision was made: nothing was charged
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	end := time.Now().Add(refundTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-ratekit.DefaultDeadlineMargin).Before(end) {
+		end = dl.Add(-ratekit.DefaultDeadlineMargin)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
 	d, err := a.limiter.Refund(ctx, req)
 	if err != nil {

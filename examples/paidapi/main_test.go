@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
 )
@@ -344,4 +347,71 @@ func TestDuplicateAPIKeyCopies(t *testing.T) {
 	if r.status != 429 {
 		t.Fatalf("agreeing copies past the quota: %d %s, want 429", r.status, r.body)
 	}
+}
+
+// A refund whose database stops answering must not outlive the invocation:
+// with a function timeout shorter than the refund's own bound, the call
+// used to end in "Task timed out". The refund ends DefaultDeadlineMargin
+// before the invocation deadline and the 502 is answered in time (the call
+// then stays charged).
+func TestRefundWithinDeadline(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	testStore(t, prefix, 5, customer) // forgets the key afterwards
+	pcfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.Start(t, net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Listen)
+	pcfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pcfg.ConnConfig.Port = uint16(p)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(proxy.RemoveLatency) // before pool.Close: cleanups run last first
+	store, err := pgstore.New(pool, pgstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAPI(config{
+		store: store, prefix: prefix, quota: 5, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
+		quote: func(context.Context, string) (float64, error) {
+			proxy.Latency(time.Minute, 0) // the database stops answering
+			return 0, errors.New("upstream failed")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := mustEvent(t, customer)
+	deadline := time.Now().Add(1500 * time.Millisecond) // a 1.5 s function timeout
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	out, err := awslambda.NewHandler(a.handler).Invoke(ctx, ev)
+	if late := time.Since(deadline); err != nil || late >= 0 {
+		t.Fatalf("Invoke returned %v after the invocation deadline (err %v): Task timed out", late, err)
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("response %s (%v), want 502", out, err)
+	}
+}
+
+func mustEvent(t *testing.T, apiKey string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/event.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	ev.Headers["x-api-key"] = apiKey
+	payload, _ := json.Marshal(ev)
+	return payload
 }
