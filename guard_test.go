@@ -195,3 +195,21 @@ func TestNewGuardRejectsNegativeMargin(t *testing.T) {
 		t.Fatalf("NewGuard with a negative DeadlineMargin: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// Behind net/http, a deadline that a server or earlier middleware set
+// (http.TimeoutHandler here) bounds the limiter call the same way: the
+// Guard's own 503 problem answer, not the timeout handler's.
+func TestMiddlewareDeadlineMargin(t *testing.T) {
+	mw, err := Middleware(MiddlewareConfig{
+		GuardConfig: GuardConfig{Limiter: &blockingLimiter{}, OnError: FailClosed, Timeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)},
+		Key:         RemoteAddrKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.TimeoutHandler(mw(okHandler), 1500*time.Millisecond, "timeout handler")
+	w := serve(h, request("198.51.100.1:1"))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") != ProblemContentType {
+		t.Fatalf("status %d, Content-Type %q, body %q; want the Guard's 503 problem", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+}
