@@ -77,8 +77,8 @@ type GuardConfig struct {
 
 	// Timeout, when positive, bounds each limiter call (and each fallback
 	// call), so a slow store costs at most Timeout per request. Zero adds no
-	// bound of its own. Either way a call also ends DeadlineMargin before
-	// the caller's deadline (see DeadlineMargin).
+	// bound of its own. Either way a call also ends before the caller's
+	// deadline, by the margin that DeadlineMargin describes.
 	Timeout time.Duration
 
 	// DeadlineMargin is the time a Guard keeps for answering before the
