@@ -11,9 +11,13 @@ import (
 )
 
 // FailurePolicy says what a [Guard] does when its limiter returns an error
-// other than an invalid request: the limiter could not decide, typically
-// because its store is slow or down. There is no default; the zero value is
-// invalid, so that every deployment makes this choice explicitly.
+// other than an invalid request while the caller still waits: the limiter
+// could not decide, typically because its store is slow or down, or it ran
+// past the Guard's own bound ([GuardConfig.Timeout],
+// [GuardConfig.DeadlineMargin]). A caller that gave up (its context ended)
+// is not a limiter failure, and no policy applies to it: see [Guard.Check].
+// There is no default; the zero value is invalid, so that every deployment
+// makes this choice explicitly.
 type FailurePolicy int
 
 const (
@@ -53,6 +57,11 @@ const (
 	DefaultStateCookie = "ratekit_token"
 )
 
+// DefaultDeadlineMargin is the [GuardConfig.DeadlineMargin] of a
+// configuration that sets none: enough to build and return an answer in a
+// Lambda function or a net/http handler.
+const DefaultDeadlineMargin = 100 * time.Millisecond
+
 // GuardConfig configures a [Guard]. Limiter and OnError are required.
 type GuardConfig struct {
 	// Limiter decides each request.
@@ -67,16 +76,27 @@ type GuardConfig struct {
 	Fallback Limiter
 
 	// Timeout, when positive, bounds each limiter call (and each fallback
-	// call) in addition to the caller's context, so a slow store costs at
-	// most Timeout per request. Zero adds no bound: the caller's context
-	// alone decides (in Lambda, the invocation deadline).
-	//
-	// With UseFallback, set Timeout below the callers' deadline: a limiter
-	// call that runs until the caller's own deadline leaves no time for the
-	// fallback, which then fails too, and the guard fails closed. (The
-	// chaos tests in internal/chaostest use a 200 ms caller deadline and a
-	// 100 ms Timeout.)
+	// call), so a slow store costs at most Timeout per request. Zero adds no
+	// bound of its own. Either way a call also ends before the caller's
+	// deadline, by the margin that DeadlineMargin describes.
 	Timeout time.Duration
+
+	// DeadlineMargin is the time a Guard keeps for answering before the
+	// deadline of the caller's context (in Lambda, the invocation deadline;
+	// behind net/http, a deadline a server or earlier middleware set). Each
+	// limiter call is bounded by the earlier of Timeout and the caller's
+	// deadline minus the margin, so a store that does not answer ends in the
+	// failure policy's answer (503 under FailClosed) while the caller still
+	// listens, rather than in the caller's own timeout. The margin is
+	// DeadlineMargin, or a tenth of the time left before the deadline when
+	// Check starts if that is less, so that a short deadline is not spent on
+	// the margin. With UseFallback the limiter gets at most half of the time
+	// left before that bound and the fallback the rest, so the fallback gets
+	// time too. A context without a deadline is bounded by Timeout alone.
+	//
+	// Zero means DefaultDeadlineMargin; a negative margin is invalid. Set it
+	// above the time the handler needs to answer after a refusal.
+	DeadlineMargin time.Duration
 
 	// Logger receives FailOpen and fallback events at level Warn. Nil means
 	// slog.Default(). Keys are never logged: they are IP addresses and API
@@ -120,7 +140,8 @@ type Guard struct {
 
 // NewGuard validates cfg and returns a Guard. It returns an error matching
 // [ErrInvalidConfig] when Limiter is nil, OnError is not one of the defined
-// policies, Fallback does not match OnError, Timeout is negative, or a state
+// policies, Fallback does not match OnError, Timeout or DeadlineMargin is
+// negative, or a state
 // header or cookie name is not a valid token.
 func NewGuard(cfg GuardConfig) (*Guard, error) {
 	switch {
@@ -134,6 +155,11 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		return nil, fmt.Errorf("%w: GuardConfig.Fallback is set but OnError is %v", ErrInvalidConfig, cfg.OnError)
 	case cfg.Timeout < 0:
 		return nil, fmt.Errorf("%w: GuardConfig.Timeout is negative", ErrInvalidConfig)
+	case cfg.DeadlineMargin < 0:
+		return nil, fmt.Errorf("%w: GuardConfig.DeadlineMargin is negative", ErrInvalidConfig)
+	}
+	if cfg.DeadlineMargin == 0 {
+		cfg.DeadlineMargin = DefaultDeadlineMargin
 	}
 	if cfg.StateHeader == "" {
 		cfg.StateHeader = DefaultStateHeader
@@ -220,27 +246,46 @@ func (g *Guard) State(h http.Header) string {
 //
 // An invalid request (errors.Is ErrInvalidRequest) gets 400 whatever the
 // failure policy, so that a client cannot bypass the limit with an
-// oversized key. Any other limiter error is handled by OnError.
+// oversized key. Each limiter call is bounded as [GuardConfig.Timeout] and
+// [GuardConfig.DeadlineMargin] say.
+//
+// A caller that gave up is not a limiter failure: when ctx has ended
+// (the client disconnected, the caller's deadline passed) before or during
+// the limiter call, Check applies no failure policy, asks no fallback and
+// returns a Result that does not proceed (503, with Err matching ctx.Err()
+// with errors.Is), so that the handler does not run unmetered. Only the
+// limiter's own failures (its store failed, or the Guard's bound expired
+// while ctx was still live) go to OnError.
 func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result {
 	if err := req.Validate(); err != nil {
 		return g.BadRequest(err, dst)
 	}
-	d, err := g.allow(ctx, g.cfg.Limiter, req)
+	if ctx.Err() != nil {
+		return g.callerGone(ctx, nil, dst)
+	}
+	last, hasLast := g.limit(ctx, time.Now())
+	d, err := g.allow(ctx, g.cfg.Limiter, req, last, hasLast, g.cfg.OnError == UseFallback)
 	if err != nil {
 		if errors.Is(err, ErrInvalidRequest) {
 			return g.BadRequest(err, dst)
+		}
+		if ctx.Err() != nil {
+			return g.callerGone(ctx, err, dst)
 		}
 		switch g.cfg.OnError {
 		case FailOpen:
 			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
 			return Result{Err: err}
 		case UseFallback:
-			fd, ferr := g.allow(ctx, g.cfg.Fallback, req)
+			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
 				g.log.WarnContext(ctx, "ratekit: limiter failed; decided by the fallback", "error", err)
 				res := g.decided(fd, dst)
 				res.Err = err
 				return res
+			}
+			if ctx.Err() != nil {
+				return g.callerGone(ctx, errors.Join(err, ferr), dst)
 			}
 			g.log.WarnContext(ctx, "ratekit: limiter and fallback failed; failing closed", "error", err, "fallback_error", ferr)
 			err = errors.Join(err, ferr)
@@ -249,6 +294,18 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 		return Result{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
 	}
 	return g.decided(d, dst)
+}
+
+// callerGone is the Result for a caller whose context ended: no decision,
+// no failure policy, and no handler. limiterErr, when not nil, is what the
+// limiter returned meanwhile.
+func (g *Guard) callerGone(ctx context.Context, limiterErr error, dst http.Header) Result {
+	err := fmt.Errorf("ratekit: the caller gave up before the limiter decided: %w", ctx.Err())
+	if limiterErr != nil {
+		err = errors.Join(err, limiterErr)
+	}
+	dst.Set("Content-Type", ProblemContentType)
+	return Result{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
 }
 
 // BadRequest returns the 400 answer for a request whose key could not be
@@ -268,10 +325,38 @@ func (g *Guard) BadRequest(err error, dst http.Header) Result {
 	}
 }
 
-func (g *Guard) allow(ctx context.Context, l Limiter, req Request) (Decision, error) {
+// limit returns the time by which every limiter call of a Check that
+// starts now must end to leave the margin before ctx's deadline, and false
+// when ctx has no deadline.
+func (g *Guard) limit(ctx context.Context, now time.Time) (time.Time, bool) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}, false
+	}
+	margin := min(g.cfg.DeadlineMargin, dl.Sub(now)/10)
+	return dl.Add(-max(margin, 0)), true
+}
+
+// allow calls l under the bound of [GuardConfig.Timeout] and last, the
+// result of limit (when hasLast). shared says that a fallback call may
+// follow, which gets the second half of the time left before last.
+func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Time, hasLast, shared bool) (Decision, error) {
+	var end time.Time
+	now := time.Now()
 	if g.cfg.Timeout > 0 {
+		end = now.Add(g.cfg.Timeout)
+	}
+	if hasLast {
+		if shared && last.After(now) {
+			last = now.Add(last.Sub(now) / 2)
+		}
+		if end.IsZero() || last.Before(end) {
+			end = last
+		}
+	}
+	if !end.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.cfg.Timeout)
+		ctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
 	return l.Allow(ctx, req)

@@ -41,7 +41,10 @@ type MiddlewareConfig struct {
 // their context ([DecisionFromContext], [RequestFromContext]);
 // denied requests get 429 with Retry-After and a problem+json body (or
 // cfg.Denied); limiter failures follow cfg.OnError; requests without a usable
-// key get 400.
+// key get 400. A request whose context ended before the limiter decided (the
+// client disconnected) never reaches next, whatever cfg.OnError says, and
+// each limiter call ends DeadlineMargin before the request context's
+// deadline, if it has one (see [Guard.Check]).
 //
 // This is what a Cloud Run service or any net/http server uses. It returns an
 // error matching [ErrInvalidConfig] for an invalid cfg. The returned
@@ -100,9 +103,14 @@ type decided struct {
 // NewContext returns a copy of ctx that carries a request a limiter decided
 // and its decision, for the handler behind the limiter: to show the
 // remaining quota ([DecisionFromContext]) or to refund exactly what was
-// charged ([RequestFromContext]). [Middleware] and the lambda adapters call
-// it; other adapters may too.
+// charged ([RequestFromContext]). The request is kept as charged: when
+// d.State is not empty, it replaces req.State, so that the request holds the
+// client state that includes this charge. [Middleware] and the lambda
+// adapters call it; other adapters may too.
 func NewContext(ctx context.Context, req Request, d Decision) context.Context {
+	if d.State != "" {
+		req.State = d.State
+	}
 	return context.WithValue(ctx, contextKey{}, decided{req, d})
 }
 
@@ -114,13 +122,22 @@ func DecisionFromContext(ctx context.Context) (Decision, bool) {
 	return v.d, ok
 }
 
-// RequestFromContext returns the [Request] stored in ctx by [NewContext]:
-// the request the limiter charged, and whether there was one. A handler that
-// refunds a call whose work failed passes it unchanged to the limiter's
-// Refund ([Refunder]): same key, cost, state and idempotency key. There is
-// none when the failure policy let the request through. With [UseFallback]
-// the fallback limiter may have made the charge rather than the primary one,
-// so quotas that are refunded should fail closed.
+// RequestFromContext returns the [Request] stored in ctx by [NewContext] as
+// it was charged, and whether there was one: the key, cost and idempotency
+// key the limiter was asked with, and as State the client state the
+// decision handed back (Decision.State), which already counts this charge,
+// or the request's own State for strategies that return none.
+//
+// To refund a call whose work failed, pass it unchanged to the limiter's
+// Refund ([Refunder]) and, for strategies that carry state in the client,
+// send the refund's Decision.State to the client in place of the charge's
+// (the [GuardConfig.StateHeader] field and cookie). The refund then gives
+// back this charge and nothing else, with every strategy: after two charges
+// and the refund of the second, exactly one charge is counted (limitertest's
+// RefundRecipe check). There is no request when the failure policy let the
+// request through. With [UseFallback] the fallback limiter may have made the
+// charge rather than the primary one, so quotas that are refunded should
+// fail closed.
 func RequestFromContext(ctx context.Context) (Request, bool) {
 	v, ok := ctx.Value(contextKey{}).(decided)
 	return v.req, ok

@@ -332,7 +332,9 @@ func TestMiddlewareRequestInContext(t *testing.T) {
 	r.Header.Set("Idempotency-Key", "order-42")
 	r.Header.Set(DefaultStateHeader, "tok")
 	serve(h, r)
-	want := Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok", IdempotencyKey: "order-42"}
+	// The request as charged: its State is the state the decision handed
+	// back, which counts this charge, not the one the client sent.
+	want := Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok+", IdempotencyKey: "order-42"}
 	if !ok || seen != want {
 		t.Fatalf("RequestFromContext = %+v, %v; want %+v", seen, ok, want)
 	}

@@ -21,10 +21,18 @@
 //
 // For every invocation the wrapper builds a [Request] (the event's header
 // fields under canonical names, whatever case the event used, its cookies
-// and its source IP), derives the key with [Config.Key], reads the client
+// and its source IP; an event with differing copies of one field under
+// differently-cased names gets 400, and code in front of the adapter reads
+// the same fields with [EventHeader]), derives the key with [Config.Key], reads the client
 // state with [ratekit.Guard.State] and calls [ratekit.Guard.Check] with the
-// invocation's context, so the limiter's round trip is bounded by the Lambda
-// deadline (and by [ratekit.GuardConfig.Timeout] when set). When the request
+// invocation's context. Each limiter call ends by the earlier of
+// [ratekit.GuardConfig.Timeout] and the invocation deadline minus
+// [ratekit.GuardConfig.DeadlineMargin], so a store that does not answer ends
+// in the failure policy's answer (503 under FailClosed) before Lambda would
+// end the invocation with "Task timed out"; with UseFallback the fallback
+// gets time before that bound too. An invocation whose context has already
+// ended is no limiter failure: it gets 503, the handler does not run and no
+// failure policy applies, not even FailOpen. When the request
 // may proceed, the handler runs with the [ratekit.Decision] in its context
 // ([ratekit.DecisionFromContext]) and the [ratekit.Request] that was charged
 // ([ratekit.RequestFromContext], for refunds), and the header fields of the decision

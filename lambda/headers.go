@@ -1,26 +1,72 @@
 package lambda
 
 import (
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratekit/ratekit"
 )
 
 const setCookie = "Set-Cookie"
 
+// ErrConflictingHeader is returned by [EventHeader], and answered with 400
+// by the adapters, for an event that carries two copies of one header field
+// under names that differ in case only (x-api-key and X-Api-Key) with
+// different values. API Gateway, function URLs and ALBs never send such
+// events; a direct Invoke can. It matches [ratekit.ErrInvalidRequest].
+var ErrConflictingHeader = fmt.Errorf("%w: conflicting copies of a header field", ratekit.ErrInvalidRequest)
+
+// EventHeader returns the header fields of event, a pointer to one of the
+// four event types the adapters take (*events.APIGatewayProxyRequest,
+// *events.APIGatewayV2HTTPRequest, *events.LambdaFunctionURLRequest,
+// *events.ALBTargetGroupRequest), as the adapters see them
+// ([Request.Header]): under canonical names, from the multi-value map when
+// the event has one with entries and the single-value map otherwise, with
+// the event's separate cookie list added as a Cookie field.
+//
+// Copies of one field whose names differ in case only are one field when
+// their values are equal, and make EventHeader return an error matching
+// [ErrConflictingHeader] when they differ, so that every reader of the event
+// sees the same value. Code that reads header fields of the event outside
+// the adapter (authentication in front of it, say) should read them through
+// EventHeader, so that the value it checks is the value the adapter keys and
+// charges. It returns an error matching [ratekit.ErrInvalidConfig] for any
+// other type of event. The returned Header shares no slice with event.
+func EventHeader(event any) (http.Header, error) {
+	switch ev := event.(type) {
+	case *events.APIGatewayProxyRequest:
+		return eventHeader(ev.Headers, ev.MultiValueHeaders, nil)
+	case *events.APIGatewayV2HTTPRequest:
+		return eventHeader(ev.Headers, nil, ev.Cookies)
+	case *events.LambdaFunctionURLRequest:
+		return eventHeader(ev.Headers, nil, ev.Cookies)
+	case *events.ALBTargetGroupRequest:
+		return eventHeader(ev.Headers, ev.MultiValueHeaders, nil)
+	}
+	return nil, fmt.Errorf("%w: lambda.EventHeader: unsupported event type %T", ratekit.ErrInvalidConfig, event)
+}
+
 // eventHeader builds an http.Header with canonical names from an event's
 // header maps: multi when it has entries (it then holds every value), single
 // otherwise. cookies, the separate cookie list of HTTP API and function URL
-// events, is added as one Cookie field line.
-func eventHeader(single map[string]string, multi map[string][]string, cookies []string) http.Header {
+// events, is added as one Cookie field line. Names that differ in case only
+// are merged when their values are equal and refused when they differ.
+func eventHeader(single map[string]string, multi map[string][]string, cookies []string) (http.Header, error) {
 	h := make(http.Header, max(len(single), len(multi))+1)
 	if len(multi) > 0 {
 		for name, values := range multi {
 			k := http.CanonicalHeaderKey(name)
-			// Capped, so that an append (two names that differ in case
-			// only) copies rather than writes into the event's slice.
-			h[k] = append(h[k], values[:len(values):len(values)]...)
+			if prev, ok := h[k]; ok {
+				if !slices.Equal(prev, values) {
+					return nil, fmt.Errorf("%w: %s", ErrConflictingHeader, k)
+				}
+				continue
+			}
+			h[k] = slices.Clone(values)
 		}
 	} else {
 		// One backing array for all the single values.
@@ -28,7 +74,9 @@ func eventHeader(single map[string]string, multi map[string][]string, cookies []
 		for name, value := range single {
 			k := http.CanonicalHeaderKey(name)
 			if prev, ok := h[k]; ok {
-				h[k] = append(prev[:len(prev):len(prev)], value)
+				if prev[0] != value {
+					return nil, fmt.Errorf("%w: %s", ErrConflictingHeader, k)
+				}
 				continue
 			}
 			backing = append(backing, value)
@@ -38,7 +86,7 @@ func eventHeader(single map[string]string, multi map[string][]string, cookies []
 	if len(cookies) > 0 {
 		h["Cookie"] = append(h["Cookie"], strings.Join(cookies, "; "))
 	}
-	return h
+	return h, nil
 }
 
 // findKey returns the key of m equal to name ignoring case, and whether

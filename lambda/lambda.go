@@ -37,6 +37,10 @@ type Request struct {
 	// used when the event has them. The cookies that HTTP API and function
 	// URL events carry in their own list are added as a Cookie field, so
 	// [ratekit.Guard.State] finds the state cookie in every event type.
+	// Copies of one field under names that differ in case only are one field
+	// when their values agree; an event whose copies differ is answered with
+	// 400 before any Config function runs ([EventHeader],
+	// [ErrConflictingHeader]).
 	Header http.Header
 
 	// SourceIP is the client address that API Gateway or the function URL
@@ -155,14 +159,15 @@ func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res r
 func (a *Adapter) REST(next RESTHandler) RESTHandler {
 	mustHandler(next == nil)
 	return func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+		header, herr := EventHeader(&ev)
 		r := &Request{
-			Header:   eventHeader(ev.Headers, ev.MultiValueHeaders, nil),
+			Header:   header,
 			SourceIP: ev.RequestContext.Identity.SourceIP,
 			Method:   ev.HTTPMethod,
 			Path:     ev.Path,
 			Event:    &ev,
 		}
-		return serve(ctx, a, ev, r, next, func(status int, body string) events.APIGatewayProxyResponse {
+		return serve(ctx, a, ev, r, herr, next, func(status int, body string) events.APIGatewayProxyResponse {
 			return events.APIGatewayProxyResponse{StatusCode: status, Body: body}
 		}, mergeREST)
 	}
@@ -174,14 +179,15 @@ func (a *Adapter) REST(next RESTHandler) RESTHandler {
 func (a *Adapter) HTTPAPI(next HTTPAPIHandler) HTTPAPIHandler {
 	mustHandler(next == nil)
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		header, herr := EventHeader(&ev)
 		r := &Request{
-			Header:   eventHeader(ev.Headers, nil, ev.Cookies),
+			Header:   header,
 			SourceIP: ev.RequestContext.HTTP.SourceIP,
 			Method:   ev.RequestContext.HTTP.Method,
 			Path:     ev.RawPath,
 			Event:    &ev,
 		}
-		return serve(ctx, a, ev, r, next, func(status int, body string) events.APIGatewayV2HTTPResponse {
+		return serve(ctx, a, ev, r, herr, next, func(status int, body string) events.APIGatewayV2HTTPResponse {
 			return events.APIGatewayV2HTTPResponse{StatusCode: status, Body: body}
 		}, func(resp *events.APIGatewayV2HTTPResponse, dst http.Header) {
 			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
@@ -195,14 +201,15 @@ func (a *Adapter) HTTPAPI(next HTTPAPIHandler) HTTPAPIHandler {
 func (a *Adapter) FunctionURL(next FunctionURLHandler) FunctionURLHandler {
 	mustHandler(next == nil)
 	return func(ctx context.Context, ev events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
+		header, herr := EventHeader(&ev)
 		r := &Request{
-			Header:   eventHeader(ev.Headers, nil, ev.Cookies),
+			Header:   header,
 			SourceIP: ev.RequestContext.HTTP.SourceIP,
 			Method:   ev.RequestContext.HTTP.Method,
 			Path:     ev.RawPath,
 			Event:    &ev,
 		}
-		return serve(ctx, a, ev, r, next, func(status int, body string) events.LambdaFunctionURLResponse {
+		return serve(ctx, a, ev, r, herr, next, func(status int, body string) events.LambdaFunctionURLResponse {
 			return events.LambdaFunctionURLResponse{StatusCode: status, Body: body}
 		}, func(resp *events.LambdaFunctionURLResponse, dst http.Header) {
 			resp.Headers, resp.Cookies = mergeCookieForm(resp.Headers, resp.Cookies, dst)
@@ -222,13 +229,14 @@ func (a *Adapter) ALB(next ALBHandler) ALBHandler {
 	mustHandler(next == nil)
 	return func(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
 		multi := ev.MultiValueHeaders != nil
+		header, herr := EventHeader(&ev)
 		r := &Request{
-			Header: eventHeader(ev.Headers, ev.MultiValueHeaders, nil),
+			Header: header,
 			Method: ev.HTTPMethod,
 			Path:   ev.Path,
 			Event:  &ev,
 		}
-		return serve(ctx, a, ev, r, next, func(status int, body string) events.ALBTargetGroupResponse {
+		return serve(ctx, a, ev, r, herr, next, func(status int, body string) events.ALBTargetGroupResponse {
 			return events.ALBTargetGroupResponse{
 				StatusCode:        status,
 				StatusDescription: strconv.Itoa(status) + " " + http.StatusText(status),
@@ -238,13 +246,23 @@ func (a *Adapter) ALB(next ALBHandler) ALBHandler {
 	}
 }
 
-// serve is the flow every wrapper shares: check the request; when it may not
+// serve is the flow every wrapper shares: refuse an event whose header
+// fields conflict (herr) with 400; check the request; when it may not
 // proceed, answer with the response refused builds; otherwise run next. The
 // decision's header fields are merged into the response either way (not into
 // an error's).
-func serve[E, R any](ctx context.Context, a *Adapter, ev E, r *Request, next func(context.Context, E) (R, error),
+func serve[E, R any](ctx context.Context, a *Adapter, ev E, r *Request, herr error, next func(context.Context, E) (R, error),
 	refused func(status int, body string) R, merge func(*R, http.Header)) (R, error) {
-	ctx, dst, res := a.check(ctx, r)
+	var (
+		dst http.Header
+		res ratekit.Result
+	)
+	if herr != nil {
+		dst = make(http.Header, 1)
+		res = a.cfg.Guard.BadRequest(herr, dst)
+	} else {
+		ctx, dst, res = a.check(ctx, r)
+	}
 	if !res.Proceed() {
 		status, body := a.refuse(ctx, r, dst, res)
 		resp := refused(status, body)

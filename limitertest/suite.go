@@ -132,6 +132,7 @@ func Checks() []Check {
 		{"FullReset", checkFullReset},
 		{"Peek", checkPeek},
 		{"Refund", checkRefund},
+		{"RefundRecipe", checkRefundRecipe},
 		{"Reset", checkReset},
 		{"KeyIsolation", checkKeyIsolation},
 		{"PrefixIsolation", checkPrefixIsolation},
@@ -484,6 +485,104 @@ func checkRefund(t testing.TB, h Harness) error {
 	}
 	if _, err := r.Refund(ctx, ratekit.Request{Key: "k", Cost: 0}); !errors.Is(err, ratekit.ErrInvalidCost) {
 		return fmt.Errorf("refund of cost 0: %v, want ErrInvalidCost", err)
+	}
+	return nil
+}
+
+// charge makes a request of cost 1 for c and returns the decision and the
+// request as a handler finds it behind ratekit's adapters: through
+// ratekit.NewContext and ratekit.RequestFromContext.
+func charge(c *client) (ratekit.Request, ratekit.Decision, error) {
+	req := c.req(1)
+	d, err := c.allow(1)
+	if err != nil {
+		return req, d, err
+	}
+	charged, ok := ratekit.RequestFromContext(ratekit.NewContext(context.Background(), req, d))
+	if !ok {
+		return req, d, errors.New("RequestFromContext found no request in the context NewContext returned")
+	}
+	return charged, d, nil
+}
+
+// refundCharged refunds a charged request as the documented recipe says:
+// the request from RequestFromContext, unchanged, to Refund, and the
+// refund's Decision.State back to the client.
+func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (ratekit.Decision, error) {
+	ctx, cancel := ctxFor()
+	defer cancel()
+	d, err := r.Refund(ctx, charged)
+	if err != nil {
+		return d, fmt.Errorf("refund: %w", err)
+	}
+	c.keep(d)
+	return d, nil
+}
+
+// checkRefundRecipe: two charges and a refund of the second through the
+// recipe of ratekit.RequestFromContext leave exactly one unit used, and
+// alternating refunded and kept calls admit exactly Limit kept calls.
+func checkRefundRecipe(t testing.TB, h Harness) error {
+	cfg := Config{Name: "refund-recipe", Limit: 4, Window: longWindow}
+	l := h.New(t, cfg)
+	r, ok := l.(ratekit.Refunder)
+	if !ok {
+		t.Log("the limiter is not a ratekit.Refunder")
+		return nil
+	}
+	c := newClient(h, l, "recipe-key")
+	if _, d, err := charge(c); err != nil {
+		return err
+	} else if err := want("first charge", d, true, 3); err != nil {
+		return err
+	}
+	charged, d, err := charge(c)
+	if err != nil {
+		return err
+	}
+	if err := want("second charge", d, true, 2); err != nil {
+		return err
+	}
+	d, err = refundCharged(r, c, charged)
+	if err != nil {
+		return err
+	}
+	if err := want("refund of the second charge", d, true, 3); err != nil {
+		return err
+	}
+	if err := take(c, 3, 3, cfg, h.Family); err != nil {
+		return fmt.Errorf("after charge, charge, refund (one unit used): %w", err)
+	}
+	d, err = c.allow(1)
+	if err != nil {
+		return err
+	}
+	if err := want("past the limit after charge, charge, refund", d, false, 0); err != nil {
+		return err
+	}
+
+	// A failed (refunded) call between kept ones gives back its own
+	// charge only.
+	alt := newClient(h, l, "recipe-alternating-key")
+	kept := int64(0)
+	for round := 0; round < 4*int(cfg.Limit); round++ {
+		charged, d, err := charge(alt)
+		if err != nil {
+			return err
+		}
+		if !d.Allowed {
+			break
+		}
+		if round%2 == 1 {
+			if _, err := refundCharged(r, alt, charged); err != nil {
+				return err
+			}
+			continue
+		}
+		kept++
+	}
+	if kept != cfg.Limit {
+		return fmt.Errorf("alternating kept and refunded calls: %d kept calls admitted on a limit of %d", kept, cfg.Limit)
 	}
 	return nil
 }

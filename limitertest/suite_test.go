@@ -32,6 +32,7 @@ const (
 	noResetErrors         // Reset accepts an empty key
 	peekTakes             // Peek takes the cost
 	stuckWindow           // the window never ends
+	refundsTwice          // Refund gives back twice the cost
 )
 
 var shared = struct {
@@ -168,6 +169,9 @@ func (f *fixed) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 	defer unlock()
 	w := f.win(req.Key)
 	w.used -= req.Cost
+	if f.flaw == refundsTwice {
+		w.used -= req.Cost
+	}
 	if f.flaw != refundAboveLimit {
 		w.used = max(w.used, 0)
 	}
@@ -227,6 +231,7 @@ func TestChecksCatchFlaws(t *testing.T) {
 		{noResetErrors, "Reset"},
 		{peekTakes, "Peek"},
 		{stuckWindow, "FullReset"},
+		{refundsTwice, "RefundRecipe"},
 	} {
 		t.Run(fmt.Sprintf("%s/flaw-%d", tc.check, tc.flaw), func(t *testing.T) {
 			c, ok := checks[tc.check]

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +22,9 @@ import (
 // policyName is the name clients see in RateLimit-Policy.
 const policyName = "paid-tier"
 
+// apiKeyField is the request header field that carries the API key.
+const apiKeyField = "X-Api-Key"
+
 // config is what newAPI needs.
 type config struct {
 	// store runs the quota in PostgreSQL.
@@ -41,7 +43,7 @@ type config struct {
 // api is the paid API: GET /v1/quote?symbol=ACME, limited per API key.
 type api struct {
 	limiter *durable.Limiter
-	keys    map[[32]byte]bool
+	keys    map[string]bool // by ratekit.APIKey
 	quote   func(ctx context.Context, symbol string) (float64, error)
 	log     *slog.Logger
 	handler lambda.HTTPAPIHandler
@@ -82,7 +84,7 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiKey, err := lambda.APIKeyHeaderKey("X-Api-Key")
+	apiKey, err := lambda.APIKeyHeaderKey(apiKeyField)
 	if err != nil {
 		return nil, err
 	}
@@ -94,9 +96,13 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &api{limiter: limiter, keys: map[[32]byte]bool{}, quote: cfg.quote, log: cfg.logger}
+	a := &api{limiter: limiter, keys: map[string]bool{}, quote: cfg.quote, log: cfg.logger}
 	for _, k := range cfg.keys {
-		a.keys[sha256.Sum256([]byte(k))] = true
+		key, err := ratekit.APIKey(k)
+		if err != nil {
+			return nil, fmt.Errorf("PAIDAPI_KEYS: %w", err)
+		}
+		a.keys[key] = true
 	}
 	if a.quote == nil {
 		a.quote = builtinQuote
@@ -108,18 +114,21 @@ func newAPI(cfg config) (*api, error) {
 }
 
 // authenticate refuses requests whose X-Api-Key is not a customer's key
-// with 401.
+// with 401. It reads the field with lambda.EventHeader and keys it with
+// ratekit.APIKey, the rule the adapter's key function uses, so the key it
+// authenticates is the key that is charged; an event whose copies of the
+// field conflict (x-api-key and X-Api-Key with different values) is refused
+// with 400.
 func (a *api) authenticate(next lambda.HTTPAPIHandler) lambda.HTTPAPIHandler {
 	return func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		var key string
-		for name, v := range ev.Headers {
-			if strings.EqualFold(name, "X-Api-Key") {
-				key = strings.TrimSpace(v)
-			}
+		h, err := lambda.EventHeader(&ev)
+		if err != nil {
+			return problem(http.StatusBadRequest, "Bad Request", err.Error()), nil
 		}
-		// Keys are looked up by their SHA-256, so the lookup's timing says
+		// Keys are looked up by their hash, so the lookup's timing says
 		// nothing useful about the keys.
-		if key == "" || !a.keys[sha256.Sum256([]byte(key))] {
+		key, err := ratekit.APIKey(h.Get(apiKeyField))
+		if err != nil || !a.keys[key] {
 			return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
 		}
 		return next(ctx, ev)
@@ -147,16 +156,26 @@ func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 	}, nil
 }
 
+// refundTimeout bounds a refund.
+const refundTimeout = 2 * time.Second
+
 // refund gives the call back, with the same key, cost and idempotency key
 // that were charged (so a retried refund counts once), and returns resp
 // with RateLimit fields that show the refunded count. It runs even when the
-// invocation's context has ended, within a bound of its own.
+// handler's context was cancelled, but ends by the earlier of refundTimeout
+// and the invocation deadline minus ratekit.DefaultDeadlineMargin, so that
+// the answer leaves in time; a refund that does not finish leaves the call
+// charged.
 func (a *api) refund(ctx context.Context, resp events.APIGatewayV2HTTPResponse) events.APIGatewayV2HTTPResponse {
 	req, ok := ratekit.RequestFromContext(ctx)
 	if !ok {
 		return resp // no decision was made: nothing was charged
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	end := time.Now().Add(refundTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-ratekit.DefaultDeadlineMargin).Before(end) {
+		end = dl.Add(-ratekit.DefaultDeadlineMargin)
+	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
 	d, err := a.limiter.Refund(ctx, req)
 	if err != nil {

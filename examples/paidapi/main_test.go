@@ -6,10 +6,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
 )
@@ -103,6 +107,18 @@ type quoteResult struct {
 
 func call(t *testing.T, h awslambda.Handler, apiKey, symbol, idem string) quoteResult {
 	t.Helper()
+	return callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+		ev.Headers["x-api-key"] = apiKey
+		if idem != "" {
+			ev.Headers["idempotency-key"] = idem
+		}
+		ev.QueryStringParameters["symbol"] = symbol
+	})
+}
+
+// callWith invokes h with testdata/event.json changed by patch.
+func callWith(t *testing.T, h awslambda.Handler, patch func(*events.APIGatewayV2HTTPRequest)) quoteResult {
+	t.Helper()
 	raw, err := os.ReadFile("testdata/event.json")
 	if err != nil {
 		t.Fatal(err)
@@ -111,11 +127,7 @@ func call(t *testing.T, h awslambda.Handler, apiKey, symbol, idem string) quoteR
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		t.Fatal(err)
 	}
-	ev.Headers["x-api-key"] = apiKey
-	if idem != "" {
-		ev.Headers["idempotency-key"] = idem
-	}
-	ev.QueryStringParameters["symbol"] = symbol
+	patch(&ev)
 	payload, _ := json.Marshal(ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the invocation's deadline
 	defer cancel()
@@ -292,4 +304,114 @@ func TestBurstIsExact(t *testing.T) {
 	if ok.Load() != burstQuota || denied.Load() != burst-burstQuota || other.Load() != 0 {
 		t.Fatalf("admitted %d, denied %d, other %d; want exactly %d and %d", ok.Load(), denied.Load(), other.Load(), burstQuota, burst-burstQuota)
 	}
+}
+
+// An event with two differently-cased copies of X-Api-Key (possible with a
+// direct Invoke) must not authenticate one copy and charge the other: an
+// invented key in the second copy would get a fresh quota on every call.
+// The copies are refused with 400 unless they agree.
+func TestDuplicateAPIKeyCopies(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	store := testStore(t, prefix, 1, customer)
+	a, err := newAPI(config{store: store, prefix: prefix, quota: 1, keys: []string{customer}, logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awslambda.NewHandler(a.handler)
+	if r := call(t, h, customer, "ACME", ""); r.status != 200 {
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	var invented []string
+	t.Cleanup(func() {
+		for _, k := range invented {
+			a.limiter.Reset(context.Background(), mustAPIKey(k))
+		}
+	})
+	for i := 0; i < 40; i++ { // the order of a map's names varies
+		other := fmt.Sprintf("invented-%s-%d", prefix, i)
+		invented = append(invented, other)
+		r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+			ev.Headers["x-api-key"] = customer
+			ev.Headers["X-Api-Key"] = other
+		})
+		if r.status != 400 {
+			t.Fatalf("call %d with conflicting copies: %d %s, want 400", i, r.status, r.body)
+		}
+	}
+	// Copies that agree are one key: the customer's, whose quota is spent.
+	r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+		ev.Headers["x-api-key"] = customer
+		ev.Headers["X-API-KEY"] = customer
+	})
+	if r.status != 429 {
+		t.Fatalf("agreeing copies past the quota: %d %s, want 429", r.status, r.body)
+	}
+}
+
+// A refund whose database stops answering must not outlive the invocation:
+// with a function timeout shorter than the refund's own bound, the call
+// used to end in "Task timed out". The refund ends DefaultDeadlineMargin
+// before the invocation deadline and the 502 is answered in time (the call
+// then stays charged).
+func TestRefundWithinDeadline(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	testStore(t, prefix, 5, customer) // forgets the key afterwards
+	pcfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := faultproxy.Start(t, net.JoinHostPort(pcfg.ConnConfig.Host, strconv.Itoa(int(pcfg.ConnConfig.Port))))
+	host, port, _ := net.SplitHostPort(proxy.Listen)
+	pcfg.ConnConfig.Host = host
+	p, _ := strconv.Atoi(port)
+	pcfg.ConnConfig.Port = uint16(p)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	t.Cleanup(proxy.RemoveLatency) // before pool.Close: cleanups run last first
+	store, err := pgstore.New(pool, pgstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAPI(config{
+		store: store, prefix: prefix, quota: 5, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
+		quote: func(context.Context, string) (float64, error) {
+			proxy.Latency(time.Minute, 0) // the database stops answering
+			return 0, errors.New("upstream failed")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := mustEvent(t, customer)
+	deadline := time.Now().Add(1500 * time.Millisecond) // a 1.5 s function timeout
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	out, err := awslambda.NewHandler(a.handler).Invoke(ctx, ev)
+	if late := time.Since(deadline); err != nil || late >= 0 {
+		t.Fatalf("Invoke returned %v after the invocation deadline (err %v): Task timed out", late, err)
+	}
+	var resp events.APIGatewayV2HTTPResponse
+	if err := json.Unmarshal(out, &resp); err != nil || resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("response %s (%v), want 502", out, err)
+	}
+}
+
+func mustEvent(t *testing.T, apiKey string) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/event.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		t.Fatal(err)
+	}
+	ev.Headers["x-api-key"] = apiKey
+	payload, _ := json.Marshal(ev)
+	return payload
 }

@@ -1,0 +1,215 @@
+package ratekit
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// blockingLimiter answers nothing until its context ends, like a database
+// that does not answer, and records the deadline of each call and how many
+// calls it got.
+type blockingLimiter struct {
+	calls     atomic.Int64
+	mu        sync.Mutex
+	deadlines []time.Time
+}
+
+func (l *blockingLimiter) Allow(ctx context.Context, req Request) (Decision, error) {
+	l.calls.Add(1)
+	dl, _ := ctx.Deadline()
+	l.mu.Lock()
+	l.deadlines = append(l.deadlines, dl)
+	l.mu.Unlock()
+	<-ctx.Done()
+	return Decision{}, ctx.Err()
+}
+
+func (l *blockingLimiter) deadline(t *testing.T, i int) time.Time {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.deadlines) <= i {
+		t.Fatalf("the limiter got %d calls, want more than %d", len(l.deadlines), i)
+	}
+	return l.deadlines[i]
+}
+
+// countingLimiter admits everything and counts its calls.
+type countingLimiter struct{ calls atomic.Int64 }
+
+func (l *countingLimiter) Allow(ctx context.Context, req Request) (Decision, error) {
+	l.calls.Add(1)
+	p := Policy{Name: "count", Quota: 100, Window: time.Minute}
+	return Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Policy: p}, nil
+}
+
+// A caller that gave up (its context ended before or during the limiter
+// call) is not a limiter failure: no failure policy applies, the handler
+// does not run and the fallback is not asked.
+func TestCallerGoneIsNoFailure(t *testing.T) {
+	for _, policy := range []FailurePolicy{FailOpen, FailClosed, UseFallback} {
+		for _, when := range []string{"before", "during"} {
+			t.Run(policy.String()+"/"+when, func(t *testing.T) {
+				primary := &blockingLimiter{}
+				fallback := &countingLimiter{}
+				cfg := GuardConfig{Limiter: primary, OnError: policy, Timeout: time.Minute}
+				if policy == UseFallback {
+					cfg.Fallback = fallback
+				}
+				cfg.Logger = slog.New(slog.DiscardHandler)
+				var ran atomic.Int64
+				mw, err := Middleware(MiddlewareConfig{GuardConfig: cfg, Key: RemoteAddrKey()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran.Add(1) }))
+				ctx, cancel := context.WithCancel(context.Background())
+				r := request("198.51.100.1:1").WithContext(ctx)
+				if when == "before" {
+					cancel()
+				} else {
+					go func() {
+						for primary.calls.Load() == 0 {
+							time.Sleep(time.Millisecond)
+						}
+						cancel() // the client disconnects while the store is asked
+					}()
+				}
+				w := serve(h, r)
+				cancel()
+				if n := ran.Load(); n != 0 {
+					t.Errorf("the handler ran %d times for a caller that gave up (status %d)", n, w.Code)
+				}
+				if n := fallback.calls.Load(); n != 0 {
+					t.Errorf("the fallback was asked %d times for a caller that gave up", n)
+				}
+				if w.Code == http.StatusOK {
+					t.Errorf("status 200 for a caller that gave up")
+				}
+			})
+		}
+	}
+}
+
+// Guard.Check reports a caller that gave up with an error matching the
+// caller's context error, also when the limiter was never asked.
+func TestCheckCallerGoneResult(t *testing.T) {
+	primary := &blockingLimiter{}
+	g, err := NewGuard(GuardConfig{Limiter: primary, OnError: FailOpen, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res := g.Check(ctx, Request{Key: "k", Cost: 1}, http.Header{})
+	if res.Proceed() || res.Decided || !errors.Is(res.Err, context.Canceled) {
+		t.Fatalf("result %+v, want a refusal with context.Canceled", res)
+	}
+	if n := primary.calls.Load(); n != 0 {
+		t.Fatalf("the limiter was asked %d times for a caller that had gone", n)
+	}
+}
+
+// Each limiter call ends DeadlineMargin before the caller's deadline (or
+// at Timeout, whichever is earlier), so that the failure policy answers
+// while the caller still listens; a short deadline gives up a tenth of its
+// time at most. With UseFallback the primary gets half of the time left,
+// and the fallback the rest.
+func TestGuardDeadlineMargin(t *testing.T) {
+	const margin = 200 * time.Millisecond
+	tests := []struct {
+		name    string
+		timeout time.Duration
+		left    time.Duration // from the call to the caller's deadline
+		policy  FailurePolicy
+	}{
+		{"deadline before timeout", 10 * time.Second, 2500 * time.Millisecond, FailClosed},
+		{"timeout before deadline", 400 * time.Millisecond, 10 * time.Second, FailClosed},
+		{"no timeout", 0, 2500 * time.Millisecond, FailClosed},
+		{"fallback gets time too", 10 * time.Second, 2500 * time.Millisecond, UseFallback},
+		{"short deadline", 10 * time.Second, margin, FailClosed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			primary, fallback := &blockingLimiter{}, &blockingLimiter{}
+			cfg := GuardConfig{Limiter: primary, OnError: tc.policy, Timeout: tc.timeout, DeadlineMargin: margin, Logger: slog.New(slog.DiscardHandler)}
+			if tc.policy == UseFallback {
+				cfg.Fallback = fallback
+			}
+			g, err := NewGuard(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			deadline := start.Add(tc.left)
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
+			defer cancel()
+			res := g.Check(ctx, Request{Key: "k", Cost: 1}, http.Header{})
+			end := time.Now()
+			if ctx.Err() != nil || !end.Before(deadline) {
+				t.Fatalf("Check returned %v after the caller's deadline", end.Sub(deadline))
+			}
+			if res.Status != http.StatusServiceUnavailable || !errors.Is(res.Err, context.DeadlineExceeded) {
+				t.Fatalf("result %+v, want 503 by the failure policy", res)
+			}
+			got := primary.deadline(t, 0)
+			// The full margin unless a tenth of the time left is less
+			// (Check starts within half a second of start here).
+			latest := deadline.Add(-margin)
+			if tc.left < 10*margin {
+				latest = deadline
+				if earliest := start.Add(tc.left * 8 / 10); got.Before(earliest) {
+					t.Errorf("a short deadline lost %v to the margin, more than a tenth of %v", deadline.Sub(got), tc.left)
+				}
+			}
+			if tc.timeout > 0 && end.Add(tc.timeout).Before(latest) {
+				latest = end.Add(tc.timeout)
+			}
+			if got.IsZero() || !got.Before(latest.Add(time.Nanosecond)) {
+				t.Errorf("the limiter's deadline is %v after the latest allowed", got.Sub(latest))
+			}
+			if tc.policy == UseFallback {
+				fb := fallback.deadline(t, 0)
+				if !fb.After(got) || fb.After(deadline.Add(-margin)) {
+					t.Errorf("fallback deadline %v, primary %v, caller %v: want the fallback between the primary's and the caller's minus the margin", fb, got, deadline)
+				}
+				// The primary left the fallback at least a third of the
+				// time (half on an idle machine).
+				if avail := deadline.Add(-margin).Sub(start); got.After(start.Add(avail * 2 / 3)) {
+					t.Errorf("the primary got until %v of %v", got.Sub(start), avail)
+				}
+			}
+		})
+	}
+}
+
+func TestNewGuardRejectsNegativeMargin(t *testing.T) {
+	if _, err := NewGuard(GuardConfig{Limiter: newWindowLimiter("p", 1), OnError: FailOpen, DeadlineMargin: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("NewGuard with a negative DeadlineMargin: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// Behind net/http, a deadline that a server or earlier middleware set
+// (http.TimeoutHandler here) bounds the limiter call the same way: the
+// Guard's own 503 problem answer, not the timeout handler's.
+func TestMiddlewareDeadlineMargin(t *testing.T) {
+	mw, err := Middleware(MiddlewareConfig{
+		GuardConfig: GuardConfig{Limiter: &blockingLimiter{}, OnError: FailClosed, Timeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)},
+		Key:         RemoteAddrKey(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := http.TimeoutHandler(mw(okHandler), 1500*time.Millisecond, "timeout handler")
+	w := serve(h, request("198.51.100.1:1"))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") != ProblemContentType {
+		t.Fatalf("status %d, Content-Type %q, body %q; want the Guard's 503 problem", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+}
