@@ -17,7 +17,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -147,7 +147,10 @@ type tableData struct {
 // reset_after_us, duplicate (0 or 1)]: a scalar array is cheaper for the
 // server to return than a record from a set-returning call. Times are
 // integer microseconds since the Unix epoch, read once per call from
-// clock_timestamp() (after the advisory lock for the sliding log).
+// clock_timestamp(): by a take or refund only once it holds the key's lock
+// (the row lock, or the advisory lock for the sliding log), by a peek after
+// it has read the state, so that no decision sees the effect of one that
+// read a later time.
 var schemaTemplate = template.Must(template.New("schema").Parse(`-- ratekit pgstore schema, version {{.Version}}.
 -- Functions are dropped before they are created because CREATE OR REPLACE
 -- cannot change a function's result type, as an upgrade from an earlier
@@ -192,12 +195,14 @@ CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_
 DROP FUNCTION IF EXISTS {{.Fixed}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Fixed}}(
 {{template "signature"}}
-	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-	ws bigint := now_us - now_us % p_window_us;
+	now_us bigint;
+	ws bigint;
 	v_ws bigint;
 	v_count bigint;
 	v_found boolean := false;
 BEGIN
+{{template "lockrow" .}}
+	ws := now_us - now_us % p_window_us;
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
 		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, expires_at_us)
@@ -220,6 +225,8 @@ BEGIN
 	IF NOT v_found THEN
 		SELECT c.window_start_us, c.count INTO v_ws, v_count
 		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
+		ws := now_us - now_us % p_window_us;
 		IF NOT FOUND OR v_ws < ws THEN
 			v_ws := ws;
 			v_count := 0;
@@ -242,8 +249,8 @@ $fn$;
 DROP FUNCTION IF EXISTS {{.Sliding}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Sliding}}(
 {{template "signature"}}
-	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-	ws bigint := now_us - now_us % p_window_us;
+	now_us bigint;
+	ws bigint;
 	v_ws bigint;
 	v_cur bigint;
 	v_prev bigint;
@@ -251,6 +258,8 @@ CREATE OR REPLACE FUNCTION {{.Sliding}}(
 	v_room numeric;
 	v_found boolean := false;
 BEGIN
+{{template "lockrow" .}}
+	ws := now_us - now_us % p_window_us;
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
 		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, prev_count, expires_at_us)
@@ -286,6 +295,8 @@ BEGIN
 	IF NOT v_found THEN
 		SELECT c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev
 		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
+		ws := now_us - now_us % p_window_us;
 		IF NOT FOUND THEN
 			v_ws := ws; v_cur := 0; v_prev := 0;
 		END IF;
@@ -334,11 +345,12 @@ $fn$;
 DROP FUNCTION IF EXISTS {{.Bucket}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Bucket}}(
 {{template "signature"}}
-	now_us bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	now_us bigint;
 	tau bigint := p_limit * p_window_us;
 	v_tat bigint;
 	v_found boolean := false;
 BEGIN
+{{template "lockrow" .}}
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
 		-- expires_at_us is tat rounded up to a multiple of tau, so that it
@@ -361,6 +373,7 @@ BEGIN
 	END IF;
 	IF NOT v_found THEN
 		SELECT c.tat_us INTO v_tat FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
 		IF NOT FOUND THEN
 			v_tat := now_us;
 		END IF;
@@ -393,7 +406,7 @@ BEGIN
 	IF p_op <> 1 THEN
 		PERFORM pg_advisory_xact_lock(p_lock);
 	END IF;
-	now_us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+	now_us := {{template "clock"}};
 {{template "prologue" .}}
 	-- Per-key conditions on expires_at_us are written "+ 0" so that the
 	-- planner cannot use the (prefix, expires_at_us) cleanup index for them:
@@ -454,6 +467,27 @@ $fn$;
 -- when it exists.
 CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
+{{define "clock"}}(extract(epoch FROM clock_timestamp()) * 1000000)::bigint{{end}}
+{{define "lockrow"}}	-- Lock the key's row first and read the clock only then, so that a
+	-- decision that waited for the lock never sees a state written by a
+	-- decision with a later clock. A take creates a missing row in a state
+	-- that means the same as no row (every time 0), so that concurrent
+	-- first takes queue on it too.
+	IF p_op <> 1 THEN
+		LOOP
+			PERFORM 1 FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
+			EXIT WHEN FOUND OR p_op <> 0;
+			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
+			ON CONFLICT (prefix, key) DO NOTHING;
+			EXIT WHEN FOUND;
+		END LOOP;
+		now_us := {{template "clock"}};
+	END IF;{{end}}
+{{define "peekclock"}}		IF p_op = 1 THEN
+			-- A peek locks nothing: it reads the clock after the state, so
+			-- every decision it sees read its clock no later.
+			now_us := {{template "clock"}};
+		END IF;{{end}}
 {{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}
 {{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
 	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
