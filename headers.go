@@ -30,15 +30,16 @@ const (
 	HeaderXRateLimitReset     = "X-RateLimit-Reset"
 )
 
-// Canonical forms (http.CanonicalHeaderKey) of the field names, computed
-// once: an http.Header must be keyed by them.
-var (
-	canonRateLimitPolicy     = http.CanonicalHeaderKey(HeaderRateLimitPolicy)
-	canonRateLimit           = http.CanonicalHeaderKey(HeaderRateLimit)
-	canonRetryAfter          = http.CanonicalHeaderKey(HeaderRetryAfter)
-	canonXRateLimitLimit     = http.CanonicalHeaderKey(HeaderXRateLimitLimit)
-	canonXRateLimitRemaining = http.CanonicalHeaderKey(HeaderXRateLimitRemaining)
-	canonXRateLimitReset     = http.CanonicalHeaderKey(HeaderXRateLimitReset)
+// Canonical forms (http.CanonicalHeaderKey) of the field names, written out
+// so that importing the package computes nothing (TestCanonicalHeaderNames
+// checks them): an http.Header must be keyed by them.
+const (
+	canonRateLimitPolicy     = "Ratelimit-Policy"
+	canonRateLimit           = "Ratelimit"
+	canonRetryAfter          = "Retry-After"
+	canonXRateLimitLimit     = "X-Ratelimit-Limit"
+	canonXRateLimitRemaining = "X-Ratelimit-Remaining"
+	canonXRateLimitReset     = "X-Ratelimit-Reset"
 )
 
 // Problem types of draft-ietf-httpapi-ratelimit-headers-10, section 5, used in

@@ -229,21 +229,31 @@ var (
 	ErrInvalidRequest = errors.New("ratekit: invalid request")
 
 	// ErrEmptyKey is returned for a request or reset with an empty key.
-	ErrEmptyKey = fmt.Errorf("%w: empty key", ErrInvalidRequest)
+	ErrEmptyKey error = &invalidRequestError{"ratekit: invalid request: empty key"}
 
 	// ErrKeyTooLong is returned for a key or idempotency key longer than
 	// MaxKeyLen bytes.
-	ErrKeyTooLong = fmt.Errorf("%w: key longer than %d bytes", ErrInvalidRequest, MaxKeyLen)
+	ErrKeyTooLong error = &invalidRequestError{"ratekit: invalid request: key longer than 512 bytes"} // MaxKeyLen
 
 	// ErrInvalidCost is returned for a request whose Cost is below 1.
-	ErrInvalidCost = fmt.Errorf("%w: cost must be at least 1", ErrInvalidRequest)
+	ErrInvalidCost error = &invalidRequestError{"ratekit: invalid request: cost must be at least 1"}
 
 	// ErrCostExceedsLimit is returned when a request's Cost is larger than
 	// the policy's Limit, so that no amount of waiting could admit it. It
 	// also matches ErrInvalidRequest.
-	ErrCostExceedsLimit = fmt.Errorf("%w: cost exceeds the limit", ErrInvalidRequest)
+	ErrCostExceedsLimit error = &invalidRequestError{"ratekit: invalid request: cost exceeds the limit"}
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
 	// an invalid configuration.
 	ErrInvalidConfig = errors.New("ratekit: invalid config")
 )
+
+// invalidRequestError is an error that matches [ErrInvalidRequest]. Unlike
+// fmt.Errorf with %w, a pointer to it in a package-level variable is laid
+// out by the linker, so the sentinel errors cost nothing at package
+// initialisation.
+type invalidRequestError struct{ msg string }
+
+func (e *invalidRequestError) Error() string { return e.msg }
+
+func (e *invalidRequestError) Unwrap() error { return ErrInvalidRequest }

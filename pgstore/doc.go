@@ -7,15 +7,19 @@
 // Each algorithm is a PL/pgSQL function created by the schema SQL. A
 // decision is one SELECT of that function: one network round trip, one
 // implicit transaction, no BEGIN/COMMIT from the client. Single-row
-// algorithms (fixed window, sliding window, token bucket) decide inside one
-// INSERT … ON CONFLICT DO UPDATE … WHERE statement: the row lock that
-// ON CONFLICT takes serialises concurrent decisions on a key, and a denial
+// algorithms (fixed window, sliding window, token bucket) first lock the
+// key's row (SELECT … FOR UPDATE; a take creates a missing row), which
+// serialises concurrent decisions on a key, then read the clock and decide
+// inside one INSERT … ON CONFLICT DO UPDATE … WHERE statement; a denial
 // updates nothing (a second statement reads the state under the same lock).
 // The sliding log touches many rows, so its function first takes a
 // transaction-level advisory lock on a 64-bit hash of (prefix, key), then
 // reads the clock and counts. Time is the database's clock_timestamp(), read
-// once per decision; a decision that waited for a row lock never moves a
-// window or a theoretical arrival time backwards.
+// once per decision and only after the key's lock is held (a peek, which
+// locks nothing, reads it after the state). So the decisions on a key see
+// non-decreasing times in the order they commit, and Result.Remaining is
+// exact: the takes of a concurrent burst on a fresh key report the distinct
+// values Limit-1 … 0 when no unit frees up during the burst.
 //
 // # Tables and keys
 //

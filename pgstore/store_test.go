@@ -579,7 +579,7 @@ func TestDisableAutoMigrate(t *testing.T) {
 	if r, err := c.Take(ctx, "k", 1, ""); err != nil || !r.Allowed {
 		t.Fatalf("after migration: %+v, %v", r, err)
 	}
-	if !strings.Contains(pgstore.DefaultSchemaSQL, `CREATE SCHEMA IF NOT EXISTS "ratekit"`) {
+	if !strings.Contains(pgstore.DefaultSchemaSQL(), `CREATE SCHEMA IF NOT EXISTS "ratekit"`) {
 		t.Error("DefaultSchemaSQL does not create schema ratekit")
 	}
 }

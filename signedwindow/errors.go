@@ -1,9 +1,6 @@
 package signedwindow
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Reasons a signed value is not accepted. The limiter reports them for window
 // tokens in [ratekit.Decision.StateError] (the request is still decided, on a
@@ -21,7 +18,7 @@ var (
 
 	// ErrTokenUnknownVersion reports a version byte this package does not
 	// know. It also matches ErrTokenMalformed.
-	ErrTokenUnknownVersion = fmt.Errorf("%w: unknown version", ErrTokenMalformed)
+	ErrTokenUnknownVersion error = unknownVersionError{}
 
 	// ErrTokenUnknownKey reports a key ID that is not among [Config.Keys]:
 	// the key was removed from the rotation, or the value was not issued by
@@ -65,3 +62,12 @@ var (
 	// digest does not have the challenge's number of leading zero bits.
 	ErrWorkInsufficient = errors.New("signedwindow: solution does not meet the challenge difficulty")
 )
+
+// unknownVersionError is ErrTokenUnknownVersion: it reads as
+// fmt.Errorf("%w: unknown version", ErrTokenMalformed) would and matches
+// ErrTokenMalformed, but costs nothing at package initialisation.
+type unknownVersionError struct{}
+
+func (unknownVersionError) Error() string { return "signedwindow: malformed token: unknown version" }
+
+func (unknownVersionError) Unwrap() error { return ErrTokenMalformed }

@@ -82,6 +82,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -280,7 +281,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	// copies the keys and arguments into new slices: 3 allocations fewer
 	// per decision. A server that lost the script (a flushed cache, a
 	// failover) answers NOSCRIPT, and the update is sent again with EVAL.
-	args := []any{"evalsha", updateSHA, 1, s.Key(key), a.max, a.rate, bn.arg, opArg}
+	args := []any{"evalsha", updateSHA(), 1, s.Key(key), a.max, a.rate, bn.arg, opArg}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	err := s.co.do(ctx, cmd)
@@ -360,8 +361,17 @@ end
 return v
 `
 
-// updateSHA is the SHA-1 of updateSource in hex, its name in EVALSHA.
-var updateSHA = redis.NewScript(updateSource).Hash()
+var (
+	updateSHAOnce sync.Once
+	updateSHAHex  string
+)
+
+// updateSHA returns the SHA-1 of updateSource in hex, its name in EVALSHA,
+// computing it on first use so that importing the package hashes nothing.
+func updateSHA() string {
+	updateSHAOnce.Do(func() { updateSHAHex = redis.NewScript(updateSource).Hash() })
+	return updateSHAHex
+}
 
 func formatRecord(rec kvstore.Record) string {
 	b := make([]byte, 0, 40)

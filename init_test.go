@@ -1,0 +1,46 @@
+package ratekit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+)
+
+// TestCanonicalHeaderNames checks the canonical field names written out in
+// headers.go against net/http.
+func TestCanonicalHeaderNames(t *testing.T) {
+	for name, canon := range map[string]string{
+		HeaderRateLimitPolicy:     canonRateLimitPolicy,
+		HeaderRateLimit:           canonRateLimit,
+		HeaderRetryAfter:          canonRetryAfter,
+		HeaderXRateLimitLimit:     canonXRateLimitLimit,
+		HeaderXRateLimitRemaining: canonXRateLimitRemaining,
+		HeaderXRateLimitReset:     canonXRateLimitReset,
+	} {
+		if want := http.CanonicalHeaderKey(name); canon != want {
+			t.Errorf("canonical form of %q is %q, want %q", name, canon, want)
+		}
+	}
+}
+
+// TestInvalidRequestErrors checks the sentinel errors laid out statically:
+// each matches ErrInvalidRequest and reads as the wrapping it replaces.
+func TestInvalidRequestErrors(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{ErrEmptyKey, "empty key"},
+		{ErrKeyTooLong, fmt.Sprintf("key longer than %d bytes", MaxKeyLen)},
+		{ErrInvalidCost, "cost must be at least 1"},
+		{ErrCostExceedsLimit, "cost exceeds the limit"},
+	} {
+		if !errors.Is(tt.err, ErrInvalidRequest) || errors.Is(tt.err, ErrInvalidConfig) {
+			t.Errorf("%v: errors.Is ErrInvalidRequest %v, ErrInvalidConfig %v", tt.err, errors.Is(tt.err, ErrInvalidRequest), errors.Is(tt.err, ErrInvalidConfig))
+		}
+		if want := fmt.Errorf("%w: %s", ErrInvalidRequest, tt.want).Error(); tt.err.Error() != want {
+			t.Errorf("error text %q, want %q", tt.err.Error(), want)
+		}
+	}
+}

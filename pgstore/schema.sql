@@ -1,0 +1,391 @@
+{{- /*
+schema.sql is a text/template that SchemaSQL executes with a schemaData (see
+schema.go, which also documents the decision functions' shared signature).
+Nothing of this comment reaches the output.
+*/ -}}
+-- ratekit pgstore schema, version {{.Version}}.
+-- Functions are dropped before they are created because CREATE OR REPLACE
+-- cannot change a function's result type, as an upgrade from an earlier
+-- version may need; run this in one transaction.
+-- Keys are bytea (any bytes); prefixes are text. Times are microseconds since
+-- the Unix epoch, read from the database clock.
+CREATE SCHEMA IF NOT EXISTS {{.Schema}};
+{{range .Tables}}
+CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Counters}} (
+	prefix          text   NOT NULL,
+	key             bytea  NOT NULL,
+	window_start_us bigint NOT NULL DEFAULT 0,
+	count           bigint NOT NULL DEFAULT 0,
+	prev_count      bigint NOT NULL DEFAULT 0,
+	tat_us          bigint NOT NULL DEFAULT 0,
+	expires_at_us   bigint NOT NULL,
+	PRIMARY KEY (prefix, key)
+) WITH (fillfactor = 70);
+CREATE INDEX IF NOT EXISTS {{.CountersRaw}}_expiry ON {{.Counters}} (prefix, expires_at_us);
+
+CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Log}} (
+	prefix        text   NOT NULL,
+	key           bytea  NOT NULL,
+	at_us         bigint NOT NULL,
+	cost          bigint NOT NULL,
+	expires_at_us bigint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {{.LogRaw}}_key ON {{.Log}} (prefix, key, expires_at_us);
+CREATE INDEX IF NOT EXISTS {{.LogRaw}}_expiry ON {{.Log}} (prefix, expires_at_us);
+
+CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
+	prefix          text   NOT NULL,
+	key             bytea  NOT NULL,
+	idempotency_key bytea  NOT NULL,
+	expires_at_us   bigint NOT NULL,
+	PRIMARY KEY (prefix, key, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
+
+-- Fixed window: windows aligned to the epoch; count is the units taken in
+-- the window that starts at window_start_us.
+DROP FUNCTION IF EXISTS {{.Fixed}}({{template "args"}});
+CREATE OR REPLACE FUNCTION {{.Fixed}}(
+{{template "signature"}}
+	now_us bigint;
+	ws bigint;
+	v_ws bigint;
+	v_count bigint;
+	v_found boolean := false;
+BEGIN
+{{template "lockrow" .}}
+	ws := now_us - now_us % p_window_us;
+{{template "prologue" .}}
+	IF p_op = 0 AND NOT duplicate THEN
+		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, expires_at_us)
+		VALUES (p_prefix, p_key, ws, p_cost, ws + p_window_us)
+		ON CONFLICT (prefix, key) DO UPDATE SET
+			count = CASE WHEN c.window_start_us < EXCLUDED.window_start_us THEN EXCLUDED.count ELSE c.count + EXCLUDED.count END,
+			window_start_us = GREATEST(c.window_start_us, EXCLUDED.window_start_us),
+			expires_at_us = GREATEST(c.expires_at_us, EXCLUDED.expires_at_us)
+		WHERE c.window_start_us < EXCLUDED.window_start_us OR c.count + EXCLUDED.count <= p_limit
+		RETURNING c.window_start_us, c.count INTO v_ws, v_count;
+		allowed := FOUND;
+		v_found := FOUND;
+	ELSIF p_op = 2 AND NOT duplicate THEN
+		UPDATE {{.Counters}} AS c SET count = GREATEST(c.count - p_cost, 0)
+		WHERE c.prefix = p_prefix AND c.key = p_key AND c.window_start_us >= ws
+		RETURNING c.window_start_us, c.count INTO v_ws, v_count;
+		allowed := true;
+		v_found := FOUND;
+	END IF;
+	IF NOT v_found THEN
+		SELECT c.window_start_us, c.count INTO v_ws, v_count
+		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
+		ws := now_us - now_us % p_window_us;
+		IF NOT FOUND OR v_ws < ws THEN
+			v_ws := ws;
+			v_count := 0;
+		END IF;
+	END IF;
+	IF p_op = 1 OR duplicate THEN
+		allowed := v_count + p_cost <= p_limit OR duplicate;
+	END IF;
+	remaining := GREATEST(p_limit - v_count, 0);
+	reset_after_us := GREATEST(v_ws + p_window_us - now_us, 0);
+	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
+{{template "cleanup" .}}
+	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
+END
+$fn$;
+
+-- Sliding window: the two-window weighted count. The estimate of the units
+-- in the rolling window is prev_count * (window - elapsed) / window + count;
+-- the comparison is done in numeric so it is exact.
+DROP FUNCTION IF EXISTS {{.Sliding}}({{template "args"}});
+CREATE OR REPLACE FUNCTION {{.Sliding}}(
+{{template "signature"}}
+	now_us bigint;
+	ws bigint;
+	v_ws bigint;
+	v_cur bigint;
+	v_prev bigint;
+	v_elapsed bigint;
+	v_room numeric;
+	v_found boolean := false;
+BEGIN
+{{template "lockrow" .}}
+	ws := now_us - now_us % p_window_us;
+{{template "prologue" .}}
+	IF p_op = 0 AND NOT duplicate THEN
+		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, prev_count, expires_at_us)
+		VALUES (p_prefix, p_key, ws, p_cost, 0, ws + 2 * p_window_us)
+		ON CONFLICT (prefix, key) DO UPDATE SET
+			count = CASE WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.count ELSE 0 END + EXCLUDED.count,
+			prev_count = CASE
+				WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.prev_count
+				WHEN c.window_start_us = EXCLUDED.window_start_us - p_window_us THEN c.count
+				ELSE 0 END,
+			window_start_us = GREATEST(c.window_start_us, EXCLUDED.window_start_us),
+			expires_at_us = GREATEST(c.expires_at_us, EXCLUDED.expires_at_us)
+		WHERE
+			(CASE
+				WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.prev_count
+				WHEN c.window_start_us = EXCLUDED.window_start_us - p_window_us THEN c.count
+				ELSE 0 END)::numeric
+			* (p_window_us - GREATEST(now_us - GREATEST(c.window_start_us, EXCLUDED.window_start_us), 0))
+			+ (CASE WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.count ELSE 0 END + EXCLUDED.count)::numeric * p_window_us
+			<= p_limit::numeric * p_window_us
+		RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
+		allowed := FOUND;
+		v_found := FOUND;
+	ELSIF p_op = 2 AND NOT duplicate THEN
+		UPDATE {{.Counters}} AS c SET
+			count = GREATEST(c.count - p_cost, 0),
+			prev_count = CASE WHEN c.window_start_us >= ws THEN GREATEST(c.prev_count - GREATEST(p_cost - c.count, 0), 0) ELSE c.prev_count END
+		WHERE c.prefix = p_prefix AND c.key = p_key AND c.window_start_us >= ws - p_window_us
+		RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
+		allowed := true;
+		v_found := FOUND;
+	END IF;
+	IF NOT v_found THEN
+		SELECT c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev
+		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
+		ws := now_us - now_us % p_window_us;
+		IF NOT FOUND THEN
+			v_ws := ws; v_cur := 0; v_prev := 0;
+		END IF;
+	END IF;
+	-- Roll the state read from the row forward to the current window.
+	IF v_ws < ws THEN
+		IF v_ws = ws - p_window_us THEN
+			v_prev := v_cur;
+		ELSE
+			v_prev := 0;
+		END IF;
+		v_cur := 0;
+		v_ws := ws;
+	END IF;
+	v_elapsed := GREATEST(now_us - v_ws, 0);
+	-- v_room is (limit - estimate) * window, exact in numeric.
+	v_room := p_limit::numeric * p_window_us - v_prev::numeric * (p_window_us - v_elapsed) - v_cur::numeric * p_window_us;
+	IF p_op = 1 OR duplicate THEN
+		allowed := v_room >= p_cost::numeric * p_window_us OR duplicate;
+	END IF;
+	remaining := GREATEST(div(v_room, p_window_us), 0)::bigint;
+	reset_after_us := CASE
+		WHEN v_cur > 0 THEN v_ws + 2 * p_window_us - now_us
+		WHEN v_prev > 0 THEN v_ws + p_window_us - now_us
+		ELSE 0 END;
+	IF allowed THEN
+		retry_after_us := 0;
+	ELSIF v_cur + p_cost <= p_limit THEN
+		-- Wait until the previous window's weight has decayed enough:
+		-- v_prev * (window - x) / window <= limit - cur - cost.
+		retry_after_us := GREATEST(ceil(p_window_us - (p_limit - v_cur - p_cost)::numeric * p_window_us / v_prev)::bigint - v_elapsed, 1);
+	ELSE
+		-- Wait for the next window, where this window's count becomes the
+		-- previous one: v_cur * (window - x) / window <= limit - cost.
+		retry_after_us := (v_ws + p_window_us - now_us)
+			+ GREATEST(ceil(p_window_us - (p_limit - p_cost)::numeric * p_window_us / v_cur)::bigint, 0);
+	END IF;
+{{template "cleanup" .}}
+	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
+END
+$fn$;
+
+-- Token bucket as the generic cell rate algorithm (GCRA, ITU-T I.371):
+-- tat_us is the theoretical arrival time; p_window_us is the emission
+-- interval (time per unit) and the bucket holds p_limit units.
+DROP FUNCTION IF EXISTS {{.Bucket}}({{template "args"}});
+CREATE OR REPLACE FUNCTION {{.Bucket}}(
+{{template "signature"}}
+	now_us bigint;
+	tau bigint := p_limit * p_window_us;
+	v_tat bigint;
+	v_found boolean := false;
+BEGIN
+{{template "lockrow" .}}
+{{template "prologue" .}}
+	IF p_op = 0 AND NOT duplicate THEN
+		-- expires_at_us is tat rounded up to a multiple of tau, so that it
+		-- changes about once per tau and most updates stay HOT.
+		INSERT INTO {{.Counters}} AS c (prefix, key, tat_us, expires_at_us)
+		VALUES (p_prefix, p_key, now_us + p_cost * p_window_us, ((now_us + p_cost * p_window_us) / tau + 1) * tau)
+		ON CONFLICT (prefix, key) DO UPDATE SET
+			tat_us = GREATEST(c.tat_us, now_us) + p_cost * p_window_us,
+			expires_at_us = GREATEST(c.expires_at_us, ((GREATEST(c.tat_us, now_us) + p_cost * p_window_us) / tau + 1) * tau)
+		WHERE GREATEST(c.tat_us, now_us) + p_cost * p_window_us - now_us <= tau
+		RETURNING c.tat_us INTO v_tat;
+		allowed := FOUND;
+		v_found := FOUND;
+	ELSIF p_op = 2 AND NOT duplicate THEN
+		UPDATE {{.Counters}} AS c SET tat_us = GREATEST(c.tat_us - p_cost * p_window_us, now_us)
+		WHERE c.prefix = p_prefix AND c.key = p_key AND c.tat_us > now_us
+		RETURNING c.tat_us INTO v_tat;
+		allowed := true;
+		v_found := FOUND;
+	END IF;
+	IF NOT v_found THEN
+		SELECT c.tat_us INTO v_tat FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
+{{template "peekclock"}}
+		IF NOT FOUND THEN
+			v_tat := now_us;
+		END IF;
+	END IF;
+	v_tat := GREATEST(v_tat, now_us);
+	IF p_op = 1 OR duplicate THEN
+		allowed := v_tat + p_cost * p_window_us - now_us <= tau OR duplicate;
+	END IF;
+	remaining := GREATEST((tau - (v_tat - now_us)) / p_window_us, 0);
+	reset_after_us := v_tat - now_us;
+	retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(v_tat + p_cost * p_window_us - tau - now_us, 1) END;
+{{template "cleanup" .}}
+	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
+END
+$fn$;
+
+-- Sliding log: one row per admitted request. The transaction-level advisory
+-- lock p_lock serialises the decisions of one (prefix, key); the clock is
+-- read after it is granted, so every decision sees all earlier ones.
+DROP FUNCTION IF EXISTS {{.SlidingLog}}({{template "args"}});
+CREATE OR REPLACE FUNCTION {{.SlidingLog}}(
+{{template "signature"}}
+	now_us bigint;
+	v_used bigint;
+	v_last bigint;
+	v_left bigint;
+	v_free bigint;
+	r record;
+BEGIN
+	IF p_op <> 1 THEN
+		PERFORM pg_advisory_xact_lock(p_lock);
+	END IF;
+	now_us := {{template "clock"}};
+{{template "prologue" .}}
+	-- Per-key conditions on expires_at_us are written "+ 0" so that the
+	-- planner cannot use the (prefix, expires_at_us) cleanup index for them:
+	-- on a fresh table without statistics it otherwise prefers that index
+	-- and scans every row of the prefix.
+	IF p_op <> 1 THEN
+		DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 <= now_us;
+	END IF;
+	SELECT COALESCE(sum(l.cost), 0), max(l.expires_at_us) INTO v_used, v_last
+	FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us;
+	IF p_op = 0 AND NOT duplicate THEN
+		allowed := v_used + p_cost <= p_limit;
+		IF allowed THEN
+			INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
+			VALUES (p_prefix, p_key, now_us, p_cost, now_us + p_window_us);
+			v_used := v_used + p_cost;
+			v_last := now_us + p_window_us;
+		END IF;
+	ELSIF p_op = 2 AND NOT duplicate THEN
+		-- Give back the most recent admissions first.
+		v_left := p_cost;
+		FOR r IN SELECT l.ctid AS id, l.cost FROM {{.Log}} AS l
+			WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us
+			ORDER BY l.at_us DESC LOOP
+			EXIT WHEN v_left = 0;
+			IF r.cost <= v_left THEN
+				DELETE FROM {{.Log}} AS l WHERE l.ctid = r.id;
+				v_left := v_left - r.cost;
+				v_used := v_used - r.cost;
+			ELSE
+				UPDATE {{.Log}} AS l SET cost = l.cost - v_left WHERE l.ctid = r.id;
+				v_used := v_used - v_left;
+				v_left := 0;
+			END IF;
+		END LOOP;
+		allowed := true;
+	ELSE
+		allowed := v_used + p_cost <= p_limit OR duplicate;
+	END IF;
+	remaining := GREATEST(p_limit - v_used, 0);
+	reset_after_us := CASE WHEN v_used > 0 THEN GREATEST(v_last - now_us, 0) ELSE 0 END;
+	IF allowed THEN
+		retry_after_us := 0;
+	ELSE
+		-- The earliest expiry after which enough units have left the window.
+		SELECT x.expires_at_us INTO v_free FROM (
+			SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
+			FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us
+		) AS x WHERE v_used - x.freed + p_cost <= p_limit ORDER BY x.expires_at_us LIMIT 1;
+		retry_after_us := GREATEST(COALESCE(v_free, v_last) - now_us, 1);
+	END IF;
+{{template "cleanup" .}}
+	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
+END
+$fn$;
+{{end}}
+-- Version marker, created last: automatic migration skips all of the above
+-- when it exists.
+CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer
+LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
+{{define "clock"}}(extract(epoch FROM clock_timestamp()) * 1000000)::bigint{{end}}
+{{define "lockrow"}}	-- Lock the key's row first and read the clock only then, so that a
+	-- decision that waited for the lock never sees a state written by a
+	-- decision with a later clock. A take creates a missing row in a state
+	-- that means the same as no row (every time 0), so that concurrent
+	-- first takes queue on it too.
+	IF p_op <> 1 THEN
+		LOOP
+			PERFORM 1 FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
+			EXIT WHEN FOUND OR p_op <> 0;
+			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
+			ON CONFLICT (prefix, key) DO NOTHING;
+			EXIT WHEN FOUND;
+		END LOOP;
+		now_us := {{template "clock"}};
+	END IF;{{end}}
+{{define "peekclock"}}		IF p_op = 1 THEN
+			-- A peek locks nothing: it reads the clock after the state, so
+			-- every decision it sees read its clock no later.
+			now_us := {{template "clock"}};
+		END IF;{{end}}
+{{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}
+{{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
+	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+	allowed boolean;
+	remaining bigint;
+	retry_after_us bigint;
+	reset_after_us bigint;
+	duplicate boolean;{{end}}{{define "prologue"}}	duplicate := false;
+	IF p_op <> 1 AND NOT p_sync THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+	END IF;
+	IF p_op = 0 AND (p_cost < 1 OR p_cost > p_limit) THEN
+		RAISE EXCEPTION 'ratekit: cost % is outside 1..%', p_cost, p_limit USING ERRCODE = '22023';
+	END IF;
+	IF p_op <> 1 AND p_idem IS NOT NULL THEN
+		INSERT INTO {{.Idem}} AS i (prefix, key, idempotency_key, expires_at_us)
+		VALUES (p_prefix, p_key, p_idem, now_us + p_idem_ttl_us)
+		ON CONFLICT (prefix, key, idempotency_key) DO UPDATE SET expires_at_us = EXCLUDED.expires_at_us
+		WHERE i.expires_at_us <= now_us;
+		duplicate := NOT FOUND;
+	END IF;{{end}}
+{{define "cleanup"}}	IF p_op = 0 AND p_idem IS NOT NULL AND NOT allowed THEN
+		-- A denied request consumed nothing; forget its idempotency key so a
+		-- retry is judged afresh.
+		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key AND i.idempotency_key = p_idem;
+	ELSIF p_op <> 1 AND p_idem IS NOT NULL AND NOT duplicate THEN
+		-- A fresh charge or refund of an idempotency key ends the other
+		-- operation's record for it (the records are 't' or 'r' followed by
+		-- the caller's key): a retry after a refunded failure is charged
+		-- again, and a refund after that charge is not taken for a duplicate.
+		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key
+			AND i.idempotency_key = (CASE WHEN p_op = 0 THEN '\x72'::bytea ELSE '\x74'::bytea END) || substring(p_idem FROM 2);
+	END IF;
+	IF p_cleanup > 0 THEN
+		-- Only rows that expired more than one window (p_idem_ttl_us) ago:
+		-- the row of a key in use is updated in place rather than deleted
+		-- and created again at every window.
+		DELETE FROM {{.Counters}} AS c WHERE c.ctid = ANY (ARRAY(
+			SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
+			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+		DELETE FROM {{.Log}} AS l WHERE l.ctid = ANY (ARRAY(
+			SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
+			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+		DELETE FROM {{.Idem}} AS i WHERE i.ctid = ANY (ARRAY(
+			SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
+			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+	END IF;{{end}}
