@@ -36,6 +36,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/ratekit/ratekit/signedwindow"
 )
 
 func main() {
@@ -59,13 +61,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.DurationVar(&cfg.window, "window", time.Minute, "window length (whole seconds)")
 	fs.IntVar(&cfg.trustedProxies, "trusted-proxies", 0,
 		"number of proxies in front of the server that append to X-Forwarded-For (1 on Cloud Run); 0 keys by the connection address")
-	fs.IntVar(&cfg.powBits, "pow-bits", 16,
-		"proof-of-work difficulty in leading zero bits for the first two posts of a window; each further post adds 2, up to 8 more")
+	fs.DurationVar(&cfg.powTime, "pow-time", 300*time.Millisecond,
+		"median time a browser needs for the proof of work of a window's first two posts; each further post doubles it, up to 8 times")
+	fs.IntVar(&cfg.powBits, "pow-bits", 0,
+		"proof-of-work difficulty in leading zero bits for a window's first two posts, instead of -pow-time; each further post adds 1, up to 3 more")
 	host := fs.String("host", "", "interface to listen on (empty: all)")
 	secure := fs.Bool("secure-cookie", getenv("K_SERVICE") != "",
 		"mark the token cookie Secure (default true on Cloud Run, where K_SERVICE is set)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.powTime <= 0 || cfg.powBits < 0 || cfg.powBits > signedwindow.MaxDifficulty {
+		return fmt.Errorf("-pow-time must be positive and -pow-bits 0 to %d", signedwindow.MaxDifficulty)
 	}
 	cfg.secureCookie = *secure
 
@@ -106,6 +113,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("contact form listening", "addr", "http://"+ln.Addr().String(),
 		"limit", cfg.limit, "window", cfg.window, "pow", cfg.pow)
+	if cfg.pow {
+		p, lifetime := cfg.difficulty()
+		logger.Info("proof of work", "bits", fmt.Sprintf("%d to %d", p.Base, p.Max), "challenge_lifetime", lifetime)
+	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
