@@ -70,7 +70,7 @@ func (cfg config) difficulty() (signedwindow.DifficultyPolicy, time.Duration) {
 	p := signedwindow.DifficultyPolicy{Base: base, Free: freePosts, Step: 1, Max: min(base+maxExtraBits, signedwindow.MaxDifficulty)}
 	slowest := 9.2 * math.Exp2(float64(p.Max)) / (browserHashRate / 4)
 	lifetime := max(2*time.Duration(slowest*float64(time.Second)), signedwindow.DefaultChallengeLifetime)
-	return p, lifetime.Round(time.Second)
+	return p, (lifetime + time.Second - 1).Truncate(time.Second)
 }
 
 // windowWords names a window for people: "this minute", "this hour",
