@@ -3,10 +3,22 @@
 // all, and a proof-of-work challenge that the page solves in the browser
 // before it posts.
 //
-// Run it with:
+// Run it from the repository root with (the examples are a module of their
+// own):
 //
-//	go run ./examples/contactform            # http://localhost:8080
-//	go run ./examples/contactform -pow=false # limit visible with curl
+//	go -C examples run ./contactform            # http://localhost:8080
+//	go -C examples run ./contactform -pow=false # limit visible with curl
+//
+// The page hands the proof of work to a Web Worker (pow.js, a synchronous
+// SHA-256 in JavaScript, which also works where crypto.subtle is missing:
+// a page served over plain HTTP from a non-loopback address), so it answers
+// input while it works, and solves while the visitor types. The difficulty
+// is set as a median solve time (-pow-time, 300 ms by default for a window's
+// first two posts, doubling for each later post up to 8 times) at the hash
+// rate browserHashRate, measured in headless Chromium; challenges live long
+// enough for the slowest solve the policy can ask for. A client whose quota
+// is spent gets no challenge and an immediate 429 with Retry-After, and the
+// page counts down until it may send again.
 //
 // It listens on $PORT (default 8080) on all interfaces, so it runs unchanged
 // as a Cloud Run service. The HMAC secret comes from $RATEKIT_SECRET (at least
