@@ -89,18 +89,27 @@ class Hasher {
     this.bytes[end - 4] = bitLen >>> 24; this.bytes[end - 3] = bitLen >>> 16;
     this.bytes[end - 2] = bitLen >>> 8; this.bytes[end - 1] = bitLen;
     this.words = new Int32Array(blocks * 16);
+    this.fill(0, this.words.length);
+    // Only the words that hold the digits change from one try to the next.
+    this.w0 = tail >> 2;
+    this.w1 = (tail + 8 + 3) >> 2;
     this.st = new Int32Array(8);
+  }
+
+  fill(from, to) {
+    const b = this.bytes, w = this.words;
+    for (let i = from; i < to; i++) {
+      const o = i * 4;
+      w[i] = (b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3];
+    }
   }
 
   // first returns the first 32 bits of SHA-256(prefix + the 8 digits of lo).
   first(lo) {
     const b = this.bytes, at = this.at;
     for (let i = 7; i >= 0; i--) { b[at + i] = 48 + (lo % 10); lo = (lo / 10) | 0; }
+    this.fill(this.w0, this.w1);
     const w = this.words;
-    for (let i = 0; i < w.length; i++) {
-      const o = i * 4;
-      w[i] = (b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3];
-    }
     compress(this.mid, w, 0, this.st);
     for (let off = 16; off < w.length; off += 16) compress(this.st, w, off, this.st);
     return this.st[0];
