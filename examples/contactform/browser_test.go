@@ -91,15 +91,17 @@ type tab struct {
 	ctx  context.Context
 	name string
 
+	refused int64 // a status of POST /contact the test expects, which the browser logs as a failed resource
+
 	mu        sync.Mutex
 	logs      []string
 	errs      []string
 	responses []*network.Response // of POST /contact, in order
 }
 
-func openTab(t *testing.T, ctx context.Context, name, url string) *tab {
+func openTab(t *testing.T, ctx context.Context, name, url string, refused int64) *tab {
 	t.Helper()
-	tb := &tab{ctx: ctx, name: name}
+	tb := &tab{ctx: ctx, name: name, refused: refused}
 	err := chromedp.Listen(ctx, func(ev any) {
 		tb.mu.Lock()
 		defer tb.mu.Unlock()
@@ -129,7 +131,7 @@ func openTab(t *testing.T, ctx context.Context, name, url string) *tab {
 			// The expected 429 is logged as a failed resource; anything
 			// else at error level (a 404 for a favicon, say) is an error.
 			if ev.Entry.Level == cdplog.EntryLevelError &&
-				!(ev.Entry.Source == cdplog.EntrySourceNetwork && strings.HasSuffix(ev.Entry.URL, "/contact") && strings.Contains(ev.Entry.Text, "429")) {
+				!(ev.Entry.Source == cdplog.EntrySourceNetwork && strings.HasSuffix(ev.Entry.URL, "/contact") && strings.Contains(ev.Entry.Text, strconv.FormatInt(tb.refused, 10))) {
 				tb.errs = append(tb.errs, fmt.Sprintf("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
 			}
 		case *network.EventResponseReceived:
@@ -158,7 +160,11 @@ func openTab(t *testing.T, ctx context.Context, name, url string) *tab {
 	if err != nil {
 		t.Fatalf("%s: open %s: %v", name, url, err)
 	}
-	t.Logf("%s: page loaded in %v", name, time.Since(start).Round(time.Millisecond))
+	loaded := time.Since(start)
+	t.Logf("%s: page loaded in %v", name, loaded.Round(time.Millisecond))
+	if loaded > 20*time.Second {
+		t.Errorf("%s: the load event came after %v", name, loaded)
+	}
 	return tb
 }
 
@@ -279,10 +285,10 @@ func TestBrowserSixPosts(t *testing.T) {
 	ctx := browser(t)
 	base := start(t)
 
-	one := openTab(t, ctx, "tab 1", base+"/")
+	one := openTab(t, ctx, "tab 1", base+"/", 0)
 	ctx2, cancel2 := chromedp.NewContext(ctx)
 	defer cancel2()
-	two := openTab(t, ctx2, "tab 2", base+"/")
+	two := openTab(t, ctx2, "tab 2", base+"/", 429)
 	quota := eval[string](t, one, `document.getElementById("quota").textContent`)
 	if quota != "5 of 5 messages left this minute." {
 		t.Errorf("quota line %q", quota)
@@ -337,6 +343,9 @@ func TestBrowserSixPosts(t *testing.T) {
 	if len(resp) != 1 || resp[0].Status != 429 {
 		t.Fatalf("tab 2's post: responses %v, want one 429", statuses(resp))
 	}
+	if tm := resp[0].Timing; tm != nil {
+		t.Logf("post 6: 429 in %.1f ms from sending to headers", tm.ReceiveHeadersEnd-tm.SendStart)
+	}
 	ra, _ := resp[0].Headers["Retry-After"].(string)
 	m := waitRE.FindStringSubmatch(text)
 	if m == nil || m[1] != ra {
@@ -365,7 +374,7 @@ func TestBrowserInsecureContext(t *testing.T) {
 	ctx := browser(t, chromedp.Flag("host-resolver-rules", "MAP contact.test 127.0.0.1"))
 	base := start(t)
 	url := strings.Replace(base, "127.0.0.1", "contact.test", 1) + "/"
-	tb := openTab(t, ctx, "insecure", url)
+	tb := openTab(t, ctx, "insecure", url, 0)
 	secure := eval[bool](t, tb, `window.isSecureContext`)
 	subtle := eval[bool](t, tb, `!!(self.crypto && crypto.subtle)`)
 	if secure || subtle {
@@ -379,6 +388,40 @@ func TestBrowserInsecureContext(t *testing.T) {
 	tb.checkClean(t)
 }
 
+// TestBrowserReplacesRefusedChallenge spoils the page's solution before a
+// post, as if it were forged or its challenge had expired on the server, and
+// then ages a solution past its expiry: the page solves a new challenge and
+// sends, and the person sees only the thanks.
+func TestBrowserReplacesRefusedChallenge(t *testing.T) {
+	ctx := browser(t)
+	base := start(t)
+	tb := openTab(t, ctx, "refused", base+"/", 403)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`solved !== null`)); err != nil {
+		t.Fatal(err)
+	}
+	eval[chromedp.Void](t, tb, `solved.text = solved.text.replace(/\.(\d+)$/, ".1")`)
+	if text, _ := tb.send(t, 1); text != "Thanks, your message was sent." {
+		t.Fatalf("post with a refused solution: page says %q", text)
+	}
+	if got := statuses(tb.contactResponses()); fmt.Sprint(got) != "[403 200]" {
+		t.Fatalf("responses %v, want 403 then 200", got)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`solved !== null`)); err != nil {
+		t.Fatal(err)
+	}
+	eval[chromedp.Void](t, tb, `solved.until = Date.now()`)
+	if text, _ := tb.send(t, 2); text != "Thanks, your message was sent." {
+		t.Fatalf("post with an expired solution: page says %q", text)
+	}
+	if got := statuses(tb.contactResponses()); fmt.Sprint(got) != "[403 200 200]" {
+		t.Fatalf("responses %v, want 403, 200, 200: an expired solution is replaced before posting", got)
+	}
+	if n := len(tb.powLogs()); n < 4 {
+		t.Errorf("%d solves for two posts with a refused and an expired solution, want at least 4: %v", n, tb.powLogs())
+	}
+	tb.checkClean(t)
+}
+
 // TestBrowserHashRate measures the proof-of-work rate of headless Chromium:
 // pow.js's synchronous SHA-256 in a worker, against crypto.subtle.digest in
 // batches of 1024 in a worker, and checks that the first is the faster and
@@ -387,7 +430,7 @@ func TestBrowserInsecureContext(t *testing.T) {
 func TestBrowserHashRate(t *testing.T) {
 	ctx := browser(t)
 	base := start(t, "-pow=false")
-	tb := openTab(t, ctx, "bench", base+"/")
+	tb := openTab(t, ctx, "bench", base+"/", 0)
 	rate := func(kind string) float64 {
 		r, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`new Promise((resolve, reject) => {
 			const w = new Worker("/pow.js");
