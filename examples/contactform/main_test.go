@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http/cookiejar"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,9 +27,15 @@ func start(t *testing.T, args ...string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
+	logs := &syncBuffer{}
 	go func() {
-		done <- run(ctx, append([]string{"-host", "127.0.0.1"}, args...), func(k string) string { return env[k] }, io.Discard, ready)
+		done <- run(ctx, append([]string{"-host", "127.0.0.1"}, args...), func(k string) string { return env[k] }, logs, ready)
 	}()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
 	var addr string
 	select {
 	case addr = <-ready:
@@ -43,6 +51,24 @@ func start(t *testing.T, args ...string) string {
 		}
 	})
 	return "http://" + addr
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use: the server's log.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func newClient(t *testing.T) *http.Client {
