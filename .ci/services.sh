@@ -57,3 +57,6 @@ bash .ci/pgbouncer.sh
 
 # redis-server and redis-cli for throwaway Sentinel and Cluster tests.
 bash .ci/redis-extra.sh
+
+# Chromium for the contact form's browser test.
+bash .ci/chromium.sh

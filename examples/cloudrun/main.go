@@ -13,7 +13,7 @@
 //
 // Run it locally the way Cloud Run runs it:
 //
-//	FUNCTION_TARGET=Quote PORT=8080 go run ./examples/cloudrun
+//	FUNCTION_TARGET=Quote PORT=8080 go -C examples run ./cloudrun
 //	curl -i localhost:8080/
 //
 // $FUNCTION_TARGET selects the function, $PORT the port (default 8080).

@@ -3,10 +3,22 @@
 // all, and a proof-of-work challenge that the page solves in the browser
 // before it posts.
 //
-// Run it with:
+// Run it from the repository root with (the examples are a module of their
+// own):
 //
-//	go run ./examples/contactform            # http://localhost:8080
-//	go run ./examples/contactform -pow=false # limit visible with curl
+//	go -C examples run ./contactform            # http://localhost:8080
+//	go -C examples run ./contactform -pow=false # limit visible with curl
+//
+// The page hands the proof of work to a Web Worker (pow.js, a synchronous
+// SHA-256 in JavaScript, which also works where crypto.subtle is missing:
+// a page served over plain HTTP from a non-loopback address), so it answers
+// input while it works, and solves while the visitor types. The difficulty
+// is set as a median solve time (-pow-time, 300 ms by default for a window's
+// first two posts, doubling for each later post up to 8 times) at the hash
+// rate browserHashRate, measured in headless Chromium; challenges live long
+// enough for the slowest solve the policy can ask for. A client whose quota
+// is spent gets no challenge and an immediate 429 with Retry-After, and the
+// page counts down until it may send again.
 //
 // It listens on $PORT (default 8080) on all interfaces, so it runs unchanged
 // as a Cloud Run service. The HMAC secret comes from $RATEKIT_SECRET (at least
@@ -36,6 +48,8 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/ratekit/ratekit/signedwindow"
 )
 
 func main() {
@@ -59,13 +73,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	fs.DurationVar(&cfg.window, "window", time.Minute, "window length (whole seconds)")
 	fs.IntVar(&cfg.trustedProxies, "trusted-proxies", 0,
 		"number of proxies in front of the server that append to X-Forwarded-For (1 on Cloud Run); 0 keys by the connection address")
-	fs.IntVar(&cfg.powBits, "pow-bits", 16,
-		"proof-of-work difficulty in leading zero bits for the first two posts of a window; each further post adds 2, up to 8 more")
+	fs.DurationVar(&cfg.powTime, "pow-time", 300*time.Millisecond,
+		"median time a browser needs for the proof of work of a window's first two posts; each further post doubles it, up to 8 times")
+	fs.IntVar(&cfg.powBits, "pow-bits", 0,
+		"proof-of-work difficulty in leading zero bits for a window's first two posts, instead of -pow-time; each further post adds 1, up to 3 more")
 	host := fs.String("host", "", "interface to listen on (empty: all)")
 	secure := fs.Bool("secure-cookie", getenv("K_SERVICE") != "",
 		"mark the token cookie Secure (default true on Cloud Run, where K_SERVICE is set)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if cfg.powTime <= 0 || cfg.powBits < 0 || cfg.powBits > signedwindow.MaxDifficulty {
+		return fmt.Errorf("-pow-time must be positive and -pow-bits 0 to %d", signedwindow.MaxDifficulty)
 	}
 	cfg.secureCookie = *secure
 
@@ -106,6 +125,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger.Info("contact form listening", "addr", "http://"+ln.Addr().String(),
 		"limit", cfg.limit, "window", cfg.window, "pow", cfg.pow)
+	if cfg.pow {
+		p, lifetime := cfg.difficulty()
+		logger.Info("proof of work", "bits", fmt.Sprintf("%d to %d", p.Base, p.Max), "challenge_lifetime", lifetime)
+	}
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

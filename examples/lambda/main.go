@@ -5,7 +5,7 @@
 //
 // Build it for the provided.al2023 runtime as README.md shows:
 //
-//	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w' -o bootstrap ./examples/lambda
+//	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go -C examples build -tags lambda.norpc -trimpath -ldflags='-s -w' -o "$PWD/bootstrap" ./lambda
 //
 // $RATEKIT_SECRET (at least 32 bytes, the same on every instance) signs the
 // tokens.

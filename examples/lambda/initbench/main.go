@@ -6,7 +6,7 @@
 // response to that invocation. Binaries are run in turn, n times each, and
 // medians are printed.
 //
-//	go run ./examples/lambda/initbench -n 40 ./bootstrap ./baseline
+//	go -C examples run ./lambda/initbench -n 40 "$PWD/bootstrap" "$PWD/baseline"
 package main
 
 import (

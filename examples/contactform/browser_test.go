@@ -1,0 +1,482 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/ratekit/ratekit/internal/testenv"
+)
+
+// The browser tests drive a real headless Chromium over the DevTools
+// protocol: $CHROMIUM, or chromium on PATH (Debian's package, which
+// .ci/chromium.sh installs). Outside CI they skip when it is missing; in CI
+// they fail.
+
+// maxStall is the longest the page's main thread may go without running a
+// 10 ms timer, beyond those 10 ms.
+const maxStall = 100 * time.Millisecond
+
+// browser starts a headless Chromium for the test and returns a context for
+// its first tab. extra are further command-line flags.
+func browser(t *testing.T, extra ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	exe := os.Getenv("CHROMIUM")
+	if exe == "" {
+		exe = "chromium"
+	}
+	path, err := exec.LookPath(exe)
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatalf("no Chromium (%v): CI installs it with .ci/chromium.sh; set $CHROMIUM to another binary", err)
+		}
+		t.Skipf("no Chromium (%v); install Debian's chromium or set $CHROMIUM", err)
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // tests may run as root
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	opts = append(opts, extra...)
+	// Patient: a whole test on a busy 2-core machine, six proofs of work
+	// included, takes well under this.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	ctx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(ctx)
+	t.Cleanup(cancelTab)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start %s: %v", path, err)
+	}
+	return ctx
+}
+
+// stallMonitor runs in every page before its own scripts: from the load
+// event on (the load itself is bounded apart), it records the largest
+// lateness of a 10 ms timer (the longest the main thread was busy or
+// starved) and the longest task the Long Tasks API reports.
+const stallMonitor = `(() => {
+  const s = window.__stall = { max: 0, maxAt: 0, longest: 0, tasks: [], ticks: 0 };
+  let loaded = Infinity;
+  try {
+    new PerformanceObserver((l) => {
+      for (const e of l.getEntries()) {
+        if (e.startTime < loaded) continue;
+        s.longest = Math.max(s.longest, e.duration);
+        s.tasks.push(Math.round(e.startTime) + "+" + Math.round(e.duration));
+      }
+    }).observe({ type: "longtask" });
+  } catch (e) {}
+  addEventListener("load", () => {
+    loaded = performance.now();
+    let last = loaded;
+    setInterval(() => {
+      const now = performance.now();
+      if (now - last - 10 > s.max) { s.max = now - last - 10; s.maxAt = Math.round(last); }
+      last = now;
+      s.ticks++;
+    }, 10);
+  });
+})();`
+
+// tab records what a page says and loads: console messages, errors and the
+// responses to /contact.
+type tab struct {
+	ctx  context.Context
+	name string
+
+	refused int64 // a status of POST /contact the test expects, which the browser logs as a failed resource
+
+	mu        sync.Mutex
+	logs      []string
+	errs      []string
+	responses []*network.Response // of POST /contact, in order
+}
+
+func openTab(t *testing.T, ctx context.Context, name, url string, refused int64) *tab {
+	t.Helper()
+	tb := &tab{ctx: ctx, name: name, refused: refused}
+	err := chromedp.Listen(ctx, func(ev any) {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		switch ev := ev.(type) {
+		case *runtime.EventConsoleAPICalled:
+			var parts []string
+			for _, a := range ev.Args {
+				if s, err := strconv.Unquote(string(a.Value)); err == nil && a.Type == runtime.RemoteObjectTypeString {
+					parts = append(parts, s)
+				} else {
+					parts = append(parts, string(a.Value)+a.Description)
+				}
+			}
+			line := strings.Join(parts, " ")
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeWarning {
+				tb.errs = append(tb.errs, fmt.Sprintf("console.%s: %s", ev.Type, line))
+			}
+			tb.logs = append(tb.logs, line)
+		case *runtime.EventExceptionThrown:
+			d := ev.ExceptionDetails
+			desc := ""
+			if d.Exception != nil {
+				desc = d.Exception.Description
+			}
+			tb.errs = append(tb.errs, fmt.Sprintf("exception: %s %s (%s:%d)", d.Text, desc, d.URL, d.LineNumber))
+		case *cdplog.EventEntryAdded:
+			// The expected 429 is logged as a failed resource; anything
+			// else at error level (a 404 for a favicon, say) is an error.
+			if ev.Entry.Level == cdplog.EntryLevelError &&
+				!(ev.Entry.Source == cdplog.EntrySourceNetwork && strings.HasSuffix(ev.Entry.URL, "/contact") && strings.Contains(ev.Entry.Text, strconv.FormatInt(tb.refused, 10))) {
+				tb.errs = append(tb.errs, fmt.Sprintf("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+			}
+		case *network.EventResponseReceived:
+			if strings.HasSuffix(ev.Response.URL, "/contact") {
+				tb.responses = append(tb.responses, ev.Response)
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("%s: listen: %v", name, err)
+	}
+	start := time.Now()
+	err = chromedp.Do(ctx,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+				return err
+			}
+			if _, err := cdp.Call(ctx, tg, cdplog.Enable, cdp.Empty{}); err != nil {
+				return err
+			}
+			_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: stallMonitor})
+			return err
+		}),
+		chromedp.Navigate(url), // returns after the load event
+	)
+	if err != nil {
+		t.Fatalf("%s: open %s: %v", name, url, err)
+	}
+	loaded := time.Since(start)
+	t.Logf("%s: page loaded in %v", name, loaded.Round(time.Millisecond))
+	if loaded > 20*time.Second {
+		t.Errorf("%s: the load event came after %v", name, loaded)
+	}
+	return tb
+}
+
+func eval[T any](t *testing.T, tb *tab, expr string) T {
+	t.Helper()
+	v, err := chromedp.Run(tb.ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %s: %v", tb.name, expr, err)
+	}
+	return v
+}
+
+// send fills the form, clicks Send as a person would and waits for the
+// page's answer, which it returns with the time it took.
+func (tb *tab) send(t *testing.T, i int) (string, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	err := chromedp.Do(tb.ctx,
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("result").textContent = ""`),
+		chromedp.SetValue(chromedp.ID("name"), "Ada"),
+		chromedp.SetValue(chromedp.ID("email"), "ada@example.com"),
+		chromedp.SetValue(chromedp.ID("message"), fmt.Sprintf("Hello, message %d", i)),
+		chromedp.Click(chromedp.ID("send")),
+	)
+	var text string
+	if err == nil {
+		text, err = chromedp.Run(tb.ctx, chromedp.Poll[string](`busy ? "" : document.getElementById("result").textContent`,
+			chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(0)))
+	}
+	if err != nil {
+		t.Fatalf("%s: post %d: %v", tb.name, i, err)
+	}
+	return text, time.Since(start)
+}
+
+// checkClean fails the test for any console error and for a main-thread
+// stall above maxStall, and logs the stall figures.
+func (tb *tab) checkClean(t *testing.T) {
+	t.Helper()
+	s := eval[struct {
+		Max, MaxAt, Longest float64
+		Tasks               []string
+		Ticks               int
+	}](t, tb, `window.__stall`)
+	t.Logf("%s: main thread after the load event: largest 10 ms timer lateness %.1f ms (at %.0f ms) over %d ticks; longest task %.0f ms (Long Tasks API, 0 = none over 50 ms); tasks over 50 ms (start+duration ms): %v",
+		tb.name, s.Max, s.MaxAt, s.Ticks, s.Longest, s.Tasks)
+	if s.Ticks == 0 {
+		t.Errorf("%s: the stall monitor did not run", tb.name)
+	}
+	// A timer is late, and a task long, also when the machine has no core
+	// free for the page: on a machine loaded beyond its cores the bound is
+	// scaled by the load per core, which still catches a page that starves
+	// its own main thread (the old page, one crypto.subtle promise per
+	// hash, delayed a 100 ms timer by minutes).
+	limit, load := maxStall, loadPerCore()
+	if load > 1 {
+		limit = time.Duration(load * float64(maxStall))
+		t.Logf("%s: machine load %.1f per core: stall bound scaled to %v", tb.name, load, limit.Round(time.Millisecond))
+	}
+	if time.Duration(s.Longest*float64(time.Millisecond)) > limit {
+		t.Errorf("%s: a task held the main thread for %.0f ms, want at most %v", tb.name, s.Longest, limit)
+	}
+	if time.Duration(s.Max*float64(time.Millisecond)) > limit {
+		t.Errorf("%s: main thread stalled %.1f ms, want at most %v", tb.name, s.Max, limit)
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for _, e := range tb.errs {
+		t.Errorf("%s: %s", tb.name, e)
+	}
+}
+
+// loadPerCore returns the 1-minute load average of the machine per core, or
+// 0 where /proc/loadavg cannot be read.
+func loadPerCore() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	l, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0
+	}
+	return l / float64(goruntime.NumCPU())
+}
+
+func (tb *tab) powLogs() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var out []string
+	for _, l := range tb.logs {
+		if strings.HasPrefix(l, "proof of work:") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func (tb *tab) contactResponses() []*network.Response {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]*network.Response(nil), tb.responses...)
+}
+
+var waitRE = regexp.MustCompile(`^You have sent 5 messages this minute\. Please try again in (\d+) seconds?\.$`)
+
+// TestBrowserSixPosts is the README's contact form as a person meets it, with
+// the default settings: five posts from one browser are accepted, each
+// after a proof of work solved off the main thread; then the page says when
+// to try again and disables Send, without asking for more work; a sixth post
+// from a second tab of the same browser (opened before the quota was spent)
+// is answered 429 at once, and the page quotes Retry-After.
+func TestBrowserSixPosts(t *testing.T) {
+	ctx := browser(t)
+	base := start(t)
+
+	one := openTab(t, ctx, "tab 1", base+"/", 0)
+	ctx2, cancel2 := chromedp.NewContext(ctx)
+	defer cancel2()
+	two := openTab(t, ctx2, "tab 2", base+"/", 429)
+	quota := eval[string](t, one, `document.getElementById("quota").textContent`)
+	if quota != "5 of 5 messages left this minute." {
+		t.Errorf("quota line %q", quota)
+	}
+	// Tab 2 solves its first challenge while nobody waits for it.
+	if _, err := chromedp.Run(ctx2, chromedp.Poll[bool](`solved !== null`, chromedp.WithPollingTimeout(0))); err != nil {
+		t.Fatalf("tab 2 did not solve its challenge: %v", err)
+	}
+
+	windowStart := time.Now()
+	for i := 1; i <= 5; i++ {
+		text, took := one.send(t, i)
+		t.Logf("post %d: %q after %v", i, text, took.Round(time.Millisecond))
+		if text != "Thanks, your message was sent." {
+			t.Fatalf("post %d: page says %q; tab 1's posts answered %v", i, text, statuses(one.contactResponses()))
+		}
+	}
+	if time.Since(windowStart) > 50*time.Second {
+		t.Fatalf("five posts took %v, too close to the one-minute window for the sixth to be over the limit", time.Since(windowStart))
+	}
+	for _, l := range one.powLogs() {
+		t.Logf("tab 1: %s", l)
+	}
+	if n := len(one.powLogs()); n != 5 {
+		t.Errorf("tab 1 solved %d challenges, want 5 (one per post, none after the quota was spent)", n)
+	}
+
+	// Tab 1 knows the quota is spent: it counts down with Send disabled and
+	// runs no worker.
+	wait, err := chromedp.Run(ctx, chromedp.Poll[string](`document.getElementById("result").textContent.includes("try again") && document.getElementById("result").textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := eval[struct {
+		Disabled bool
+		Workers  int
+		Left     string
+	}](t, one, `({disabled: document.getElementById("send").disabled, workers: running.length, left: document.getElementById("remaining").textContent})`)
+	if !waitRE.MatchString(wait) || !state.Disabled || state.Workers != 0 || state.Left != "0" {
+		t.Errorf("tab 1 after five posts: %q, %+v; want the wait in words, Send disabled, no worker, 0 left", wait, state)
+	}
+	m1 := waitRE.FindStringSubmatch(wait)
+	if m1 == nil {
+		t.Fatalf("tab 1 says %q", wait)
+	}
+	later, err := chromedp.Run(ctx, chromedp.Poll[string](`document.getElementById("result").textContent !== `+strconv.Quote(wait)+
+		` && document.getElementById("result").textContent`))
+	if err != nil {
+		t.Fatalf("the countdown stayed at %q: %v", wait, err)
+	}
+	if m2 := waitRE.FindStringSubmatch(later); m2 == nil || atoi(t, m2[1]) >= atoi(t, m1[1]) {
+		t.Errorf("countdown did not count down: %q then %q", wait, later)
+	}
+
+	// The sixth post, from tab 2, is refused at once.
+	text, took := two.send(t, 6)
+	t.Logf("post 6 (tab 2): %q after %v", text, took.Round(time.Millisecond))
+	resp := two.contactResponses()
+	if len(resp) != 1 || resp[0].Status != 429 {
+		t.Fatalf("tab 2's post: responses %v, want one 429", statuses(resp))
+	}
+	if tm := resp[0].Timing; tm != nil {
+		t.Logf("post 6: 429 in %.1f ms from sending to headers", tm.ReceiveHeadersEnd-tm.SendStart)
+	}
+	ra, _ := resp[0].Headers["Retry-After"].(string)
+	m := waitRE.FindStringSubmatch(text)
+	if m == nil || m[1] != ra {
+		t.Errorf("tab 2 says %q; want the wait in words with Retry-After's %s seconds", text, ra)
+	}
+	if got := statuses(one.contactResponses()); fmt.Sprint(got) != "[200 200 200 200 200]" {
+		t.Errorf("tab 1's posts answered %v, want five 200s", got)
+	}
+	one.checkClean(t)
+	two.checkClean(t)
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func statuses(rs []*network.Response) []int64 {
+	var out []int64
+	for _, r := range rs {
+		out = append(out, r.Status)
+	}
+	return out
+}
+
+// TestBrowserInsecureContext opens the form under a host name that is not
+// loopback to the browser (mapped to 127.0.0.1 by its resolver), so the page
+// is not a secure context and crypto.subtle is missing, as on a plain-HTTP
+// intranet address: the form still works.
+func TestBrowserInsecureContext(t *testing.T) {
+	ctx := browser(t, chromedp.Flag("host-resolver-rules", "MAP contact.test 127.0.0.1"))
+	base := start(t)
+	url := strings.Replace(base, "127.0.0.1", "contact.test", 1) + "/"
+	tb := openTab(t, ctx, "insecure", url, 0)
+	secure := eval[bool](t, tb, `window.isSecureContext`)
+	subtle := eval[bool](t, tb, `!!(self.crypto && crypto.subtle)`)
+	if secure || subtle {
+		t.Fatalf("%s: isSecureContext %v, crypto.subtle %v; the test needs neither", url, secure, subtle)
+	}
+	text, took := tb.send(t, 1)
+	t.Logf("post: %q after %v; %v", text, took.Round(time.Millisecond), tb.powLogs())
+	if text != "Thanks, your message was sent." {
+		t.Fatalf("page says %q", text)
+	}
+	tb.checkClean(t)
+}
+
+// TestBrowserReplacesRefusedChallenge spoils the page's solution before a
+// post, as if it were forged or its challenge had expired on the server, and
+// then ages a solution past its expiry: the page solves a new challenge and
+// sends, and the person sees only the thanks.
+func TestBrowserReplacesRefusedChallenge(t *testing.T) {
+	ctx := browser(t)
+	base := start(t)
+	tb := openTab(t, ctx, "refused", base+"/", 403)
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`solved !== null`, chromedp.WithPollingTimeout(0))); err != nil {
+		t.Fatal(err)
+	}
+	eval[chromedp.Void](t, tb, `solved.text = solved.text.replace(/\.(\d+)$/, ".1")`)
+	if text, _ := tb.send(t, 1); text != "Thanks, your message was sent." {
+		t.Fatalf("post with a refused solution: page says %q", text)
+	}
+	if got := statuses(tb.contactResponses()); fmt.Sprint(got) != "[403 200]" {
+		t.Fatalf("responses %v, want 403 then 200", got)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`solved !== null`, chromedp.WithPollingTimeout(0))); err != nil {
+		t.Fatal(err)
+	}
+	eval[chromedp.Void](t, tb, `solved.until = Date.now()`)
+	if text, _ := tb.send(t, 2); text != "Thanks, your message was sent." {
+		t.Fatalf("post with an expired solution: page says %q", text)
+	}
+	if got := statuses(tb.contactResponses()); fmt.Sprint(got) != "[403 200 200]" {
+		t.Fatalf("responses %v, want 403, 200, 200: an expired solution is replaced before posting", got)
+	}
+	if n := len(tb.powLogs()); n < 4 {
+		t.Errorf("%d solves for two posts with a refused and an expired solution, want at least 4: %v", n, tb.powLogs())
+	}
+	tb.checkClean(t)
+}
+
+// TestBrowserHashRate measures the proof-of-work rate of headless Chromium:
+// pow.js's synchronous SHA-256 in a worker, against crypto.subtle.digest in
+// batches of 1024 in a worker, and checks that the first is the faster and
+// at least browserHashRate's calibration on this machine's order of
+// magnitude.
+func TestBrowserHashRate(t *testing.T) {
+	ctx := browser(t)
+	base := start(t, "-pow=false")
+	tb := openTab(t, ctx, "bench", base+"/", 0)
+	rate := func(kind string) float64 {
+		r, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`new Promise((resolve, reject) => {
+			const w = new Worker("/pow.js");
+			w.onmessage = (ev) => { w.terminate(); ev.data.error ? reject(ev.data.error) : resolve(ev.data.rate); };
+			w.onerror = (ev) => reject(ev.message);
+			w.postMessage({ bench: "`+kind+`", ms: 2000 });
+		})`, chromedp.EvalAwaitPromise))
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		return r
+	}
+	sync, subtle := rate("sync"), rate("subtle")
+	t.Logf("hashes per second in one worker: synchronous SHA-256 %.0f, crypto.subtle in batches %.0f (%.1f×); difficulties assume %d",
+		sync, subtle, sync/subtle, browserHashRate)
+	if !(sync > subtle) {
+		t.Errorf("synchronous SHA-256 (%.0f/s) is not faster than crypto.subtle batches (%.0f/s)", sync, subtle)
+	}
+	if sync < browserHashRate/8 {
+		t.Errorf("synchronous SHA-256 at %.0f/s is far below the %d/s difficulties are calibrated to", sync, browserHashRate)
+	}
+	tb.checkClean(t)
+}
