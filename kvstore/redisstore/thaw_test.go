@@ -1,0 +1,130 @@
+package redisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+)
+
+// thawCost is the cost of one take in the thaw test: so large against the
+// refill (1 unit per microsecond) that the record's value counts the takes
+// that reached Redis exactly.
+const thawCost = 1_000_000_000_000
+
+var thawRefill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+
+// TestThawWithSilentConnections is a Lambda instance thawing after a NAT
+// gateway dropped every pooled connection without a FIN or RST: the client
+// (ServerlessOptions) has filled its pool, sat idle (frozen), and now every
+// pooled connection swallows what it is sent and never answers, while new
+// connections work. Decisions made one after another, each with a
+// Guard-like deadline, must see at most one failure, and the first success
+// must come within one deadline of it. The failed takes never reached Redis
+// and the store must not have applied any take twice: the takes counted in
+// Redis are exactly the successful ones.
+func TestThawWithSilentConnections(t *testing.T) {
+	const timeout = 250 * time.Millisecond // Guard.Timeout and ServerlessOptions' timeout
+	srv := redistest.Start(t)
+	relay := faultproxy.StartRelay(t, srv.Addr)
+	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{relay.Addr}}, timeout))
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.Update(ctx, "k", thawRefill, kvstore.OpTake, thawCost)
+		return err
+	}
+
+	// Fill the pool: concurrent takes open several connections.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	filled := 0
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				if err := take(5 * time.Second); err != nil {
+					t.Errorf("take while filling the pool: %v", err)
+					return
+				}
+				mu.Lock()
+				filled++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	if n := relay.Accepted(); n < 2 {
+		t.Fatalf("filling the pool opened %d connections, want at least 2", n)
+	}
+	// The freeze: longer than the idle time after which a connection is in
+	// doubt (a NAT drops a flow after minutes; what matters is that the
+	// connections were idle when they died).
+	time.Sleep(1500 * time.Millisecond)
+	silenced := relay.Silence()
+
+	type attempt struct {
+		start, end time.Time
+		err        error
+	}
+	var log []attempt
+	for range 20 {
+		a := attempt{start: time.Now()}
+		a.err = take(timeout)
+		a.end = time.Now()
+		log = append(log, a)
+	}
+	failed, inARow, firstOK := 0, 0, -1
+	for i, a := range log {
+		if a.err != nil {
+			failed++
+			if firstOK < 0 {
+				inARow++
+			}
+			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
+		} else if firstOK < 0 {
+			firstOK = i
+		}
+	}
+	if firstOK < 0 {
+		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
+	}
+	recovery := log[firstOK].end.Sub(log[0].start)
+	t.Logf("%d silenced connections: %d decisions failed (%d in a row), first success %v after the thaw's first decision started; %d new connections",
+		silenced, failed, inARow, recovery.Round(time.Millisecond), relay.Accepted()-silenced)
+	if failed > 1 {
+		t.Errorf("%d decisions failed after the thaw, want at most 1", failed)
+	}
+	// One failed decision lasts one timeout; the next must succeed within
+	// one more.
+	if limit := time.Duration(inARow+1)*timeout + slack; recovery > limit || inARow > 1 {
+		t.Errorf("first success %v after the thaw, want within %v", recovery, limit)
+	}
+
+	// Exactly the successful takes reached Redis.
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	ds, _ := redisstore.New(direct, redisstore.Config{})
+	rec, ok, err := ds.Get(context.Background(), "k")
+	if err != nil || !ok {
+		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
+	}
+	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
+	if want := int64(filled + len(log) - failed); applied != want {
+		t.Errorf("Redis counted %d takes, want the %d that succeeded", applied, want)
+	}
+}
