@@ -33,9 +33,8 @@ type opaqueConn struct{ net.Conn }
 // connections work. Decisions made one after another, each with a
 // Guard-like deadline, must see at most one failure (none when the freeze
 // outlasted ConnMaxIdleTime), and the first success must come within one
-// deadline of it. The failed takes never reached Redis and the store must
-// not have applied any take twice: the takes counted in Redis are exactly
-// the successful ones.
+// deadline of it. The store must not apply any take twice: Redis counts the
+// successful takes, and at most the failed ones besides.
 func TestThawWithSilentConnections(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -161,7 +160,9 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, maxFail int) {
 		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
 	}
 	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
-	if want := int64(filled + len(log) - failed); applied != want {
-		t.Errorf("Redis counted %d takes, want the %d that succeeded", applied, want)
+	// A take that failed on a new connection (a loaded machine) may have
+	// run in Redis; none may count twice.
+	if ok := int64(filled + len(log) - failed); applied < ok || applied > ok+int64(failed) {
+		t.Errorf("Redis counted %d takes; %d succeeded and %d failed", applied, ok, failed)
 	}
 }
