@@ -3,6 +3,7 @@ package pgstore_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -60,19 +63,25 @@ func TestThawWithSilentConnections(t *testing.T) {
 	for _, tc := range []struct {
 		maxConns int
 		timeout  time.Duration // Guard.Timeout and ServerlessPoolConfig's
+		guard    bool          // decide through durable behind a Guard
 	}{
-		{1, time.Second},
-		{2, time.Second},
-		{2, 2 * time.Second},
-		{8, time.Second},
+		{1, time.Second, false},
+		{2, time.Second, false},
+		{2, time.Second, true},
+		{2, 2 * time.Second, false},
+		{8, time.Second, false},
 	} {
-		t.Run(fmt.Sprintf("pool of %d, timeout %v", tc.maxConns, tc.timeout), func(t *testing.T) {
-			testThaw(t, tc.maxConns, tc.timeout)
+		name := fmt.Sprintf("pool of %d, timeout %v", tc.maxConns, tc.timeout)
+		if tc.guard {
+			name += ", through a Guard"
+		}
+		t.Run(name, func(t *testing.T) {
+			testThaw(t, tc.maxConns, tc.timeout, tc.guard)
 		})
 	}
 }
 
-func testThaw(t *testing.T, maxConns int, timeout time.Duration) {
+func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	relay := faultproxy.StartRelay(t, testenvHost(t))
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
@@ -106,6 +115,21 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration) {
 	// The freeze: longer than the idle time after which the pool pings a
 	// connection before use.
 	time.Sleep(1500 * time.Millisecond)
+	decide := func() error { return take(timeout) }
+	if guard {
+		l, err := durable.New(durable.Config{Store: s, Algorithm: pgstore.FixedWindow, Prefix: pgtest.Prefix(t),
+			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		decide = func() error {
+			return g.Check(context.Background(), ratekit.Request{Key: "k", Cost: 1}, http.Header{}).Err
+		}
+	}
 	silenced := relay.Silence()
 
 	type attempt struct {
@@ -115,7 +139,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration) {
 	var log []attempt
 	for streak, begin := 0, time.Now(); streak < 5 && len(log) < 40 && time.Since(begin) < 30*time.Second; {
 		a := attempt{start: time.Now()}
-		a.err = take(timeout)
+		a.err = decide()
 		a.end = time.Now()
 		log = append(log, a)
 		if a.err == nil {
@@ -149,6 +173,9 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration) {
 		t.Errorf("first success %v after the thaw, want within %v", recovery, lim)
 	}
 
+	if guard {
+		return
+	}
 	// Exactly the successful takes reached the server.
 	direct := newCounter(t, newStore(t, directPool(t)), c.Config())
 	r, err := direct.Peek(ctxT(t), "k", 1)
