@@ -60,19 +60,27 @@
 // MaxConns of MaxConcurrency() are enough, and anything larger only holds
 // connections the database has to account for across every instance. A
 // frozen instance keeps its TCP connections, but the server, a proxy or a NAT
-// may close them while it sleeps, so:
+// may drop them while it sleeps, often without a FIN or RST (AWS's NAT
+// gateway after 350 s idle), so that after the thaw they look open and
+// answer nothing. So:
 //
-//   - pgx: set pool_ping_timeout (a bounded health check of connections idle
-//     for more than a second) and pool_max_conn_idle_time below the
-//     server's or proxy's idle timeout; use default_query_exec_mode=exec
-//     behind RDS Proxy or PgBouncer (see package pgstore).
+//   - pgx: build the pool with pgstore.ServerlessPoolConfig(cfg, timeout),
+//     passing the Guard's Timeout: it pings connections idle for more than a
+//     second within timeout/4, closes the ones that sat through the same
+//     silence, frees a broken connection's pool slot at once instead of
+//     after pgx's 15-second drain, and retires idle connections after a
+//     minute; use default_query_exec_mode=exec behind RDS Proxy or
+//     PgBouncer (see package pgstore).
 //   - go-redis: build the client with redisstore.ServerlessOptions, which
-//     makes commands honour the context deadline, and set ConnMaxIdleTime so
-//     that a stale connection is replaced rather than written to.
+//     makes commands honour the context deadline, retires connections idle
+//     for a minute, and replaces the pooled connections that sat through the
+//     same silence as one whose command went unanswered.
 //
-// A dead connection then costs one failed ping or one failed command, the
-// failure policy of the Guard decides what the client sees, and the next
-// invocation dials afresh. (pgxpool runs a health-check goroutine of its own;
-// it is frozen with the instance and does no harm, since the ping before use
-// is what protects a thawed instance.)
+// After a thaw in which every pooled connection went silent, at most one
+// decision then fails (at the Guard's Timeout: nothing tells a silent
+// connection from a slow server sooner), the failure policy of the Guard
+// decides what the client sees, and the next decisions run on new
+// connections. (pgxpool runs a health-check goroutine of its own; it is
+// frozen with the instance and does no harm, since the ping before use is
+// what protects a thawed instance.)
 package lambda

@@ -79,15 +79,28 @@
 // # Pool settings for serverless functions
 //
 // One function instance serves one request at a time (on Lambda), so a
-// small pool is enough and keeps the database's connection count in check:
+// small pool is enough and keeps the database's connection count in check.
+// Build it with [ServerlessPoolConfig], passing the Guard's Timeout:
 //
-//	postgres://user@host/db?sslmode=require&default_query_exec_mode=exec&pool_max_conns=2&pool_ping_timeout=1s&pool_max_conn_idle_time=5m
+//	cfg, err := pgxpool.ParseConfig("postgres://user@host/db?sslmode=require&default_query_exec_mode=exec&pool_max_conns=2")
+//	…
+//	pool, err := pgxpool.NewWithConfig(ctx, pgstore.ServerlessPoolConfig(cfg, timeout))
 //
-// A frozen instance keeps its TCP connections, but the server, a pooler or
-// a NAT may drop them while it sleeps. pgxpool pings a connection that was
-// idle for more than a second before handing it out (ShouldPing); set
-// PingTimeout (pool_ping_timeout) so that a dead connection costs a bounded
-// wait instead of a TCP timeout, and give every decision a context deadline.
+// A frozen instance keeps its TCP connections, but a NAT gateway or load
+// balancer may drop them while it sleeps without a FIN or RST (AWS's NAT
+// gateway after 350 s idle): after the thaw they look open and answer
+// nothing. ServerlessPoolConfig pings a connection idle for more than a
+// second within timeout/4 before using it, closes the other connections
+// that sat through the same silence without pinging them, frees the pool
+// slot of a broken connection at once (pgx would otherwise drain it for up
+// to 15 s first), retires connections idle for a minute, and dials with TCP
+// keepalive and, on Linux, TCP_USER_TIMEOUT. After a thaw in which every
+// pooled connection went silent, decisions then succeed on new connections
+// at once or after at most one failure; give every decision a context
+// deadline. Without it, set at least pool_ping_timeout below the decision
+// deadline and pool_max_conn_idle_time below the NAT's idle limit, and
+// expect a pool of two to fail for about 15 s after such a thaw.
+//
 // A Store retries a statement only when pgx reports that nothing was sent
 // (pgconn.SafeToRetry); any other failure is returned, because a retry could
 // count the request twice. After such an error the request may or may not

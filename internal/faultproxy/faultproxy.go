@@ -1,6 +1,8 @@
 // Package faultproxy puts an in-process toxiproxy between a test's clients
 // and a server (Redis, PostgreSQL, PgBouncer), so that tests can add latency
-// and TCP resets on real connections.
+// and TCP resets on real connections, and offers a plain relay ([Relay])
+// whose existing connections can be made silent, as behind a NAT gateway
+// that dropped them.
 package faultproxy
 
 import (

@@ -172,17 +172,39 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	return &Store{client: client, prefix: cfg.Prefix, co: coalescer{client: client, max: cfg.MaxInFlight}}, nil
 }
 
-// ServerlessOptions sets o's timeouts for a function that must answer within
-// its own deadline, and returns o:
+// ServerlessOptions sets o's timeouts and connection handling for a
+// function that must answer within its own deadline, and returns o:
 //
 //   - ContextTimeoutEnabled: true, so the context's deadline bounds every
 //     command (go-redis ignores it otherwise);
 //   - DialTimeout, ReadTimeout, WriteTimeout and PoolTimeout: timeout;
 //   - MaxRetries: -1 (no retries: a retry would spend the caller's budget
-//     on a server that just failed) and DialerRetries: 1 (one dial attempt).
+//     on a server that just failed) and DialerRetries: 1 (one dial attempt);
+//   - ConnMaxIdleTime: [ServerlessMaxIdle], below the idle limits after
+//     which NAT gateways and load balancers drop a flow without a word
+//     (AWS NAT gateway 350 s, Azure load balancer 4 min), so that a pooled
+//     connection idle that long, as on an instance thawing after a freeze,
+//     is closed when taken from the pool instead of being used;
+//   - Dialer: o.Dialer (or, when nil, a TCP dial with keepalive probes every
+//     30 s of idleness and, on Linux, TCP_USER_TIMEOUT of 15 s; in TLS when
+//     o.TLSConfig is set), with every connection watched for silence: when
+//     a command on a connection idle for a second or more gets no reply
+//     before its deadline, the connections that have received nothing
+//     since are in doubt (they sat through the same outage) and the pool
+//     replaces them instead of using them. A [Store] sends a command again
+//     only when it was refused on such a connection before any byte was
+//     sent, so no command is applied twice.
+//
+// After a thaw in which every pooled connection went silent within
+// ConnMaxIdleTime, at most one command fails (at its deadline: nothing can
+// tell a silent connection from a slow server sooner) and the next ones go
+// on new connections. Keepalive and TCP_USER_TIMEOUT act only while the
+// process runs; they keep a busy instance's flows alive and close the ones
+// that died under it.
 //
 // timeout is the longest one command may take when the context allows more;
-// 0 means 250ms. Use it as
+// 0 means 250ms. Set o.Dialer and o.TLSConfig, if at all, before calling
+// ServerlessOptions, and call it once per options value. Use it as
 //
 //	client := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{
 //		Addrs: []string{addr},
@@ -198,8 +220,32 @@ func ServerlessOptions(o *redis.UniversalOptions, timeout time.Duration) *redis.
 	o.PoolTimeout = timeout
 	o.MaxRetries = -1
 	o.DialerRetries = 1
+	o.ConnMaxIdleTime = ServerlessMaxIdle
+	o.Dialer = watchedDialer(o.Dialer, o.TLSConfig, timeout)
 	return o
 }
+
+// ServerlessMaxIdle is the ConnMaxIdleTime that [ServerlessOptions] sets:
+// one minute.
+const ServerlessMaxIdle = time.Minute
+
+// do sends cmd through the coalescer, and sends it again while it was
+// refused on a connection in doubt before anything was sent (errNotSent),
+// at most maxNotSent times.
+func (s *Store) do(ctx context.Context, cmd redis.Cmder) error {
+	for range maxNotSent {
+		err := s.co.do(ctx, cmd)
+		if !errors.Is(err, errNotSent) || ctx.Err() != nil {
+			return err
+		}
+		cmd.SetErr(nil)
+	}
+	return s.co.do(ctx, cmd)
+}
+
+// maxNotSent bounds the sends of one command refused on connections in
+// doubt; each refusal removes one such connection from the pool.
+const maxNotSent = 64
 
 // Key returns the Redis key under which s stores key.
 func (s *Store) Key(key string) string {
@@ -211,7 +257,7 @@ func (s *Store) Key(key string) string {
 // not write.
 func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
 	cmd := redis.NewStringCmd(ctx, "get", s.Key(key))
-	err := s.co.do(ctx, cmd)
+	err := s.do(ctx, cmd)
 	if errors.Is(err, redis.Nil) {
 		return kvstore.Record{}, false, nil
 	}
@@ -232,7 +278,7 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	}
 	ttl = max(ttl, time.Millisecond)
 	cmd := redis.NewStatusCmd(ctx, "set", s.Key(key), formatRecord(rec), "px", ttl.Milliseconds())
-	if err := s.co.do(ctx, cmd); err != nil {
+	if err := s.do(ctx, cmd); err != nil {
 		return wrap(ctx, "SET", err)
 	}
 	return nil
@@ -240,7 +286,7 @@ func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 
 // Delete implements [kvstore.Store] with DEL.
 func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.co.do(ctx, redis.NewIntCmd(ctx, "del", s.Key(key))); err != nil {
+	if err := s.do(ctx, redis.NewIntCmd(ctx, "del", s.Key(key))); err != nil {
 		return wrap(ctx, "DEL", err)
 	}
 	return nil
@@ -284,12 +330,12 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	args := []any{"evalsha", updateSHA(), 1, s.Key(key), a.max, a.rate, bn.arg, opArg}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	err := s.co.do(ctx, cmd)
+	err := s.do(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", updateSource
 		cmd = redis.NewCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3)
-		err = s.co.do(ctx, cmd)
+		err = s.do(ctx, cmd)
 	}
 	if err != nil {
 		if strings.Contains(err.Error(), malformedMsg) {

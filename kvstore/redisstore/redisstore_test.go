@@ -173,7 +173,8 @@ func TestServerlessOptions(t *testing.T) {
 	o := redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{"x:1"}}, 0)
 	if !o.ContextTimeoutEnabled || o.MaxRetries != -1 || o.DialerRetries != 1 ||
 		o.ReadTimeout != 250*time.Millisecond || o.WriteTimeout != 250*time.Millisecond ||
-		o.DialTimeout != 250*time.Millisecond || o.PoolTimeout != 250*time.Millisecond {
+		o.DialTimeout != 250*time.Millisecond || o.PoolTimeout != 250*time.Millisecond ||
+		o.ConnMaxIdleTime != redisstore.ServerlessMaxIdle || o.Dialer == nil {
 		t.Fatalf("ServerlessOptions = %+v", o)
 	}
 	if o := redisstore.ServerlessOptions(&redis.UniversalOptions{}, time.Second); o.ReadTimeout != time.Second {

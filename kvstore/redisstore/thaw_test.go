@@ -1,0 +1,193 @@
+package redisstore_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/tokenbucket"
+)
+
+// thawCost is the cost of one take in the thaw test: so large against the
+// refill (1 unit per microsecond) that the record's value counts the takes
+// that reached Redis exactly.
+const thawCost = 1_000_000_000_000
+
+var thawRefill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+
+// opaqueConn hides the socket under a connection, as crypto/tls.Conn does:
+// go-redis's health check cannot peek at it.
+type opaqueConn struct{ net.Conn }
+
+// TestThawWithSilentConnections is a Lambda instance thawing after a NAT
+// gateway dropped every pooled connection without a FIN or RST: the client
+// (ServerlessOptions) has filled its pool, sat idle (frozen), and now every
+// pooled connection swallows what it is sent and never answers, while new
+// connections work. Decisions made one after another, each with a
+// Guard-like deadline, must see at most one failure (none when the freeze
+// outlasted ConnMaxIdleTime), and the first success must come within one
+// deadline of it. The store must not apply any take twice: Redis counts the
+// successful takes, and at most the failed ones besides.
+func TestThawWithSilentConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opaque  bool          // connections hide their socket (as TLS does)
+		maxIdle time.Duration // ConnMaxIdleTime; 0 keeps ServerlessOptions'
+		guard   bool          // decide through a tokenbucket behind a Guard
+		maxFail int
+	}{
+		{name: "silent within ConnMaxIdleTime", maxFail: 1},
+		{name: "silent within ConnMaxIdleTime, through a Guard", guard: true, maxFail: 1},
+		{name: "silent within ConnMaxIdleTime, opaque connections", opaque: true, maxFail: 1},
+		{name: "frozen beyond ConnMaxIdleTime", maxIdle: time.Second, maxFail: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testThaw(t, tc.opaque, tc.maxIdle, tc.guard, tc.maxFail)
+		})
+	}
+}
+
+func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxFail int) {
+	const timeout = 500 * time.Millisecond // Guard.Timeout and ServerlessOptions' timeout
+	srv := redistest.Start(t)
+	relay := faultproxy.StartRelay(t, srv.Addr)
+	o := &redis.UniversalOptions{Addrs: []string{relay.Addr}}
+	if opaque {
+		o.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return opaqueConn{c}, nil
+		}
+	}
+	redisstore.ServerlessOptions(o, timeout)
+	if maxIdle > 0 {
+		o.ConnMaxIdleTime = maxIdle
+	}
+	c := redis.NewUniversalClient(o)
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.New(c, redisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.Update(ctx, "k", thawRefill, kvstore.OpTake, thawCost)
+		return err
+	}
+
+	// Fill the pool: concurrent takes open several connections. The
+	// client's timeout can cut a take short on a loaded machine: such a
+	// take may or may not have counted, and the filling goes on.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	filled, fillFailed := 0, 0
+	for range 16 {
+		wg.Go(func() {
+			for range 10 {
+				err := take(5 * time.Second)
+				mu.Lock()
+				if err == nil {
+					filled++
+				} else {
+					fillFailed++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if filled < 100 {
+		t.Fatalf("%d of 160 takes failed while filling the pool", fillFailed)
+	}
+	if n := relay.Accepted(); n < 2 {
+		t.Fatalf("filling the pool opened %d connections, want at least 2", n)
+	}
+	// The freeze: longer than the idle time after which a connection is in
+	// doubt (a NAT drops a flow after minutes; what matters is that the
+	// connections were idle when they died).
+	time.Sleep(1500 * time.Millisecond)
+	decide := func() error { return take(timeout) }
+	if guard {
+		l, err := tokenbucket.New(tokenbucket.Config{Name: "thaw", Burst: 1_000_000, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, Timeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		decide = func() error {
+			return g.Check(context.Background(), ratekit.Request{Key: "k", Cost: 1}, http.Header{}).Err
+		}
+	}
+	silenced := relay.Silence()
+
+	type attempt struct {
+		start, end time.Time
+		err        error
+	}
+	var log []attempt
+	for range 20 {
+		a := attempt{start: time.Now()}
+		a.err = decide()
+		a.end = time.Now()
+		log = append(log, a)
+	}
+	failed, inARow, firstOK := 0, 0, -1
+	for i, a := range log {
+		if a.err != nil {
+			failed++
+			if firstOK < 0 {
+				inARow++
+			}
+			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
+		} else if firstOK < 0 {
+			firstOK = i
+		}
+	}
+	if firstOK < 0 {
+		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
+	}
+	recovery := log[firstOK].end.Sub(log[0].start)
+	t.Logf("%d silenced connections: %d decisions failed (%d in a row), first success %v after the thaw's first decision started; %d new connections",
+		silenced, failed, inARow, recovery.Round(time.Millisecond), relay.Accepted()-silenced)
+	if failed > maxFail {
+		t.Errorf("%d decisions failed after the thaw, want at most %d", failed, maxFail)
+	}
+	// One failed decision lasts one timeout; the next must succeed within
+	// one more.
+	if limit := time.Duration(maxFail+1)*timeout + slack; recovery > limit {
+		t.Errorf("first success %v after the thaw, want within %v", recovery, limit)
+	}
+
+	if guard {
+		return
+	}
+	// Exactly the successful takes reached Redis.
+	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer direct.Close()
+	ds, _ := redisstore.New(direct, redisstore.Config{})
+	rec, ok, err := ds.Get(context.Background(), "k")
+	if err != nil || !ok {
+		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
+	}
+	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
+	// A take that failed on a new connection (a loaded machine) may have
+	// run in Redis; none may count twice.
+	if ok := int64(filled + len(log) - failed); applied < ok || applied > ok+int64(failed+fillFailed) {
+		t.Errorf("Redis counted %d takes; %d succeeded and %d failed", applied, ok, failed+fillFailed)
+	}
+}
