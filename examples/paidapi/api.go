@@ -75,7 +75,7 @@ func newAPI(cfg config) (*api, error) {
 		// An unmetered call costs money: no decision, no call.
 		OnError: ratekit.FailClosed,
 		// Bounds the quota check inside the invocation's deadline.
-		Timeout: 2 * time.Second,
+		Timeout: decisionTimeout,
 		Logger:  cfg.logger,
 		// API clients keep no cookies; the server-side count needs no
 		// client state anyway.
@@ -155,6 +155,10 @@ func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		Body:       string(body),
 	}, nil
 }
+
+// decisionTimeout bounds each decision (the Guard's Timeout) and the pool's
+// ping of a connection that sat idle (see poolConfig).
+const decisionTimeout = 2 * time.Second
 
 // refundTimeout bounds a refund.
 const refundTimeout = 2 * time.Second

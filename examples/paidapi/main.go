@@ -136,11 +136,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 // poolConfig parses dsn and sizes the pool for a function instance that runs
 // concurrency invocations at once (lambdacontext.MaxConcurrency(): 1 on
 // standard Lambda), unless the DSN sets pool_max_conns itself; 0 keeps
-// pgxpool's defaults. The settings keep a frozen and thawed instance
-// working: a connection idle for more than a second is pinged before use,
-// within PingTimeout, and idle connections are closed before a typical
-// proxy or NAT idle timeout (350 s on AWS NAT gateways) would drop them
-// silently.
+// pgxpool's defaults. pgstore.ServerlessPoolConfig keeps a frozen and thawed
+// instance working within the Guard's timeout: it pings connections idle for
+// more than a second, frees a broken connection's slot at once and retires
+// idle connections before a NAT or load balancer drops them silently.
 func poolConfig(dsn string, concurrency int) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -151,11 +150,5 @@ func poolConfig(dsn string, concurrency int) (*pgxpool.Config, error) {
 		cfg.MaxConns = int32(concurrency)
 		cfg.MinConns = 0
 	}
-	if cfg.PingTimeout == 0 {
-		cfg.PingTimeout = time.Second
-	}
-	if !strings.Contains(dsn, "pool_max_conn_idle_time") {
-		cfg.MaxConnIdleTime = 5 * time.Minute
-	}
-	return cfg, nil
+	return pgstore.ServerlessPoolConfig(cfg, decisionTimeout), nil
 }

@@ -46,7 +46,7 @@ func TestPoolConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg.MaxConns != tc.maxConns || cfg.MinConns != 0 || cfg.PingTimeout != time.Second || cfg.MaxConnIdleTime != 5*time.Minute {
+		if cfg.MaxConns != tc.maxConns || cfg.MinConns != 0 || cfg.PingTimeout != decisionTimeout/4 || cfg.MaxConnIdleTime != pgstore.ServerlessMaxConnIdleTime || cfg.ShouldPing == nil {
 			t.Errorf("%s with %d: MaxConns %d MinConns %d PingTimeout %v MaxConnIdleTime %v",
 				tc.dsn, tc.concurrency, cfg.MaxConns, cfg.MinConns, cfg.PingTimeout, cfg.MaxConnIdleTime)
 		}
