@@ -54,3 +54,6 @@ echo "services.sh: Redis ready: $(redis-cli -h 127.0.0.1 -p 6379 ping)"
 
 # PgBouncer in transaction pooling mode.
 bash .ci/pgbouncer.sh
+
+# dynalite (DynamoDB API in memory) for kvstore/dynamostore.
+bash .ci/dynalite.sh
