@@ -7,6 +7,8 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 )
 
+require github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+
 require (
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.11 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.11 // indirect

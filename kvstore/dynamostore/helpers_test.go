@@ -2,10 +2,11 @@ package dynamostore_test
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -56,6 +57,7 @@ func newClient(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *dy
 		creds = aws.Credentials{AccessKeyID: id, SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"), Source: "environment"}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ResponseHeaderTimeout = 0
 	tr.MaxIdleConnsPerHost = 256
 	t.Cleanup(tr.CloseIdleConnections)
 	var rt http.RoundTripper = tr
@@ -95,7 +97,7 @@ func table(t testing.TB) string {
 // prefix returns a key prefix no other test uses.
 func prefix(t testing.TB) string {
 	b := make([]byte, 6)
-	rand.Read(b)
+	crand.Read(b)
 	return "ratekit-test:" + strings.ReplaceAll(t.Name(), "/", ".") + ":" + hex.EncodeToString(b) + ":"
 }
 
@@ -151,10 +153,11 @@ func (c *counter) take() map[string]int {
 // fail without being sent), lost responses (requests are sent and applied,
 // then the response is dropped) and canned error answers.
 type fault struct {
-	next  http.RoundTripper
-	delay atomic.Int64 // nanoseconds before sending
-	down  atomic.Bool  // fail without sending
-	lose  atomic.Bool  // send, then drop the response
+	next   http.RoundTripper
+	delay  atomic.Int64 // nanoseconds before sending
+	jitter atomic.Int64 // up to this many more nanoseconds, at random
+	down   atomic.Bool  // fail without sending
+	lose   atomic.Bool  // send, then drop the response
 	// answer, when set, is returned instead of sending: an HTTP status and
 	// a DynamoDB JSON error body.
 	answer atomic.Pointer[cannedAnswer]
@@ -164,12 +167,17 @@ type fault struct {
 type cannedAnswer struct {
 	status int
 	body   string
+	count  *int // incremented for each answer, when not nil
 }
 
 var errInjected = errors.New("injected: connection refused")
 
 func (f *fault) RoundTrip(r *http.Request) (*http.Response, error) {
-	if d := time.Duration(f.delay.Load()); d > 0 {
+	d := time.Duration(f.delay.Load())
+	if j := f.jitter.Load(); j > 0 {
+		d += time.Duration(rand.Int64N(j))
+	}
+	if d > 0 {
 		select {
 		case <-time.After(d):
 		case <-r.Context().Done():
@@ -180,6 +188,9 @@ func (f *fault) RoundTrip(r *http.Request) (*http.Response, error) {
 		return nil, errInjected
 	}
 	if a := f.answer.Load(); a != nil {
+		if a.count != nil {
+			*a.count++
+		}
 		return &http.Response{
 			StatusCode: a.status,
 			Header:     http.Header{"Content-Type": {"application/x-amz-json-1.0"}},
