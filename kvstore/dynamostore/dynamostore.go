@@ -325,7 +325,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		case next.Value >= r.Max:
 			failed, err = s.deleteIf(ctx, k, it)
 		default:
-			failed, err = s.putIf(ctx, k, it, r, next)
+			failed, err = s.writeIf(ctx, k, it, r, next)
 		}
 		if err != nil || failed == nil {
 			if err == nil && op == kvstore.OpTake {
@@ -403,26 +403,35 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	return kvstore.Result{OK: true, Value: v}, nil, nil
 }
 
-// putIf writes next (the result of Apply on it) with a PutItem conditioned
-// on the item being it, unchanged.
-func (s *Store) putIf(ctx context.Context, k map[string]types.AttributeValue, it item, r kvstore.Refill, next kvstore.Record) (*types.ConditionalCheckFailedException, error) {
+// writeIf writes next (the result of Apply on it) with an UpdateItem
+// conditioned on the item being it, unchanged. (An UpdateItem rather than a
+// PutItem, so that a take needs no IAM action beyond UpdateItem and GetItem.)
+func (s *Store) writeIf(ctx context.Context, k map[string]types.AttributeValue, it item, r kvstore.Refill, next kvstore.Record) (*types.ConditionalCheckFailedException, error) {
 	// As for take: the item lives until a bucket emptied at its time
 	// would be full.
 	exp := next.Time + int64(r.TimeToFull(0)/time.Microsecond)
 	x := new(big.Int).Mul(big.NewInt(next.Time), big.NewInt(r.Rate))
 	x.Sub(x, big.NewInt(next.Value))
-	item := record(k, next.Value, next.Time, exp)
-	item["x"] = &types.AttributeValueMemberN{Value: x.String()}
-	item["r"] = num(r.Rate)
 	cond, values := it.unchanged()
-	_, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
+	if values == nil {
+		values = make(map[string]types.AttributeValue, 6)
+	}
+	values[":x"] = &types.AttributeValueMemberN{Value: x.String()}
+	values[":v"] = num(next.Value)
+	values[":t"] = num(next.Time)
+	values[":r"] = num(r.Rate)
+	values[":e"] = num(exp)
+	values[":ttl"] = num(ttlSeconds(exp))
+	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.table,
-		Item:                                item,
+		Key:                                 k,
+		UpdateExpression:                    aws.String("SET x = :x, v = :v, t = :t, r = :r, e = :e, #ttl = :ttl"),
 		ConditionExpression:                 cond,
+		ExpressionAttributeNames:            map[string]string{"#ttl": TTLAttribute},
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, noRetries)
-	return conditional(ctx, "PutItem", err)
+	return conditional(ctx, "UpdateItem", err)
 }
 
 // deleteIf deletes the item when it is it, unchanged.

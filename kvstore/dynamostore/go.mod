@@ -3,6 +3,7 @@ module github.com/ratekit/ratekit/kvstore/dynamostore
 go 1.26.0
 
 require (
+	github.com/aws/aws-lambda-go v1.55.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 )
