@@ -45,7 +45,7 @@ func main() {
 		Region:      os.Getenv("AWS_REGION"),
 		Credentials: envCredentials{},
 	})
-	handler, err := newHandler(client, os.Getenv)
+	handler, err := newHandler(client, os.Getenv, 300*time.Millisecond)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -69,8 +69,9 @@ func (envCredentials) Retrieve(context.Context) (aws.Credentials, error) {
 	return c, nil
 }
 
-// newHandler builds the function's handler on client.
-func newHandler(client *dynamodb.Client, getenv func(string) string) (lambda.HTTPAPIHandler, error) {
+// newHandler builds the function's handler on client. A decision that
+// takes longer than timeout fails closed (503).
+func newHandler(client *dynamodb.Client, getenv func(string) string, timeout time.Duration) (lambda.HTTPAPIHandler, error) {
 	store, err := dynamostore.New(client, dynamostore.Config{Table: getenv("RATEKIT_TABLE")})
 	if err != nil {
 		return nil, fmt.Errorf("RATEKIT_TABLE: %w", err)
@@ -100,7 +101,7 @@ func newHandler(client *dynamodb.Client, getenv func(string) string) (lambda.HTT
 	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
 		Limiter: limiter,
 		OnError: ratekit.FailClosed,
-		Timeout: 300 * time.Millisecond,
+		Timeout: timeout,
 	})
 	if err != nil {
 		return nil, err

@@ -27,7 +27,9 @@ func TestPaidAPI(t *testing.T) {
 	client := dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
 		BaseEndpoint: aws.String(endpoint),
-		Credentials:  aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) { return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil }),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+		}),
 	})
 	table := "ratekit_example_paidapi"
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -37,7 +39,8 @@ func TestPaidAPI(t *testing.T) {
 	}
 	key := "key-" + time.Now().Format("150405.000000000")
 	env := map[string]string{"RATEKIT_TABLE": table, "PAIDAPI_KEYS": "other," + key}
-	h, err := newHandler(client, func(k string) string { return env[k] })
+	// A patient timeout: dynalite on a loaded machine is no DynamoDB.
+	h, err := newHandler(client, func(k string) string { return env[k] }, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
