@@ -230,27 +230,22 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// Update implements [kvstore.Atomic] with conditional writes, on the
-// Store's clock (Config.Now): DynamoDB has none. See the package doc for the
-// requests each op makes and what they cost.
+// Update implements [kvstore.Atomic] with conditional writes on the Store's
+// clock (Config.Now): DynamoDB has none. OpTake is one conditional
+// UpdateItem in the common case; OpPeek one strongly consistent GetItem;
+// OpRefund a GetItem and a conditional write. The package doc describes the
+// requests, what they cost, and the one way the result differs from
+// [kvstore.Refill.Apply] (an item read before its own time, when clocks
+// disagree). A refused take writes nothing.
 //
-// OpTake sends one conditional UpdateItem that takes n units when the item is
-// absent or its bucket holds n units or more without being full. When the
-// condition fails, the item that failed it (returned with the failure, or
-// read with a strongly consistent GetItem when the server does not return
-// it) decides: a take it cannot afford is refused with nothing written;
-// otherwise the result of [kvstore.Refill.Apply] on it is written with a
-// PutItem (or DeleteItem) conditioned on the item being unchanged. OpPeek is
-// one strongly consistent GetItem. OpRefund reads with GetItem and writes
-// the same way.
-//
-// A condition that fails is never an error: Update retries with the item it
-// failed on, up to Config.MaxAttempts conditional writes, then returns
-// ErrContention. Any other failure (throttling, a missing table, refused
-// credentials, a timeout) is returned at once, wrapped, and nothing that may
-// have been applied is sent again. It returns kvstore.ErrInvalidRefill and
-// kvstore.ErrInvalidOp before sending anything, and
-// kvstore.ErrMalformedRecord for an item this package did not write.
+// A condition that fails is never an error: Update decides with the item it
+// failed on and retries, up to Config.MaxAttempts conditional writes in all,
+// then returns ErrContention with nothing written. Any other failure
+// (throttling, a missing table, refused credentials, a timeout) is returned
+// at once, wrapped, and nothing that may have been applied is sent again. It
+// returns kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before sending
+// anything, and kvstore.ErrMalformedRecord for an item this package did not
+// write.
 func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
 	if err := r.Validate(); err != nil {
 		return kvstore.Result{}, err
