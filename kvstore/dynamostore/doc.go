@@ -158,5 +158,8 @@
 // (ratekit.GuardConfig.Timeout, or the invocation's): the SDK's HTTP client
 // has no per-request timeout of its own, and a connection that died without
 // a word (a NAT that dropped the flow while the instance was frozen) is
-// noticed only at the deadline.
+// noticed only at the deadline. A request sent on a pooled connection just
+// as the server closes it for idleness fails too, and is not retried (it may
+// have been written); an http.Transport whose IdleConnTimeout is below the
+// server's idle timeout retires connections before that race.
 package dynamostore

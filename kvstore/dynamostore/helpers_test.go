@@ -57,7 +57,10 @@ func newClient(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *dy
 		creds = aws.Credentials{AccessKeyID: id, SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"), Source: "environment"}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ResponseHeaderTimeout = 0
+	// dynalite (Node's HTTP server) closes a connection idle for 5s; a
+	// request sent on it as it closes fails, and the Store does not retry
+	// it (it may have been applied). Retire idle connections first.
+	tr.IdleConnTimeout = 2 * time.Second
 	tr.MaxIdleConnsPerHost = 256
 	t.Cleanup(tr.CloseIdleConnections)
 	var rt http.RoundTripper = tr

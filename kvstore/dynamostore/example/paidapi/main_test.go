@@ -24,8 +24,12 @@ import (
 // key gets 400.
 func TestPaidAPI(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.IdleConnTimeout = 2 * time.Second // below dynalite's 5s (Node's keep-alive timeout)
+	t.Cleanup(tr.CloseIdleConnections)
 	client := dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
+		HTTPClient:   &http.Client{Transport: tr},
 		BaseEndpoint: aws.String(endpoint),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
