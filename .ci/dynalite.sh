@@ -48,7 +48,7 @@ if [ ! -x "$DIR/node_modules/.bin/dynalite" ]; then
 fi
 
 echo "dynalite.sh: starting dynalite on 127.0.0.1:${PORT}"
-nohup "$DIR/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$PORT" >"$DIR/dynalite.log" 2>&1 &
+nohup "$DIR/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$PORT" >>"$DIR/dynalite.log" 2>&1 &
 
 for _ in $(seq 1 100); do
 	if answers; then

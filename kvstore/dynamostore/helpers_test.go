@@ -57,10 +57,15 @@ func newClient(t testing.TB, wrap func(http.RoundTripper) http.RoundTripper) *dy
 		creds = aws.Credentials{AccessKeyID: id, SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"), Source: "environment"}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// dynalite (Node's HTTP server) closes a connection idle for 5s; a
-	// request sent on it as it closes fails, and the Store does not retry
-	// it (it may have been applied). Retire idle connections first.
-	tr.IdleConnTimeout = 2 * time.Second
+	// dynalite (Node's HTTP server) closes a connection idle for 5s, and a
+	// request sent on it as it closes fails ("server closed idle
+	// connection"): the Store rightly does not retry it, since it may have
+	// been applied. An idle timeout below 5s did not avoid that on a loaded
+	// machine (timers fire late), so tests use a connection per request;
+	// benchmarks keep connections, as production does.
+	if _, bench := t.(*testing.B); !bench {
+		tr.DisableKeepAlives = true
+	}
 	tr.MaxIdleConnsPerHost = 256
 	t.Cleanup(tr.CloseIdleConnections)
 	var rt http.RoundTripper = tr

@@ -25,7 +25,7 @@ import (
 func TestPaidAPI(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.IdleConnTimeout = 2 * time.Second // below dynalite's 5s (Node's keep-alive timeout)
+	tr.DisableKeepAlives = true // dynalite closes idle connections under requests (see dynamostore's tests)
 	t.Cleanup(tr.CloseIdleConnections)
 	client := dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
