@@ -5,7 +5,8 @@
 #
 # Idempotent: installs dynalite under $DYNALITE_DIR when it is missing,
 # starts it when nothing listens on the port, and waits until it answers a
-# DynamoDB request. Needs node and npm (installed with apt-get when missing).
+# DynamoDB request. Needs Node 20 or later and npm (installed with apt-get
+# when missing; Debian 12's own nodejs is 18, too old).
 set -euo pipefail
 
 PORT="${DYNALITE_PORT:-8000}"
@@ -39,6 +40,12 @@ if ! command -v npm >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nodejs npm curl ca-certificates >/dev/null
+fi
+
+major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$major" -lt 20 ]; then
+	echo "dynalite.sh: dynalite ${VERSION} needs Node 20 or later; node is $(node --version 2>/dev/null || echo missing)" >&2
+	exit 1
 fi
 
 if [ ! -x "$DIR/node_modules/.bin/dynalite" ]; then
