@@ -107,8 +107,9 @@
 //     window from one round trip to that; reads cost half;
 //   - on a global table (replicas in several regions, each accepting
 //     writes), a write reaches the other regions after the replication lag
-//     (typically about a second, longer under load or a regional fault), and concurrent writes to one item in two
-//     regions are resolved by last writer wins: each region's limiter counts
+//     (typically about a second, longer under load or a regional fault),
+//     and concurrent writes to one item in two regions are resolved by last
+//     writer wins: each region's limiter counts
 //     its own takes, and a burst split between regions can admit up to one
 //     bucket per region per replication lag. This is the edge key-value
 //     pattern. Atomic mode on a global table is exact per region, and across
