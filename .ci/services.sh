@@ -60,3 +60,6 @@ bash .ci/redis-extra.sh
 
 # Chromium for the contact form's browser test.
 bash .ci/chromium.sh
+
+# dynalite (DynamoDB API in memory) for kvstore/dynamostore.
+bash .ci/dynalite.sh

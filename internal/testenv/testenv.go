@@ -1,5 +1,5 @@
 // Package testenv locates the servers that ratekit's integration tests need
-// (PostgreSQL, PgBouncer, Redis) and decides what a test does when one is
+// (PostgreSQL, PgBouncer, Redis, a DynamoDB API) and decides what a test does when one is
 // missing: outside CI it skips with a message that says how to provide it;
 // in CI (the CI environment variable is set) it fails, so an integration test
 // can never pass by skipping there.
@@ -18,6 +18,7 @@ const (
 	PostgresEnv  = "RATEKIT_POSTGRES_URL"
 	PgBouncerEnv = "RATEKIT_PGBOUNCER_URL"
 	RedisEnv     = "RATEKIT_REDIS_ADDR"
+	DynamoDBEnv  = "RATEKIT_DYNAMODB_ENDPOINT"
 )
 
 // Default addresses: the services a development machine of this project runs
@@ -26,6 +27,8 @@ const (
 	DefaultPostgresURL  = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	DefaultPgBouncerURL = "postgres://postgres@127.0.0.1:6432/test?sslmode=disable"
 	DefaultRedisAddr    = "127.0.0.1:6379"
+	// DefaultDynamoDBEndpoint is dynalite, started by .ci/dynalite.sh.
+	DefaultDynamoDBEndpoint = "http://127.0.0.1:8000"
 )
 
 // InCI reports whether the tests run in CI, where a missing server is a
@@ -52,6 +55,28 @@ func RedisAddr(t testing.TB) string {
 	addr := lookup(RedisEnv, DefaultRedisAddr)
 	require(t, addr, RedisEnv, "Redis")
 	return addr
+}
+
+// DynamoDBEndpoint returns the URL of the DynamoDB API for tests (dynalite
+// by default; a real endpoint such as https://dynamodb.eu-west-1.amazonaws.com
+// when the variable names one), after checking that something listens there.
+func DynamoDBEndpoint(t testing.TB) string {
+	t.Helper()
+	raw := lookup(DynamoDBEnv, DefaultDynamoDBEndpoint)
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		t.Fatalf("testenv: %s=%q is not a URL with a host: %v", DynamoDBEnv, raw, err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		port := "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(u.Hostname(), port)
+	}
+	require(t, host, DynamoDBEnv, "DynamoDB (start dynalite with: bash .ci/dynalite.sh)")
+	return raw
 }
 
 func requireURL(t testing.TB, env, def, what string) string {
