@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -335,7 +336,7 @@ func TestMiddlewareRequestInContext(t *testing.T) {
 	// The request as charged: its State is the state the decision handed
 	// back, which counts this charge, not the one the client sent.
 	want := Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok+", IdempotencyKey: "order-42"}
-	if !ok || seen != want {
+	if !ok || !reflect.DeepEqual(seen, want) {
 		t.Fatalf("RequestFromContext = %+v, %v; want %+v", seen, ok, want)
 	}
 	if _, ok := RequestFromContext(context.Background()); ok {

@@ -106,6 +106,24 @@ type Request struct {
 	// honour it say so in their documentation; the others ignore it. At most
 	// MaxKeyLen bytes.
 	IdempotencyKey string
+
+	// Parts gives each policy of a composite limiter its own key and cost,
+	// in the order of the composite's policies ("100 a minute per user and
+	// 5,000 a minute per organisation": the user's key, then the
+	// organisation's). Nil means every policy counts Key and Cost. Key and
+	// Cost are required either way: Key names the request's subject (it
+	// scopes idempotency and client state). Limiters of a single policy
+	// refuse a non-nil Parts with [ErrInvalidRequest] unless they document
+	// otherwise.
+	Parts []Part
+}
+
+// Part is one policy's share of a composite request: the key it is counted
+// under and the units it costs. Key follows the rules of [Request.Key] and
+// Cost those of [Request.Cost].
+type Part struct {
+	Key  string
+	Cost int64
 }
 
 // Validate reports whether r is well formed: a non-empty Key and
@@ -121,6 +139,14 @@ func (r Request) Validate() error {
 	}
 	if len(r.IdempotencyKey) > MaxKeyLen {
 		return fmt.Errorf("%w: idempotency key is %d bytes", ErrKeyTooLong, len(r.IdempotencyKey))
+	}
+	for i, p := range r.Parts {
+		if err := ValidateKey(p.Key); err != nil {
+			return fmt.Errorf("part %d: %w", i, err)
+		}
+		if p.Cost < 1 {
+			return fmt.Errorf("part %d: %w (got %d)", i, ErrInvalidCost, p.Cost)
+		}
 	}
 	return nil
 }
@@ -177,6 +203,17 @@ type Decision struct {
 	// the state was accepted and for strategies that keep none. A rejected
 	// state is not an error of the limiter: the count starts afresh.
 	StateError error
+
+	// Parts holds one Decision per policy of a composite limiter, in the
+	// order of its policies, each with its own Allowed, Limit, Remaining,
+	// RetryAfter, ResetAfter and Policy (and no State). It is nil for a
+	// limiter of a single policy. The Decision that holds Parts sums them
+	// up: Allowed when every part admitted (and then every part took its
+	// cost; otherwise none did); RetryAfter the longest among the parts that
+	// denied; Limit, Remaining, ResetAfter and Policy those of the most
+	// restrictive part, the one with the smallest Remaining (ties: the
+	// longest ResetAfter), among the denying parts when it denied.
+	Parts []Decision
 }
 
 // Policy describes a quota policy: Quota units per Window, under a name that
@@ -242,6 +279,11 @@ var (
 	// the policy's Limit, so that no amount of waiting could admit it. It
 	// also matches ErrInvalidRequest.
 	ErrCostExceedsLimit error = &invalidRequestError{"ratekit: invalid request: cost exceeds the limit"}
+
+	// ErrUnexpectedParts is returned by a limiter of a single policy for a
+	// request with [Request.Parts]: its parts would otherwise go uncounted.
+	// It also matches ErrInvalidRequest.
+	ErrUnexpectedParts = fmt.Errorf("%w: parts given to a limiter of a single policy", ErrInvalidRequest)
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
 	// an invalid configuration.

@@ -165,6 +165,9 @@ func (l *Limiter) Counter() *pgstore.Counter { return l.counter }
 // errors wrapping the pgx error (and ctx.Err()); after a store error the
 // request may or may not have been counted.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if len(req.Parts) > 0 {
+		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
+	}
 	if d, ok := l.cached(req); ok {
 		return d, nil
 	}
@@ -180,6 +183,9 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decis
 // Peek reports the Decision that Allow would return for req now without
 // taking anything. It returns the same errors as Allow.
 func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if len(req.Parts) > 0 {
+		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
+	}
 	if d, ok := l.cached(req); ok {
 		return d, nil
 	}
@@ -196,6 +202,9 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 // count once. It returns the same errors as Allow, except that a cost above
 // the limit is accepted.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	if len(req.Parts) > 0 {
+		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
+	}
 	if l.cache != nil {
 		l.cache.remove(req.Key)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -538,7 +539,7 @@ func TestInvocationContext(t *testing.T) {
 		t.Errorf("limiter saw deadline %v, want the invocation's %v minus DefaultDeadlineMargin", rec.deadline, deadline)
 	}
 	got := rec.last(t)
-	if got.Cost != 4 || got.IdempotencyKey != "req-8f14e45f" || seen != got {
+	if got.Cost != 4 || got.IdempotencyKey != "req-8f14e45f" || !reflect.DeepEqual(seen, got) {
 		t.Errorf("limiter got %+v, handler saw %+v", got, seen)
 	}
 

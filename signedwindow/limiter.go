@@ -151,6 +151,9 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 	if err := req.Validate(); err != nil {
 		return ratekit.Decision{}, err
 	}
+	if len(req.Parts) > 0 {
+		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
+	}
 	if req.Cost > l.limit {
 		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, limit %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
 	}

@@ -3,6 +3,7 @@ package tokenbucket_test
 import (
 	"context"
 	"math/rand/v2"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestDeniedCacheChangesNoDecision(t *testing.T) {
 			if errA != nil || errB != nil {
 				t.Fatal(errA, errB)
 			}
-			if a != b {
+			if !reflect.DeepEqual(a, b) {
 				t.Fatalf("%v step %d %+v:\n without cache %+v\n with cache    %+v", mode, i, req, a, b)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -227,7 +228,7 @@ func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
 		if err == nil {
 			t.Fatalf("Allow with Redis down = %+v, nil error", dec)
 		}
-		if dec != (ratekit.Decision{}) {
+		if !reflect.DeepEqual(dec, ratekit.Decision{}) {
 			t.Fatalf("Allow with Redis down returned a decision %+v with its error", dec)
 		}
 		if took > 350*time.Millisecond {

@@ -333,6 +333,9 @@ func (l *Limiter) check(req ratekit.Request) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
+	if len(req.Parts) > 0 {
+		return 0, ratekit.ErrUnexpectedParts
+	}
 	if req.Cost > l.burst {
 		return 0, fmt.Errorf("%w: cost %d, burst %d", ratekit.ErrCostExceedsLimit, req.Cost, l.burst)
 	}

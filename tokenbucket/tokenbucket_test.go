@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,7 +171,7 @@ func runSteps(t *testing.T, mode tokenbucket.Mode, cacheSize int, burst int64, r
 		if s.call == "reset" {
 			continue
 		}
-		if got != want {
+		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d (+%v %s %d):\n got %+v\nwant %+v", i, s.advance, s.call, s.cost, got, want)
 		}
 	}
