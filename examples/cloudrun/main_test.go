@@ -29,7 +29,7 @@ import (
 var testFunctions = map[string]*atomic.Pointer[function]{}
 
 func TestMain(m *testing.M) {
-	for _, name := range []string{"QuoteMemory", "QuoteRedisA", "QuoteRedisB", "QuoteFallback"} {
+	for _, name := range []string{"QuoteMemory", "QuoteRedisA", "QuoteRedisB", "QuoteFallback", "QuoteOTel"} {
 		p := new(atomic.Pointer[function])
 		testFunctions[name] = p
 		functions.HTTP(name, func(w http.ResponseWriter, r *http.Request) { p.Load().ServeHTTP(w, r) })
