@@ -123,6 +123,12 @@ type GuardConfig struct {
 	// InsecureCookie drops the Secure attribute, for plain-HTTP development
 	// hosts other than localhost (browsers treat localhost as secure).
 	InsecureCookie bool
+
+	// Observer, when its FailurePolicy field is set, learns each time the
+	// failure policy acts (see [FailureEvent]). Nil observes nothing and
+	// costs nothing. The Guard does not report decisions: wrap Limiter and
+	// Fallback with [Observe] for those.
+	Observer *Observer
 }
 
 // Guard turns a [Limiter]'s decisions into HTTP answers: the RateLimit header
@@ -275,11 +281,13 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 		switch g.cfg.OnError {
 		case FailOpen:
 			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
+			g.observeFailure(ctx, FailedOpen, err, nil)
 			return Result{Err: err}
 		case UseFallback:
 			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
 				g.log.WarnContext(ctx, "ratekit: limiter failed; decided by the fallback", "error", err)
+				g.observeFailure(ctx, FellBack, err, nil)
 				res := g.decided(fd, dst)
 				res.Err = err
 				return res
@@ -288,7 +296,10 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 				return g.callerGone(ctx, errors.Join(err, ferr), dst)
 			}
 			g.log.WarnContext(ctx, "ratekit: limiter and fallback failed; failing closed", "error", err, "fallback_error", ferr)
+			g.observeFailure(ctx, FailedClosed, err, ferr)
 			err = errors.Join(err, ferr)
+		default:
+			g.observeFailure(ctx, FailedClosed, err, nil)
 		}
 		dst.Set("Content-Type", ProblemContentType)
 		return Result{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}

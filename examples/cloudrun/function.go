@@ -41,10 +41,22 @@ func bucket(store kvstore.Store) (*tokenbucket.Limiter, error) {
 	})
 }
 
+// observeFunc returns the observer of a limiter of the given strategy over
+// the given store (see observers in main.go).
+type observeFunc func(strategy, store string) (*ratekit.Observer, error)
+
 // newFunction builds the function from the environment: REDIS_URL,
 // REDIS_PREFIX (key prefix, default "ratekit:"), K_SERVICE and
-// TRUSTED_PROXIES.
-func newFunction(getenv func(string) string) (*function, error) {
+// TRUSTED_PROXIES. observe, when not nil, makes the observer that reports
+// each limiter's decisions and the guard's failure-policy events.
+func newFunction(getenv func(string) string, observe observeFunc) (*function, error) {
+	if observe == nil {
+		observe = func(string, string) (*ratekit.Observer, error) { return nil, nil }
+	}
+	localObs, err := observe("tokenbucket", "memory")
+	if err != nil {
+		return nil, err
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil)) // Cloud Logging reads JSON lines
 	mem, err := memstore.New(memstore.Config{MaxKeys: 100_000})
 	if err != nil {
@@ -56,11 +68,12 @@ func newFunction(getenv func(string) string) (*function, error) {
 	}
 	f := &function{limiter: local}
 	gcfg := ratekit.GuardConfig{
-		Limiter: local,
+		Limiter: ratekit.Observe(local, localObs),
 		// The in-memory store cannot fail; this only matters for bad input,
 		// which is answered with 400 anyway.
-		OnError: ratekit.FailClosed,
-		Logger:  logger,
+		OnError:  ratekit.FailClosed,
+		Logger:   logger,
+		Observer: localObs,
 	}
 	if url := getenv("REDIS_URL"); url != "" {
 		opts, err := redis.ParseURL(url)
@@ -84,9 +97,13 @@ func newFunction(getenv func(string) string) (*function, error) {
 		if f.limiter, err = bucket(store); err != nil {
 			return nil, err
 		}
-		gcfg.Limiter = f.limiter
+		redisObs, err := observe("tokenbucket", "redis")
+		if err != nil {
+			return nil, err
+		}
+		gcfg.Limiter, gcfg.Observer = ratekit.Observe(f.limiter, redisObs), redisObs
 		// Redis down: each instance limits on its own until it is back.
-		gcfg.OnError, gcfg.Fallback = ratekit.UseFallback, local
+		gcfg.OnError, gcfg.Fallback = ratekit.UseFallback, ratekit.Observe(local, localObs)
 		gcfg.Timeout = 300 * time.Millisecond
 	}
 

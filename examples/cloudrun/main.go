@@ -33,7 +33,7 @@ import (
 // init builds the limiter once per instance and registers the function, as
 // a Cloud Run function's package does.
 func init() {
-	f, err := newFunction(os.Getenv)
+	f, err := newFunction(os.Getenv, nil)
 	if err != nil {
 		log.Fatalf("cloudrun: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ import (
 var testFunctions = map[string]*atomic.Pointer[function]{}
 
 func TestMain(m *testing.M) {
-	for _, name := range []string{"QuoteMemory", "QuoteRedisA", "QuoteRedisB", "QuoteFallback"} {
+	for _, name := range []string{"QuoteMemory", "QuoteRedisA", "QuoteRedisB", "QuoteFallback", "QuoteOTel"} {
 		p := new(atomic.Pointer[function])
 		testFunctions[name] = p
 		functions.HTTP(name, func(w http.ResponseWriter, r *http.Request) { p.Load().ServeHTTP(w, r) })
@@ -137,7 +138,7 @@ func TestRegisteredQuote(t *testing.T) {
 }
 
 func TestInMemory(t *testing.T) {
-	f, err := newFunction(func(string) string { return "" })
+	f, err := newFunction(func(string) string { return "" }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestRedisSharedAcrossInstances(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	var bases []string
 	for i := 0; i < 2; i++ {
-		f, err := newFunction(getenv)
+		f, err := newFunction(getenv, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,15 +180,41 @@ func TestRedisDownFallsBack(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close()
+	var mu sync.Mutex
+	decisions := map[string]int{} // "store outcome" -> count
+	fallbacks := 0
 	f, err := newFunction(func(k string) string {
 		if k == "REDIS_URL" {
 			return "redis://" + dead + "/0"
 		}
 		return ""
+	}, func(strategy, store string) (*ratekit.Observer, error) {
+		return &ratekit.Observer{
+			Decision: func(_ context.Context, e ratekit.DecisionEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				decisions[store+" "+e.Outcome.String()]++
+			},
+			FailurePolicy: func(_ context.Context, e ratekit.FailureEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				if store == "redis" && e.Action == ratekit.FellBack && e.Policy == policyName {
+					fallbacks++
+				}
+			},
+		}, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.redis.Close() })
 	drain(t, install(t, "QuoteFallback", f))
+	// Every request failed on Redis and was decided by the fallback, and
+	// the observers saw each step.
+	mu.Lock()
+	defer mu.Unlock()
+	n := decisions["memory allowed"] + decisions["memory denied"]
+	if n == 0 || decisions["redis error"] != n || fallbacks != n || decisions["memory allowed"] != 5 || len(decisions) != 3 || n != 6 {
+		t.Fatalf("decisions %v, fallbacks %d", decisions, fallbacks)
+	}
 }

@@ -9,12 +9,19 @@
 //
 // $RATEKIT_SECRET (at least 32 bytes, the same on every instance) signs the
 // tokens.
+//
+// Every decision is also written to standard output as a CloudWatch Embedded
+// Metric Format line (lambda.NewEMFObserver), so CloudWatch shows the
+// metrics Decisions, DecisionLatency and StoreErrors in the namespace
+// "ratekit", by Policy, Operation and Outcome, with no agent and no API call.
 package main
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
+	"log/slog"
 	"os"
 	"time"
 
@@ -29,16 +36,16 @@ import (
 func main() {
 	// Built once per instance, in the init phase, and reused by every
 	// invocation the instance serves.
-	handler, err := newHandler(os.Getenv)
+	handler, err := newHandler(os.Getenv, os.Stdout)
 	if err != nil {
 		log.Fatal(err)
 	}
 	awslambda.Start(handler)
 }
 
-// newHandler returns the limited handler, or an error for a missing or
-// short secret.
-func newHandler(getenv func(string) string) (lambda.FunctionURLHandler, error) {
+// newHandler returns the limited handler, which writes its metrics to
+// metrics, or an error for a missing or short secret.
+func newHandler(getenv func(string) string, metrics io.Writer) (lambda.FunctionURLHandler, error) {
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "hello",
 		Limit:  10,
@@ -48,7 +55,15 @@ func newHandler(getenv func(string) string) (lambda.FunctionURLHandler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("RATEKIT_SECRET: %w", err)
 	}
-	guard, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: limiter, OnError: ratekit.FailOpen})
+	emf, err := lambda.NewEMFObserver(lambda.EMFConfig{Logger: slog.New(slog.NewJSONHandler(metrics, nil))})
+	if err != nil {
+		return nil, err
+	}
+	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+		Limiter:  ratekit.Observe(limiter, emf),
+		OnError:  ratekit.FailOpen,
+		Observer: emf,
+	})
 	if err != nil {
 		return nil, err
 	}

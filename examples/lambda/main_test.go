@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -25,7 +27,8 @@ func env(k string) string {
 // The handler runs through aws-lambda-go's own invoke path with a real
 // function URL event; the client keeps the cookie it is given.
 func TestHandlerLimitsPerClient(t *testing.T) {
-	h, err := newHandler(env)
+	var metrics bytes.Buffer
+	h, err := newHandler(env, &metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +70,32 @@ func TestHandlerLimitsPerClient(t *testing.T) {
 			t.Fatalf("request 11: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
 		}
 	}
+	// One EMF line per decision: 10 admitted, 1 denied.
+	outcomes := map[string]int{}
+	for line := range strings.Lines(metrics.String()) {
+		var m struct {
+			AWS struct {
+				CloudWatchMetrics []struct{ Namespace string }
+			} `json:"_aws"`
+			Policy, Outcome string
+			Decisions       int
+		}
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		if len(m.AWS.CloudWatchMetrics) != 1 || m.AWS.CloudWatchMetrics[0].Namespace != "ratekit" || m.Policy != "hello" || m.Decisions != 1 {
+			t.Fatalf("metric line %s", line)
+		}
+		outcomes[m.Outcome]++
+	}
+	if outcomes["allowed"] != 10 || outcomes["denied"] != 1 || len(outcomes) != 2 {
+		t.Fatalf("EMF outcomes %v, want 10 allowed and 1 denied", outcomes)
+	}
 }
 
 func TestHandlerNeedsASecret(t *testing.T) {
 	for _, secret := range []string{"", "too short"} {
-		_, err := newHandler(func(string) string { return secret })
+		_, err := newHandler(func(string) string { return secret }, io.Discard)
 		if !errors.Is(err, ratekit.ErrInvalidConfig) || !strings.Contains(err.Error(), "RATEKIT_SECRET") {
 			t.Errorf("secret %q: %v", secret, err)
 		}
@@ -83,7 +107,7 @@ func TestHandlerNeedsASecret(t *testing.T) {
 func BenchmarkNewHandler(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := newHandler(env); err != nil {
+		if _, err := newHandler(env, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
