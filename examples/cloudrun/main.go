@@ -20,33 +20,108 @@
 // On Cloud Run ($K_SERVICE is set) clients are keyed by the address the
 // Google front end appends to X-Forwarded-For; locally by the connection's
 // address. $TRUSTED_PROXIES overrides the number of trusted proxies.
+//
+// With $OTEL_EXPORTER_OTLP_ENDPOINT set (on Cloud Run, http://localhost:4318,
+// the OpenTelemetry Collector sidecar) every decision is exported over
+// OTLP/HTTP by otelratekit: the metrics ratekit.decisions,
+// ratekit.decision.duration, ratekit.store.errors and
+// ratekit.failure_policy.events, and a span per limiter call, for the Redis
+// bucket and the in-memory fallback apart (ratekit.store). The exporters
+// read the standard OTEL_* variables; SIGTERM flushes them.
 package main
 
 import (
+	"context"
+	"errors"
 	"log"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/funcframework"
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/otelratekit"
 )
 
 // init builds the limiter once per instance and registers the function, as
 // a Cloud Run function's package does.
 func init() {
-	f, err := newFunction(os.Getenv, nil)
+	observe, shutdown, err := setupTelemetry(context.Background(), os.Getenv)
+	if err != nil {
+		log.Fatalf("cloudrun: OpenTelemetry: %v", err)
+	}
+	shutdownTelemetry = shutdown
+	f, err := newFunction(os.Getenv, observe)
 	if err != nil {
 		log.Fatalf("cloudrun: %v", err)
 	}
 	functions.HTTP("Quote", f.ServeHTTP)
 }
 
+// shutdownTelemetry flushes the metrics and spans not yet exported.
+var shutdownTelemetry func(context.Context) error
+
 func main() {
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
 	}
+	// Cloud Run sends SIGTERM and allows 10 seconds before it stops the
+	// instance: flush the telemetry and exit.
+	go func() {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		<-ctx.Done()
+		stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdownTelemetry(ctx); err != nil {
+			log.Printf("cloudrun: OpenTelemetry: %v", err)
+		}
+		os.Exit(0)
+	}()
 	// An empty host listens on every interface, as Cloud Run requires.
 	if err := funcframework.StartHostPort(os.Getenv("HOST"), port); err != nil {
 		log.Fatalf("cloudrun: %v", err)
 	}
+}
+
+// setupTelemetry exports ratekit's metrics and spans over OTLP/HTTP when
+// $OTEL_EXPORTER_OTLP_ENDPOINT is set: on Cloud Run, to the OpenTelemetry
+// Collector sidecar (http://localhost:4318), which forwards them to Cloud
+// Monitoring and Cloud Trace. The exporters read the standard OTEL_*
+// variables (endpoint, headers, interval); $OTEL_TRACES_SAMPLER and its
+// argument choose the sampled share of spans. Without the endpoint it
+// observes nothing. shutdown flushes what is buffered; call it when Cloud
+// Run sends SIGTERM.
+func setupTelemetry(ctx context.Context, getenv func(string) string) (observe observeFunc, shutdown func(context.Context) error, err error) {
+	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+		return nil, func(context.Context) error { return nil }, nil
+	}
+	mexp, err := otlpmetrichttp.New(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	texp, err := otlptracehttp.New(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewPeriodicReader(mexp)))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(texp))
+	otel.SetMeterProvider(mp)
+	otel.SetTracerProvider(tp)
+	observe = func(strategy, store string) (*ratekit.Observer, error) {
+		return otelratekit.NewObserver(otelratekit.Config{MeterProvider: mp, TracerProvider: tp, Strategy: strategy, Store: store})
+	}
+	shutdown = func(ctx context.Context) error {
+		return errors.Join(tp.Shutdown(ctx), mp.Shutdown(ctx))
+	}
+	return observe, shutdown, nil
 }
