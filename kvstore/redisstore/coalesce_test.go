@@ -249,6 +249,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 }
 
 // TestCoalescingUnderFaults runs 64 goroutines with deadlines from 2 to 20ms
+// (longer on a busy machine that admits nothing in them)
 // through a proxy that adds 2±2ms each way and resets every connection for
 // 10ms in every 100ms, with two round trips in flight, so that callers give
 // up while queued, while their pipeline is on the wire and while it is
@@ -261,7 +262,10 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 func TestCoalescingUnderFaults(t *testing.T) {
 	srv := redistest.Start(t)
 	proxy := faultproxy.Start(t, srv.Addr)
-	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}, PoolSize: 4}, 20*time.Millisecond))
+	// The callers' deadlines are under test; the client's own timeouts
+	// (which bound every command besides the caller's deadline) are
+	// patient, so that deadlines can grow on a busy machine (below).
+	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}, PoolSize: 4}, time.Second))
 	t.Cleanup(func() { c.Close() })
 	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
@@ -277,6 +281,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	// the test.
 	r := kvstore.Refill{Max: 1 << 50, Rate: 1}
 	peekPatiently(t, ds, r) // loads the script on the server
+	peekPatiently(t, s, r)  // dials the client's first connection
 	proxy.Latency(2*time.Millisecond, 2*time.Millisecond)
 	proxy.ResetEvery(100*time.Millisecond, 10*time.Millisecond)
 	const workers = 64
@@ -286,15 +291,26 @@ func TestCoalescingUnderFaults(t *testing.T) {
 		// The run lasts a second, and longer if a busy machine let it
 		// admit fewer than 100 takes or form no pipeline or no deadline
 		// expire by then, up to giveUp.
-		end, giveUp = time.Now().Add(time.Second), time.Now().Add(30 * time.Second)
+		start       time.Time
+		end, giveUp time.Time
 		exercised   = func() bool {
 			return admitted.Load() >= 100 && timedOut.Load() > 0 && counter.Pipelined.Load() > 0
 		}
+		// scale multiplies the deadlines: 1 in the first second, then
+		// twice as much every second the run goes on, up to 32 (64ms to
+		// 640ms): on a busy machine no round trip may finish in 20ms.
+		scale = func() time.Duration {
+			return 1 << min(time.Since(start)/time.Second, 5)
+		}
 	)
+	// The workers start together once all exist: starting 64 goroutines
+	// under -race on a busy machine takes a while of its own.
+	begin := make(chan struct{})
 	for w := range workers {
 		wg.Go(func() {
+			<-begin
 			for i := 0; time.Now().Before(end) || (!exercised() && time.Now().Before(giveUp)); i++ {
-				d := time.Duration(2+(w*7+i*3)%19) * time.Millisecond
+				d := time.Duration(2+(w*7+i*3)%19) * time.Millisecond * scale()
 				ctx, cancel := context.WithTimeout(context.Background(), d)
 				start := time.Now()
 				_, err := s.Update(ctx, "k", r, kvstore.OpTake, 1<<30)
@@ -317,6 +333,9 @@ func TestCoalescingUnderFaults(t *testing.T) {
 			}
 		})
 	}
+	start = time.Now()
+	end, giveUp = start.Add(time.Second), start.Add(30*time.Second)
+	close(begin)
 	wg.Wait()
 	proxy.Heal()
 	// Let pipelines whose callers left reach Redis before reading.
