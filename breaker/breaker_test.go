@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/breaker"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -47,7 +48,11 @@ func TestStates(t *testing.T) {
 	inner := &switchable{}
 	var mu sync.Mutex
 	var changes []string
-	b, err := breaker.New(inner, breaker.Config{Failures: 3, OpenFor: 100 * time.Millisecond, Probes: 2,
+	// OpenFor is long enough that no stall of a busy machine lets it pass
+	// while the open circuit is checked (which stops at half of it).
+	const openFor = time.Second
+	late := testenv.MeasureLateness(t)
+	b, err := breaker.New(inner, breaker.Config{Failures: 3, OpenFor: openFor, Probes: 2,
 		OnStateChange: func(from, to breaker.State) {
 			mu.Lock()
 			changes = append(changes, from.String()+">"+to.String())
@@ -70,7 +75,9 @@ func TestStates(t *testing.T) {
 		t.Fatalf("invalid requests opened the circuit: %v", b.State())
 	}
 	// Three consecutive failures open it.
+	var opened time.Time // before the circuit opened
 	for i := 0; i < 3; i++ {
+		opened = time.Now()
 		if _, err := b.Allow(ctx, req()); !errors.Is(err, errStore) {
 			t.Fatalf("failure %d: %v", i, err)
 		}
@@ -79,20 +86,28 @@ func TestStates(t *testing.T) {
 		t.Fatalf("after 3 failures: %v", b.State())
 	}
 	before := inner.calls.Load()
-	for i := 0; i < 20; i++ {
+	refused := 0
+	for ; refused < 20 && time.Since(opened) < openFor/2; refused++ {
 		start := time.Now()
 		if _, err := b.Allow(ctx, req()); !errors.Is(err, breaker.ErrOpen) {
 			t.Fatalf("open circuit: %v", err)
 		}
+		// At once: it does not wait for anything, and a busy machine
+		// delays it no more than any goroutine, as measured meanwhile.
 		if took := time.Since(start); took > 5*time.Millisecond {
-			t.Fatalf("open circuit took %v to refuse", took)
+			if lateness := late.Max(); took > 5*time.Millisecond+lateness {
+				t.Fatalf("open circuit took %v to refuse (5ms + scheduling lateness %v)", took, lateness)
+			}
 		}
+	}
+	if refused == 0 {
+		t.Fatalf("no request reached the open circuit within %v of its opening", openFor/2)
 	}
 	if n := inner.calls.Load() - before; n != 0 {
 		t.Fatalf("the open circuit asked the limiter %d times", n)
 	}
 	// Half-open after OpenFor: a failing probe opens it again.
-	time.Sleep(120 * time.Millisecond)
+	time.Sleep(openFor + 20*time.Millisecond)
 	if _, err := b.Allow(ctx, req()); !errors.Is(err, errStore) {
 		t.Fatalf("probe: %v", err)
 	}
@@ -101,7 +116,7 @@ func TestStates(t *testing.T) {
 	}
 	// The store heals: two successful probes close it.
 	inner.up.Store(true)
-	time.Sleep(120 * time.Millisecond)
+	time.Sleep(openFor + 20*time.Millisecond)
 	for i := 0; i < 2; i++ {
 		if d, err := b.Allow(ctx, req()); err != nil || !d.Allowed {
 			t.Fatalf("probe %d: %+v, %v", i, d, err)

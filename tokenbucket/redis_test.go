@@ -219,9 +219,23 @@ func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
 		dec, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 		return dec, time.Since(begin), err
 	}
-	if _, _, err := allow(time.Second); err != nil {
-		t.Fatal(err)
+	// Recovering, like setting up (dialling, loading the script), must
+	// happen, not within a time that a busy machine may exceed: both retry
+	// for up to 20 s.
+	succeeds := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			dec, _, err := allow(time.Second)
+			if err == nil && dec.Allowed {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no decision succeeded in 20s %s: %+v, %v", what, dec, err)
+			}
+		}
 	}
+	late := testenv.MeasureLateness(t)
+	succeeds("before Redis stopped")
 	srv.Stop()
 	for i := 0; i < 3; i++ {
 		dec, took, err := allow(200 * time.Millisecond)
@@ -231,20 +245,12 @@ func TestRedisDownFailsWithinDeadlineAndRecovers(t *testing.T) {
 		if !reflect.DeepEqual(dec, ratekit.Decision{}) {
 			t.Fatalf("Allow with Redis down returned a decision %+v with its error", dec)
 		}
-		if took > 350*time.Millisecond {
-			t.Fatalf("Allow with Redis down took %v, deadline 200ms", took)
+		if lateness := late.Max(); took > 350*time.Millisecond+lateness {
+			t.Fatalf("Allow with Redis down took %v, deadline 200ms (+150ms + scheduling lateness %v)", took, lateness)
 		}
 	}
 	srv.Restart()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		dec, _, err := allow(200 * time.Millisecond)
-		if err == nil && dec.Allowed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no recovery 5s after Redis came back: %v", err)
-		}
-	}
+	succeeds("after Redis came back")
 	// A canceled context is reported as such.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

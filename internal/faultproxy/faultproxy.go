@@ -102,5 +102,9 @@ func (p *Proxy) Heal() {
 func (p *Proxy) Stop() {
 	p.once.Do(func() { close(p.done) })
 	p.reset.Wait()
+	// Removing the latency first drains its toxics: stopped with data
+	// in flight, a latency toxic's goroutine can stay blocked on a send
+	// that nobody receives (goleak reported one in a run under load).
+	p.RemoveLatency()
 	p.stopped.Do(p.Proxy.Stop)
 }

@@ -110,6 +110,13 @@ func Drop(name string) error {
 	return err
 }
 
+// ignoreToxiproxy ignores a goroutine of toxiproxy (v2.5.0) itself: under
+// load, a latency toxic's goroutine can stay blocked on a send to a toxic
+// that was swapped out meanwhile (package faultproxy adds and removes a
+// reset_peer toxic every period); seen twice in full runs beside two
+// CPU-bound processes. It holds no connection of the test's.
+var ignoreToxiproxy = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*LatencyToxic).Pipe")
+
 // Main runs the tests of m, then fails the binary if a goroutine leaked
 // (goleak) or if DropSchema fails, and exits. Call it as TestMain's body in
 // packages whose tests use Schema. Connections broken by injected faults
@@ -119,10 +126,10 @@ func Drop(name string) error {
 // there after 20 seconds; on an idle machine the goroutines are gone at once.
 func Main(m *testing.M) {
 	code := m.Run()
-	err := goleak.Find()
+	err := goleak.Find(ignoreToxiproxy)
 	for deadline := time.Now().Add(20 * time.Second); err != nil && time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)
-		err = goleak.Find()
+		err = goleak.Find(ignoreToxiproxy)
 	}
 	if err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
