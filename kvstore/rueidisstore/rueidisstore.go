@@ -10,14 +10,18 @@
 // and failover holds here too.
 //
 // What rueidis adds is auto-pipelining: concurrent commands on one
-// connection are written together and their replies read together, while a
-// lone command is written and read on its caller's goroutine. Decisions
-// from many goroutines therefore share system calls and wake-ups on both
-// sides without waiting for one another's round trips: the client keeps
-// writing while earlier replies are on their way. Use it when an instance
-// makes several decisions at once; kvstore/redisstore, which coalesces only
-// beyond a bound of round trips in flight, suits a program that already has
-// a go-redis client.
+// connection are written together and their replies read together, by a
+// writer and a reader goroutine per connection, and the client keeps
+// writing while earlier replies are on their way. Decisions from many
+// goroutines therefore share system calls and wake-ups on both sides
+// without waiting for one another's round trips. Until a connection has
+// seen two commands at once (or a command whose context can be canceled but
+// has no deadline, such as an HTTP request's), rueidis writes and reads a
+// lone command on its caller's goroutine; after that the connection stays
+// pipelined, and a lone command costs two goroutine hand-offs more. Use it
+// when an instance makes several decisions at once; kvstore/redisstore,
+// which coalesces only beyond a bound of round trips in flight, suits a
+// program that already has a go-redis client.
 //
 // Timeouts: rueidis stops waiting for a command when its context ends. Give
 // every call a context with a deadline; ClientOption.ConnWriteTimeout
