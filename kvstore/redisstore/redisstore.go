@@ -22,9 +22,8 @@
 // databases and auto-pipelining in Redis clients (rueidis), applied to the
 // Store's own commands. Below the bound each decision is a round trip on a
 // connection of its own; kvstore/rueidisstore, the same store on rueidis
-// (a module of its own), pipelines from two concurrent decisions on, which
-// gave 8 callers on 2 vCPUs a lower p50 and p99 than this Store or any peer
-// measured (benchmarks/README.md).
+// (a module of its own), pipelines as soon as two decisions are in flight
+// at once (benchmarks/README.md compares the two).
 //
 // It needs Redis 5 or later (or a compatible server: Valkey, KeyDB), where a
 // script that reads TIME may write, and uses only the Lua string library.
