@@ -6,7 +6,9 @@ require (
 	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/ratekit/ratekit v0.0.0
+	github.com/ratekit/ratekit/kvstore/rueidisstore v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/sethvargo/go-limiter v0.7.1
 	github.com/ulule/limiter/v3 v3.11.2
 	golang.org/x/time v0.16.0
@@ -26,3 +28,5 @@ require (
 )
 
 replace github.com/ratekit/ratekit => ../
+
+replace github.com/ratekit/ratekit/kvstore/rueidisstore => ../kvstore/rueidisstore

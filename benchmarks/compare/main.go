@@ -12,6 +12,7 @@
 //	Redis           ratekit tokenbucket on redisstore (Atomic, Atomic with
 //	                coalescing off, Eventual, and Atomic with the denied-key
 //	                cache, each a row of its own);
+//	                ratekit on rueidisstore (rueidis);
 //	                github.com/go-redis/redis_rate/v10; github.com/ulule/limiter/v3
 //	                with its Redis store; floor: one INCR round trip
 //	PostgreSQL      ratekit durable FixedWindow, SlidingWindow, TokenBucket,
@@ -39,9 +40,20 @@
 // decision with each contender of the backend in turn, so that the machine's
 // drift hits all of them alike (harness.MeasureInterleaved).
 //
+// Then, with -inturn (default 1,8), the Redis contenders are measured in
+// turn at each of those concurrencies (harness.MeasureInTurn): slices of
+// -slice (50ms), one contender after the other, until each has had
+// -duration, so that all of them run in the same seconds. There every
+// contender has clients of its own as an application would (go-redis:
+// PoolSize = MinIdleConns = concurrency; rueidis: one client), ratekit runs
+// on redisstore (go-redis) and on rueidisstore (rueidis, auto-pipelined),
+// and with -rlf DIR the Node rate-limiter-flexible joins them: DIR holds
+// rlf.js with its packages installed (cd benchmarks/rlf && npm install), and
+// the program drives it over stdin and stdout, one slice at a time.
+//
 //	cd benchmarks && go run ./compare [-duration 1s] [-runs 3] [-concurrency 1,8,64]
 //	    [-backends memory,token,redis,postgres] [-scenarios hot,denied,10k] [-contenders regexp]
-//	    [-paired=true] [-exactness=true]
+//	    [-paired=true] [-exactness=true] [-inturn 1,8] [-slice 50ms] [-rlf rlf] [-sequential=true]
 package main
 
 import (
@@ -70,6 +82,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	golimiter "github.com/sethvargo/go-limiter"
 	"github.com/sethvargo/go-limiter/memorystore"
 	ulule "github.com/ulule/limiter/v3"
@@ -81,6 +94,7 @@ import (
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 	"github.com/ratekit/ratekit/pgstore"
 	"github.com/ratekit/ratekit/signedwindow"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -133,6 +147,7 @@ type scenario struct {
 type env struct {
 	prefix     string // Redis key prefix and tag root
 	redis      *redis.Client
+	rueidis    rueidis.Client // made by the first rueidisstore contender
 	pg         *pgxpool.Pool
 	schema     string
 	pgStore    *pgstore.Store
@@ -157,6 +172,10 @@ func main() {
 	exactness := flag.Bool("exactness", true, "run the 64-way burst")
 	paired := flag.Bool("paired", true, "also measure the Redis and PostgreSQL contenders side by side at concurrency 1")
 	maxConns := flag.Int("pg-max-conns", 16, "PostgreSQL pool size")
+	inTurnFlag := flag.String("inturn", "1,8", "concurrencies of the Redis in-turn table (empty: none)")
+	slice := flag.Duration("slice", 50*time.Millisecond, "length of one contender's turn in the in-turn table")
+	rlfDir := flag.String("rlf", "", "directory of rlf.js with rate-limiter-flexible installed (npm install): adds it to the in-turn table")
+	sequential := flag.Bool("sequential", true, "measure the tables of every backend and concurrency (false: only the in-turn table)")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
 	if err != nil {
@@ -209,11 +228,31 @@ func main() {
 		}
 	}
 
-	err = run(ctx, e, contenders, scenarios, concs, *runs, *duration, *exactness, *paired)
-	if err != nil {
-		e.cleanup()
-		log.Fatal(err)
+	if *sequential {
+		err = run(ctx, e, contenders, scenarios, concs, *runs, *duration, *exactness, *paired)
+		if err != nil {
+			e.cleanup()
+			log.Fatal(err)
+		}
 	}
+	if *inTurnFlag != "" && e.redis != nil {
+		turnConcs, err := harness.ParseCounts(*inTurnFlag)
+		if err == nil {
+			err = runInTurn(ctx, redisAddr(), e.prefix, *rlfDir, scenarios, turnConcs, *runs, *duration, *slice)
+		}
+		if err != nil {
+			e.cleanup()
+			log.Fatal(err)
+		}
+	}
+}
+
+// redisAddr returns RATEKIT_REDIS_ADDR, by default 127.0.0.1:6379.
+func redisAddr() string {
+	if addr := os.Getenv("RATEKIT_REDIS_ADDR"); addr != "" {
+		return addr
+	}
+	return "127.0.0.1:6379"
 }
 
 func run(ctx context.Context, e *env, contenders []contender, scenarios []scenario, concs []int, runs int, d time.Duration, exactness, paired bool) error {
@@ -562,10 +601,7 @@ func tokenContenders(e *env) []contender {
 }
 
 func (e *env) openRedis(ctx context.Context) error {
-	addr := os.Getenv("RATEKIT_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
+	addr := redisAddr()
 	e.redis = redis.NewClient(&redis.Options{Addr: addr, PoolSize: e.maxWorkers, MinIdleConns: e.maxWorkers})
 	if err := e.redis.Ping(ctx).Err(); err != nil {
 		e.redis.Close()
@@ -593,7 +629,27 @@ func redisContenders(e *env) []contender {
 		}
 	}
 	rrl := redis_rate.NewLimiter(e.redis)
+	rueidisStore := func(lim limit, tag string) (decide, error) {
+		if e.rueidis == nil {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr()}, DisableCache: true})
+			if err != nil {
+				return nil, err
+			}
+			e.rueidis = c
+		}
+		store, err := rueidisstore.New(e.rueidis, rueidisstore.Config{Prefix: e.prefix + ":rueidis:"})
+		if err != nil {
+			return nil, err
+		}
+		l, err := tokenbucket.New(tokenbucket.Config{Name: tag, Burst: lim.n, RefillRate: tokenbucket.Rate{Tokens: lim.n, Per: lim.period},
+			Mode: tokenbucket.Atomic, Store: store})
+		if err != nil {
+			return nil, err
+		}
+		return ratekitDecide(l), nil
+	}
 	return []contender{
+		{"ratekit tokenbucket rueidisstore Atomic (rueidis, auto-pipelined)", redisBackend, ours, rueidisStore},
 		{"ratekit tokenbucket Redis Atomic", redisBackend, ours, tb(tokenbucket.Atomic, 0, 0)},
 		{"ratekit tokenbucket Redis Atomic, coalescing off", redisBackend, ours, tb(tokenbucket.Atomic, 0, -1)},
 		{"ratekit tokenbucket Redis Eventual", redisBackend, ours, tb(tokenbucket.Eventual, 0, 0)},
@@ -722,6 +778,10 @@ func (e *env) cleanup() {
 		}
 		e.redis.Close()
 		e.redis = nil
+	}
+	if e.rueidis != nil {
+		e.rueidis.Close()
+		e.rueidis = nil
 	}
 	if e.pg != nil {
 		if _, err := e.pg.Exec(ctx, `DROP SCHEMA "`+e.schema+`" CASCADE`); err != nil {

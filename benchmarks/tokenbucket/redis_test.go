@@ -10,15 +10,18 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	ulule "github.com/ulule/limiter/v3"
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-// BenchmarkRedis puts one atomic ratekit decision beside one redis_rate
+// BenchmarkRedis puts one atomic ratekit decision (on redisstore, and on
+// rueidisstore as ratekit-rueidis) beside one redis_rate
 // decision, one ulule decision and a bare INCR on the Redis at
 // RATEKIT_REDIS_ADDR (default 127.0.0.1:6379), on one hot key that never
 // denies and on one exhausted key, for time and allocations per decision;
@@ -56,6 +59,19 @@ func BenchmarkRedis(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	rstore, err := rueidisstore.New(rc, rueidisstore.Config{Prefix: prefix + "rr-store:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	rkRueidis, err := tokenbucket.New(tokenbucket.Config{Name: "open", Burst: 1_000_000_000, RefillRate: tokenbucket.PerHour(1_000_000_000), Mode: tokenbucket.Atomic, Store: rstore})
+	if err != nil {
+		b.Fatal(err)
+	}
 	rrl := redis_rate.NewLimiter(client)
 	rrLimit := redis_rate.Limit{Rate: 1_000_000_000, Burst: 1_000_000_000, Period: time.Hour}
 	rrDenied := redis_rate.Limit{Rate: 1, Burst: 1, Period: time.Hour}
@@ -78,6 +94,10 @@ func BenchmarkRedis(b *testing.B) {
 	}{
 		{"ratekit", func() error {
 			_, err := rk.Allow(ctx, ratekit.Request{Key: "hot", Cost: 1})
+			return err
+		}},
+		{"ratekit-rueidis", func() error {
+			_, err := rkRueidis.Allow(ctx, ratekit.Request{Key: "hot", Cost: 1})
 			return err
 		}},
 		{"redis_rate", func() error {

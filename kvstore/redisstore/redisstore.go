@@ -20,7 +20,10 @@
 // each. Every command still runs alone and atomically in Redis, and every
 // caller still returns at its own deadline. The idea is group commit in
 // databases and auto-pipelining in Redis clients (rueidis), applied to the
-// Store's own commands.
+// Store's own commands. Below the bound each decision is a round trip on a
+// connection of its own; kvstore/rueidisstore, the same store on rueidis
+// (a module of its own), pipelines as soon as two decisions are in flight
+// at once (benchmarks/README.md compares the two).
 //
 // It needs Redis 5 or later (or a compatible server: Valkey, KeyDB), where a
 // script that reads TIME may write, and uses only the Lua string library.
@@ -89,6 +92,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -353,59 +357,12 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	return kvstore.Result{OK: true, Value: v}, nil
 }
 
-const malformedMsg = "kvstore: malformed record"
-
-// updateSource is kvstore.Refill.Apply in Lua. KEYS[1] is the record's key;
-// ARGV is max, rate (units per microsecond), n and the op: t (take), p (peek)
-// or r (refund). The record is the string "<value> <time>" (time in
-// microseconds since the Unix epoch). The reply is one integer: the level
-// after the op when n units were available (or refunded), and -(level+1)
-// when they were not, so the reply needs no array or string parsing.
-//
-// Every number stays below 2^53 (kvstore.MaxValue and the time in
-// microseconds), where Lua's doubles are exact integers, except the refill
-// v + elapsed*rate of a long-idle key, which is only compared with max (and
-// replaced by it): a double that large is far above any max. The script
-// avoids what costs most in Redis's Lua: no pattern matching, no math.*
-// calls, one string built per write; it only uses the string library every
-// Redis-compatible server ships.
-const updateSource = `
-local max, rate, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local clock = t[1] * 1000000 + t[2]
-local now, v = clock, max
-local s = redis.call('GET', KEYS[1])
-if s then
-  local i, b = string.find(s, ' ', 1, true)
-  if i then v, b = tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
-  if not (i and v and b) then return redis.error_reply('` + malformedMsg + `') end
-  if v > max then v = max elseif v < 0 then v = 0 end
-  if now <= b then
-    now = b
-  else
-    v = v + (now - b) * rate
-    if v > max then v = max end
-  end
-end
-local op = ARGV[4]
-if op == 'r' then
-  v = v + n
-  if v > max then v = max end
-elseif v < n then
-  return -v - 1
-elseif op == 't' then
-  v = v - n
-else
-  return v
-end
-if v >= max then
-  redis.call('DEL', KEYS[1])
-else
-  local ttl = (now - clock + (max - v) / rate) / 1000
-  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', ttl - ttl % 1 + 1)
-end
-return v
-`
+// updateSource is the update script (redisscript.Update) and malformedMsg
+// the error it returns for a record this package did not write.
+const (
+	updateSource = redisscript.Update
+	malformedMsg = redisscript.Malformed
+)
 
 var (
 	updateSHAOnce sync.Once
@@ -419,26 +376,9 @@ func updateSHA() string {
 	return updateSHAHex
 }
 
-func formatRecord(rec kvstore.Record) string {
-	b := make([]byte, 0, 40)
-	b = strconv.AppendInt(b, rec.Value, 10)
-	b = append(b, ' ')
-	b = strconv.AppendInt(b, rec.Time, 10)
-	return string(b)
-}
+func formatRecord(rec kvstore.Record) string { return redisscript.FormatRecord(rec) }
 
-func parseRecord(s string) (kvstore.Record, bool) {
-	a, b, ok := strings.Cut(s, " ")
-	if !ok {
-		return kvstore.Record{}, false
-	}
-	v, err1 := strconv.ParseInt(a, 10, 64)
-	t, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil {
-		return kvstore.Record{}, false
-	}
-	return kvstore.Record{Value: v, Time: t}, true
-}
+func parseRecord(s string) (kvstore.Record, bool) { return redisscript.ParseRecord(s) }
 
 // wrap names the failed command and makes sure an error caused by ctx
 // matches ctx.Err() with errors.Is. go-redis turns the context's deadline

@@ -73,8 +73,67 @@ func value(b int) time.Duration {
 // Measure runs op from workers goroutines for d and returns what it found.
 // It stops at the first error, which it returns.
 func Measure(ctx context.Context, workers int, d time.Duration, op Op) (Result, error) {
+	var s Sample
+	if err := s.measure(ctx, workers, d, op); err != nil {
+		return Result{}, err
+	}
+	if s.decisions == 0 {
+		return Result{}, fmt.Errorf("harness: no decision completed in %v", d)
+	}
+	return s.Result(), nil
+}
+
+// Sample accumulates the decisions of one contender over one or more
+// measuring slices: their latencies, how many were admitted, and the time
+// the slices took. The zero Sample is empty and ready to use.
+type Sample struct {
+	hist      histogram
+	decisions int64
+	admitted  int64
+	elapsed   time.Duration
+}
+
+// AddBucket adds n decisions whose latency falls in bucket b of the
+// histogram, numbered as Bucket numbers them (for a contender that measures
+// itself, in another process).
+func (s *Sample) AddBucket(b int, n uint64) error {
+	if b < 0 || b >= nBuckets {
+		return fmt.Errorf("harness: bucket %d out of range", b)
+	}
+	s.hist[b] += n
+	s.decisions += int64(n)
+	return nil
+}
+
+// AddCounts adds admitted decisions and elapsed measuring time.
+func (s *Sample) AddCounts(admitted int64, elapsed time.Duration) {
+	s.admitted += admitted
+	s.elapsed += elapsed
+}
+
+// Bucket returns the histogram bucket of a latency of ns nanoseconds: below
+// 64 the latency itself, then 64 buckets per power of two.
+func Bucket(ns int64) int { return bucket(ns) }
+
+// Result returns throughput (decisions over the slices' time), percentiles
+// and the admitted fraction of the decisions added so far.
+func (s *Sample) Result() Result {
+	if s.decisions == 0 || s.elapsed <= 0 {
+		return Result{}
+	}
+	return Result{
+		Throughput: float64(s.decisions) / s.elapsed.Seconds(),
+		P50:        s.hist.quantile(s.decisions, 0.50),
+		P99:        s.hist.quantile(s.decisions, 0.99),
+		Admitted:   float64(s.admitted) / float64(s.decisions),
+		Decisions:  s.decisions,
+	}
+}
+
+// measure runs op from workers goroutines for d and adds what it found to s.
+func (s *Sample) measure(ctx context.Context, workers int, d time.Duration, op Op) error {
 	if workers < 1 {
-		return Result{}, fmt.Errorf("harness: %d workers", workers)
+		return fmt.Errorf("harness: %d workers", workers)
 	}
 	hists := make([]histogram, workers)
 	admitted := make([]int64, workers)
@@ -105,29 +164,60 @@ func Measure(ctx context.Context, workers int, d time.Duration, op Op) (Result, 
 		}()
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	var total histogram
-	var n, adm int64
+	s.elapsed += time.Since(start)
 	for w := range workers {
 		if errs[w] != nil {
-			return Result{}, errs[w]
+			return errs[w]
 		}
 		for b, c := range hists[w] {
-			total[b] += c
-			n += int64(c)
+			s.hist[b] += c
+			s.decisions += int64(c)
 		}
-		adm += admitted[w]
+		s.admitted += admitted[w]
 	}
-	if n == 0 {
-		return Result{}, fmt.Errorf("harness: no decision completed in %v", d)
+	return nil
+}
+
+// Runner measures one contender from workers concurrent callers for about d
+// and adds what it found to s.
+type Runner func(ctx context.Context, workers int, d time.Duration, s *Sample) error
+
+// OpRunner returns the Runner that calls op from workers goroutines, as
+// Measure does.
+func OpRunner(op Op) Runner {
+	return func(ctx context.Context, workers int, d time.Duration, s *Sample) error {
+		return s.measure(ctx, workers, d, op)
 	}
-	return Result{
-		Throughput: float64(n) / elapsed.Seconds(),
-		P50:        total.quantile(n, 0.50),
-		P99:        total.quantile(n, 0.99),
-		Admitted:   float64(adm) / float64(n),
-		Decisions:  n,
-	}, nil
+}
+
+// MeasureInTurn measures runners at the same concurrency in turn: slices of
+// length slice, one runner after the other, starting each round one runner
+// further, until each has run for about d. Each runner has all workers to
+// itself during its slices, and the slices of all runners are spread over
+// the same seconds, so that a machine whose speed drifts hits them alike.
+// Throughput is decisions over the runner's own slices' time.
+func MeasureInTurn(ctx context.Context, workers int, d, slice time.Duration, runners []Runner) ([]Result, error) {
+	if slice <= 0 || d <= 0 {
+		return nil, fmt.Errorf("harness: slice %v, duration %v", slice, d)
+	}
+	samples := make([]Sample, len(runners))
+	rounds := max(int((d+slice-1)/slice), 1)
+	for r := range rounds {
+		for k := range runners {
+			j := (k + r) % len(runners)
+			if err := runners[j](ctx, workers, slice, &samples[j]); err != nil {
+				return nil, fmt.Errorf("runner %d: %w", j, err)
+			}
+		}
+	}
+	out := make([]Result, len(runners))
+	for j := range samples {
+		if samples[j].decisions == 0 {
+			return nil, fmt.Errorf("harness: runner %d completed no decision", j)
+		}
+		out[j] = samples[j].Result()
+	}
+	return out, nil
 }
 
 // MeasureInterleaved measures ops side by side from one goroutine: it makes

@@ -70,3 +70,31 @@ func TestMeasureInterleaved(t *testing.T) {
 		t.Fatalf("figures mixed between ops: %+v", rs)
 	}
 }
+
+// TestMeasureInTurn checks that runners measured in turn each get their own
+// throughput: a runner whose op sleeps twice as long must report about half
+// the rate, and both must have run for the duration asked.
+func TestMeasureInTurn(t *testing.T) {
+	sleeper := func(d time.Duration) Runner {
+		return OpRunner(func(context.Context, int, int) (bool, error) {
+			time.Sleep(d)
+			return true, nil
+		})
+	}
+	rs, err := MeasureInTurn(context.Background(), 2, 200*time.Millisecond, 20*time.Millisecond,
+		[]Runner{sleeper(time.Millisecond), sleeper(2 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := rs[0], rs[1]
+	if fast.Throughput <= slow.Throughput*1.2 {
+		t.Errorf("throughput %v for 1ms sleeps, %v for 2ms sleeps: want about twice", fast.Throughput, slow.Throughput)
+	}
+	if slow.P50 < 2*time.Millisecond || fast.P50 < time.Millisecond {
+		t.Errorf("p50 %v and %v, below the sleeps", fast.P50, slow.P50)
+	}
+	// Two workers for 200ms of 2ms sleeps: at most 200 decisions.
+	if slow.Decisions > 200 || slow.Admitted != 1 {
+		t.Errorf("slow runner: %d decisions, %v admitted", slow.Decisions, slow.Admitted)
+	}
+}

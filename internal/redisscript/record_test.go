@@ -1,4 +1,4 @@
-package redisstore
+package redisscript
 
 import (
 	"testing"
@@ -6,19 +6,19 @@ import (
 	"github.com/ratekit/ratekit/kvstore"
 )
 
-// FuzzParseRecord checks that parseRecord never panics, that what it accepts
-// survives a round trip through formatRecord, and that every record
+// FuzzParseRecord checks that ParseRecord never panics, that what it accepts
+// survives a round trip through FormatRecord, and that every record
 // round-trips exactly.
 func FuzzParseRecord(f *testing.F) {
 	for _, s := range []string{"0 0", "12 1795327323488854", "-1 -1", "9007199254740992 1", "", " ", "1", "1 ", " 1", "1 2 3", "+1 2", "a b", "99999999999999999999 1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		rec, ok := parseRecord(s)
+		rec, ok := ParseRecord(s)
 		if !ok {
 			return
 		}
-		again, ok := parseRecord(formatRecord(rec))
+		again, ok := ParseRecord(FormatRecord(rec))
 		if !ok || again != rec {
 			t.Fatalf("%q parsed as %+v, which round-trips to %+v, %v", s, rec, again, ok)
 		}
@@ -31,7 +31,7 @@ func FuzzFormatRecord(f *testing.F) {
 	f.Add(int64(kvstore.MaxValue), int64(1795327323488854))
 	f.Fuzz(func(t *testing.T, v, tm int64) {
 		rec := kvstore.Record{Value: v, Time: tm}
-		if got, ok := parseRecord(formatRecord(rec)); !ok || got != rec {
+		if got, ok := ParseRecord(FormatRecord(rec)); !ok || got != rec {
 			t.Fatalf("%+v round-trips to %+v, %v", rec, got, ok)
 		}
 	})

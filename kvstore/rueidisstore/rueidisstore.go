@@ -1,0 +1,202 @@
+// Package rueidisstore is a [kvstore.Store] and [kvstore.Atomic] on Redis
+// through rueidis (github.com/redis/rueidis), in a module of its own so that
+// ratekit's main module does not depend on it. A single server, Sentinel and
+// Redis Cluster all work, as rueidis.NewClient connects to them.
+//
+// It runs the same update script as kvstore/redisstore and writes the same
+// records under the same keys (Prefix + "{" + key + "}", a Redis Cluster hash
+// tag), so the two stores can share a database and read each other's keys;
+// everything redisstore's documentation says about atomicity, replication
+// and failover holds here too.
+//
+// What rueidis adds is auto-pipelining: concurrent commands on one
+// connection are written together and their replies read together, by a
+// writer and a reader goroutine per connection, and the client keeps
+// writing while earlier replies are on their way. Decisions from many
+// goroutines therefore share system calls and wake-ups on both sides
+// without waiting for one another's round trips. Until a connection has
+// seen two commands at once (or a command whose context can be canceled but
+// has no deadline, such as an HTTP request's), rueidis writes and reads a
+// lone command on its caller's goroutine; after that the connection stays
+// pipelined, and a lone command costs two goroutine hand-offs more. Use it
+// when an instance makes several decisions at once; kvstore/redisstore,
+// which coalesces only beyond a bound of round trips in flight, suits a
+// program that already has a go-redis client.
+//
+// Timeouts: rueidis stops waiting for a command when its context ends. Give
+// every call a context with a deadline; ClientOption.ConnWriteTimeout
+// bounds how long a dead connection takes to notice.
+package rueidisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/redisscript"
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+// DefaultPrefix is the key prefix used when [Config.Prefix] is empty, the
+// same as kvstore/redisstore's.
+const DefaultPrefix = "ratekit:"
+
+// Config configures a [Store]. The zero Config is valid.
+type Config struct {
+	// Prefix is prepended to every key, so that ratekit's keys can share a
+	// database with others. Empty means DefaultPrefix. It must not contain
+	// '{' or '}', which would change the keys' hash slot.
+	Prefix string
+}
+
+// Store is a Redis-backed store on a rueidis client. It is safe for
+// concurrent use; it holds no connection of its own and never closes the
+// client.
+type Store struct {
+	client rueidis.Client
+	prefix string
+	sha    string
+	args   atomic.Pointer[refillArgs]
+}
+
+// refillArgs caches a Refill's script arguments, formatted once.
+type refillArgs struct {
+	r         kvstore.Refill
+	max, rate string
+}
+
+var (
+	_ kvstore.Store  = (*Store)(nil)
+	_ kvstore.Atomic = (*Store)(nil)
+)
+
+// New returns a Store that uses client. It returns an error matching
+// ratekit.ErrInvalidConfig for a nil client or a prefix with braces.
+func New(client rueidis.Client, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: rueidisstore: nil client", ratekit.ErrInvalidConfig)
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("%w: rueidisstore: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	sum := sha1.Sum([]byte(redisscript.Update))
+	return &Store{client: client, prefix: cfg.Prefix, sha: hex.EncodeToString(sum[:])}, nil
+}
+
+// Key returns the Redis key under which s stores key.
+func (s *Store) Key(key string) string {
+	return s.prefix + "{" + key + "}"
+}
+
+// Get implements [kvstore.Store] with GET. It returns
+// kvstore.ErrMalformedRecord when the key holds something no ratekit store
+// wrote.
+func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
+	v, err := s.client.Do(ctx, s.client.B().Get().Key(s.Key(key)).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return kvstore.Record{}, false, nil
+	}
+	if err != nil {
+		return kvstore.Record{}, false, wrap(ctx, "GET", err)
+	}
+	rec, ok := redisscript.ParseRecord(v)
+	if !ok {
+		return kvstore.Record{}, false, kvstore.ErrMalformedRecord
+	}
+	return rec, true, nil
+}
+
+// Set implements [kvstore.Store] with SET … PX. It returns
+// kvstore.ErrInvalidTTL for a ttl that is not positive.
+func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
+	}
+	ttl = max(ttl, time.Millisecond)
+	cmd := s.client.B().Set().Key(s.Key(key)).Value(redisscript.FormatRecord(rec)).PxMilliseconds(ttl.Milliseconds()).Build()
+	if err := s.client.Do(ctx, cmd).Error(); err != nil {
+		return wrap(ctx, "SET", err)
+	}
+	return nil
+}
+
+// Delete implements [kvstore.Store] with DEL.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := s.client.Do(ctx, s.client.B().Del().Key(s.Key(key)).Build()).Error(); err != nil {
+		return wrap(ctx, "DEL", err)
+	}
+	return nil
+}
+
+// Update implements [kvstore.Atomic] with one EVALSHA of the update script,
+// which follows [kvstore.Refill.Apply] on Redis's clock (TIME). A server
+// that lost the script (a flushed cache, a failover) answers NOSCRIPT, and
+// the update is sent again with EVAL, which also loads it. Update returns
+// kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting
+// Redis, and kvstore.ErrMalformedRecord when the key holds something no
+// ratekit store wrote.
+func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+	a := s.args.Load()
+	if a == nil || a.r != r {
+		if err := r.Validate(); err != nil {
+			return kvstore.Result{}, err
+		}
+		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(r.Rate, 10)}
+		s.args.Store(a)
+	}
+	if err := r.CheckOp(op, n); err != nil {
+		return kvstore.Result{}, err
+	}
+	var opArg string
+	switch op {
+	case kvstore.OpTake:
+		opArg = "t"
+	case kvstore.OpPeek:
+		opArg = "p"
+	default:
+		opArg = "r"
+	}
+	k, nArg := s.Key(key), strconv.FormatInt(n, 10)
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
+	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(redisscript.Update).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
+	}
+	v, err := res.AsInt64()
+	if err != nil {
+		if strings.Contains(err.Error(), redisscript.Malformed) {
+			return kvstore.Result{}, kvstore.ErrMalformedRecord
+		}
+		return kvstore.Result{}, wrap(ctx, "EVALSHA", err)
+	}
+	if v < 0 {
+		return kvstore.Result{OK: false, Value: -v - 1}, nil
+	}
+	return kvstore.Result{OK: true, Value: v}, nil
+}
+
+// wrap names the failed command and makes sure an error caused by ctx
+// matches ctx.Err() with errors.Is: a deadline that has passed counts as
+// context.DeadlineExceeded even when the socket's deadline fired a moment
+// before the context reported it.
+func wrap(ctx context.Context, cmd string, err error) error {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("rueidisstore: %s: %w: %w", cmd, cerr, err)
+	}
+	return fmt.Errorf("rueidisstore: %s: %w", cmd, err)
+}

@@ -1,0 +1,244 @@
+package rueidisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
+	"github.com/ratekit/ratekit/kvstore/storetest"
+)
+
+var take1 = kvstore.Refill{Max: 10, Rate: 1}
+
+// slow refills one unit per microsecond of a bucket of 10^15, and big is a
+// take from it: a test's milliseconds refill a negligible share of one take.
+var slow = kvstore.Refill{Max: 1e15, Rate: 1}
+
+const big = 1e12
+
+// near reports whether level is at want or above it by less than 1000 s of refill.
+func near(level, want int64) bool { return level >= want && level < want+1e9 }
+
+// prefix returns a key prefix no other test or package uses.
+func prefix(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
+	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
+}
+
+// newClient returns a rueidis client of the Redis at addrs, closed at
+// cleanup.
+func newClient(t *testing.T, addrs ...string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// goRedis returns a go-redis client of the shared test Redis that deletes
+// every key under p at cleanup.
+func goRedis(t *testing.T, p string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		c.Close()
+	})
+	return c
+}
+
+// newStore returns a store on the shared test Redis under a prefix of the
+// test's own, and a go-redis client that removes its keys at cleanup.
+func newStore(t *testing.T) (*rueidisstore.Store, *redis.Client) {
+	t.Helper()
+	p := prefix(t)
+	gc := goRedis(t, p)
+	s, err := rueidisstore.New(newClient(t, testenv.RedisAddr(t)), rueidisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, gc
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) kvstore.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
+// TestConformanceCluster runs the suite on a throwaway 3-master Redis
+// Cluster, where rueidis sends each key's command to its slot's master.
+func TestConformanceCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := newClient(t, cluster.Addrs()...)
+	storetest.Run(t, func(t *testing.T) kvstore.Store {
+		s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestNewInvalid(t *testing.T) {
+	if _, err := rueidisstore.New(nil, rueidisstore.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("nil client: %v, want ratekit.ErrInvalidConfig", err)
+	}
+	c := newClient(t, testenv.RedisAddr(t))
+	for _, p := range []string{"a{", "}", "{x}"} {
+		if _, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("prefix %q: %v, want ratekit.ErrInvalidConfig", p, err)
+		}
+	}
+	s, err := rueidisstore.New(c, rueidisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.Key("api:123"), "ratekit:{api:123}"; got != want {
+		t.Errorf("Key = %q, want %q", got, want)
+	}
+}
+
+// TestSharesRecordsWithRedisstore checks that the two Redis stores read and
+// update each other's keys: one script, one record format.
+func TestSharesRecordsWithRedisstore(t *testing.T) {
+	rs, gc := newStore(t)
+	p := strings.TrimSuffix(rs.Key("x"), "{x}")
+	gs, err := redisstore.New(gc, redisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range int64(3) {
+		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+1)*big) {
+			t.Fatalf("redisstore take %d = %+v, %v", i, res, err)
+		}
+		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+2)*big) {
+			t.Fatalf("rueidisstore take %d = %+v, %v", i, res, err)
+		}
+	}
+	rec := kvstore.Record{Value: 7, Time: 1795327323488854}
+	if err := gs.Set(ctx, "r", rec, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := rs.Get(ctx, "r"); err != nil || !ok || got != rec {
+		t.Fatalf("rueidisstore Get of redisstore's record = %+v, %v, %v", got, ok, err)
+	}
+}
+
+func TestMalformedRecord(t *testing.T) {
+	s, gc := newStore(t)
+	ctx := context.Background()
+	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " "} {
+		gc.Set(ctx, s.Key("bad"), v, time.Minute)
+		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
+		}
+		if _, err := s.Update(ctx, "bad", take1, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Update of %q: %v, want kvstore.ErrMalformedRecord", v, err)
+		}
+	}
+	gc.HSet(ctx, s.Key("hash"), "f", "v")
+	if _, err := s.Update(ctx, "hash", take1, kvstore.OpTake, 1); err == nil {
+		t.Error("Update of a hash key succeeded")
+	}
+}
+
+// TestFlushedScriptCacheRecovers flushes the script cache of a throwaway
+// server before each update, alone and with 16 updates at once (which
+// rueidis pipelines): every update must fall back to EVAL and succeed.
+func TestFlushedScriptCacheRecovers(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr)
+	s, _ := rueidisstore.New(c, rueidisstore.Config{})
+	ctx := context.Background()
+	flush := func() {
+		if err := c.Do(ctx, c.B().ScriptFlush().Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range int64(3) {
+		flush()
+		if res, err := s.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !res.OK || !near(res.Value, slow.Max-(i+1)*big) {
+			t.Fatalf("Update after SCRIPT FLUSH = %+v, %v", res, err)
+		}
+	}
+	flush()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			if _, err := s.Update(ctx, "many", slow, kvstore.OpTake, big); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if res, err := s.Update(ctx, "many", slow, kvstore.OpPeek, 1); err != nil || !near(res.Value, slow.Max-16*big) {
+		t.Errorf("after 16 takes of %d the level is %+v, %v; want about %d", int64(big), res, err, slow.Max-16*big)
+	}
+}
+
+// TestDeadlineOnPausedRedis pauses a throwaway server: an update must
+// return within its context's deadline with an error that matches
+// context.DeadlineExceeded, and succeed again once the server resumes.
+func TestDeadlineOnPausedRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr)
+	s, _ := rueidisstore.New(c, rueidisstore.Config{})
+	if _, err := s.Update(context.Background(), "k", take1, kvstore.OpTake, 1); err != nil {
+		t.Fatal(err)
+	}
+	srv.Pause()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	_, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1)
+	cancel()
+	elapsed := time.Since(start)
+	srv.Resume()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("update on a paused server: %v, want context.DeadlineExceeded", err)
+	}
+	if elapsed > 2*time.Second {
+		t.Errorf("update on a paused server returned after %v, deadline 200ms", elapsed)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		_, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no update succeeded within 10s of resuming: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
