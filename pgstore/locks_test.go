@@ -158,7 +158,11 @@ func TestTxLock(t *testing.T) {
 			if err := pgstore.TryLockTx(ctx, tx2, k); !errors.Is(err, pgstore.ErrLockNotAcquired) {
 				t.Fatalf("TryLockTx of a held lock: %v", err)
 			}
-			wctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			// A wait long enough that the server-side lock_timeout (the
+			// deadline minus a margin of up to 250 ms) fires before the
+			// client-side deadline even on a loaded machine: with 200 ms the
+			// margin was 40 ms, and a late timer made it a deadline error.
+			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			err = pgstore.LockTx(wctx, tx2, k)
 			cancel()
 			if !errors.Is(err, pgstore.ErrLockNotAcquired) {
