@@ -340,6 +340,8 @@ DECLARE
 	n int := cardinality(p_keys);
 	now_us bigint;
 	i int;
+	j int;
+	ord int[];
 	w bigint;
 	lim bigint;
 	cst bigint;
@@ -384,33 +386,57 @@ BEGIN
 	s_found := array_fill(false, ARRAY[n]);
 	ok := array_fill(true, ARRAY[n]);
 	IF p_op <> 1 THEN
-		FOR i IN SELECT s FROM generate_subscripts(p_keys, 1) AS s ORDER BY p_prefixes[s] COLLATE "C", p_keys[s], p_algs[s] LOOP
+		-- The lock order: by prefix in byte order, then key (an insertion
+		-- sort; composites are small).
+		ord := ARRAY[1];
+		FOR i IN 2..n LOOP
+			j := i - 1;
+			ord := ord || i;
+			WHILE j >= 1 AND (p_prefixes[ord[j]] COLLATE "C" > p_prefixes[i] COLLATE "C"
+				OR p_prefixes[ord[j]] = p_prefixes[i] AND p_keys[ord[j]] > p_keys[i]) LOOP
+				ord[j + 1] := ord[j];
+				j := j - 1;
+			END LOOP;
+			ord[j + 1] := i;
+		END LOOP;
+		-- Lock each key and read its state under the lock; a take creates a
+		-- missing row in a state that means the same as no row.
+		FOREACH i IN ARRAY ord LOOP
 			IF p_algs[i] = 4 THEN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
 			ELSE
 				LOOP
-					PERFORM 1 FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
-					EXIT WHEN FOUND OR p_op <> 0;
+					SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
+					INTO v_ws, v_a, v_b
+					FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
+					IF FOUND THEN
+						s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+						EXIT;
+					END IF;
+					EXIT WHEN p_op <> 0;
 					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
 					ON CONFLICT (prefix, key) DO NOTHING;
-					EXIT WHEN FOUND;
+					IF FOUND THEN
+						s_found[i] := true;
+						EXIT;
+					END IF;
 				END LOOP;
 			END IF;
 		END LOOP;
 		now_us := {{template "clock"}};
-	END IF;
-	-- The counters' state, then (for a peek) the clock, then the logs'.
-	FOR i IN 1..n LOOP
-		IF p_algs[i] <> 4 THEN
-			SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
-			INTO v_ws, v_a, v_b
-			FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
-			IF FOUND THEN
-				s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+	ELSE
+		-- A peek locks nothing: it reads the counters, then the clock, then
+		-- the logs.
+		FOR i IN 1..n LOOP
+			IF p_algs[i] <> 4 THEN
+				SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
+				INTO v_ws, v_a, v_b
+				FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				IF FOUND THEN
+					s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+				END IF;
 			END IF;
-		END IF;
-	END LOOP;
-	IF p_op = 1 THEN
+		END LOOP;
 		now_us := {{template "clock"}};
 	END IF;
 	FOR i IN 1..n LOOP
