@@ -142,3 +142,25 @@ func TestCompositeValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestCompositeSimpleProtocol: the composite's array arguments also pass
+// through pgx's simple protocol (for poolers that refuse the extended one),
+// keys with any bytes but NUL included.
+func TestCompositeSimpleProtocol(t *testing.T) {
+	s, err := pgstore.New(pgtest.Pool(t, testenv.PgBouncerURL(t), 2, ""), pgstore.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	p := pgtest.Prefix(t)
+	c := newComposite(t,
+		newLimiter(t, s, pgstore.SlidingWindow, "a", p+"-a", 2, time.Hour),
+		newLimiter(t, s, pgstore.SlidingLog, "b", p+"-b", 3, time.Hour))
+	key := "k,\"}{\\ \xff'"
+	for i := int64(0); i < 3; i++ {
+		d, err := c.Allow(ctx, ratekit.Request{Key: key, Cost: 1, Parts: []ratekit.Part{{Key: key, Cost: 1}, {Key: key + "'", Cost: 1}}})
+		if err != nil || d.Allowed != (i < 2) || d.Parts[1].Remaining != 3-min(i+1, 2) {
+			t.Fatalf("allow %d: %+v, %v", i, d, err)
+		}
+	}
+}
