@@ -93,8 +93,13 @@ func NewComposite(counters ...*Counter) (*Composite, error) {
 	for i := range m.scope {
 		m.scope[i] = byte(h >> (56 - 8*i))
 	}
-	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") +
-		"($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)"
+	// What never changes between calls is part of the statement, so that
+	// a call encodes only the request's own arguments. Prefixes are policy
+	// names (letters, digits, '-', '_', '.', ':'), safe in a literal.
+	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") + "($1, " +
+		intArray(m.algs) + ", " + textArray(m.prefixes) + ", $2, $3, " +
+		intArray(m.limits) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
+		m.prefixes[0] + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ")"
 	return m, nil
 }
 
@@ -212,8 +217,7 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	)
 	for attempt := 0; ; attempt++ {
 		err = m.store.db.QueryRow(ctx, m.query, m.store.mode,
-			op, m.algs, m.prefixes, keys, costs, m.limits, m.windows, m.ttls, locks,
-			m.prefixes[0], []byte(key), idemArg, m.idemTTL, cleanup, m.keepSync,
+			op, keys, costs, locks, []byte(key), idemArg, cleanup,
 		).Scan(&raw)
 		// As in Counter.do: retry only what never reached the server.
 		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
@@ -239,6 +243,32 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 		}
 	}
 	return res, nil
+}
+
+// intArray returns a bigint[] literal of v.
+func intArray(v []int64) string {
+	b := []byte("'{")
+	for i, n := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n, 10)
+	}
+	return string(append(b, "}'::bigint[]"...))
+}
+
+// textArray returns a text[] literal of names, which need no escaping.
+func textArray(names []string) string {
+	b := []byte("'{")
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, n...)
+		b = append(b, '"')
+	}
+	return string(append(b, "}'::text[]"...))
 }
 
 // parseInts parses the text form of a bigint array, such as "{1,4,0}", into
