@@ -21,6 +21,17 @@
 // exact: the takes of a concurrent burst on a fresh key report the distinct
 // values Limit-1 … 0 when no unit frees up during the burst.
 //
+// # Several policies, one decision
+//
+// A [Composite] ("10 a second and 1,000 a day") is one more function call:
+// it locks every policy's key (row lock, or advisory lock for a sliding log)
+// in one fixed order, by prefix in byte order then key, so that composites
+// naming the same keys in any order never deadlock, then reads the clock
+// once, and takes from every policy or, when any denies, from none. Its
+// idempotency record covers the whole decision and is written in the same
+// transaction. Its counters are the single counters' rows: a [Counter] with
+// the same prefix sees and keeps the same counts.
+//
 // # Tables and keys
 //
 // All limiters share three tables per durability, keyed by (prefix, key):

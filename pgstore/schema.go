@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -88,6 +88,7 @@ func SchemaSQL(schema string) (string, error) {
 			Sliding:     data.Schema + "." + d.function(SlidingWindow),
 			Bucket:      data.Schema + "." + d.function(TokenBucket),
 			SlidingLog:  data.Schema + "." + d.function(SlidingLog),
+			Composite:   data.Schema + "." + d.table("composite"),
 		})
 	}
 	tmpl, err := schemaTemplate()
@@ -136,6 +137,7 @@ type tableData struct {
 	Counters, Log, Idem                string
 	CountersRaw, LogRaw, IdemRaw       string
 	Fixed, Sliding, Bucket, SlidingLog string
+	Composite                          string
 }
 
 // schemaSource is schema.sql: a text/template of the schema SQL, executed

@@ -315,6 +315,318 @@ BEGIN
 END
 $fn$;
 {{end}}
+{{range .Tables}}
+-- Composite: several policies over one table set, one decision. Element i
+-- of the arrays is policy i (algorithm 1 fixed window, 2 sliding window, 3
+-- token bucket, 4 sliding log; the other arguments as for the functions
+-- above, p_ttls holding each policy's window). A take or refund first locks
+-- every policy's key in one fixed order, by prefix (byte order) and key, so
+-- that two composites over the same keys never deadlock: the counter row
+-- (created when missing, as lockrow does) or, for the sliding log, the
+-- advisory lock. Only then does it read the clock. A take admits only when
+-- every policy admits, and then takes from every policy; otherwise it
+-- writes nothing. A peek locks nothing and reads the clock after the
+-- counters. The idempotency record (p_idem_prefix, p_idem_key, p_idem)
+-- covers the whole decision. Returns ARRAY[duplicate, then for each policy
+-- allowed, remaining, retry_after_us, reset_after_us].
+DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean);
+CREATE OR REPLACE FUNCTION {{.Composite}}(
+	p_op bigint, p_algs bigint[], p_prefixes text[], p_keys bytea[], p_costs bigint[],
+	p_limits bigint[], p_windows bigint[], p_ttls bigint[], p_locks bigint[],
+	p_idem_prefix text, p_idem_key bytea, p_idem bytea, p_idem_ttl_us bigint,
+	p_cleanup bigint, p_sync boolean)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+	n int := cardinality(p_keys);
+	now_us bigint;
+	i int;
+	j int;
+	ord int[];
+	w bigint;
+	lim bigint;
+	cst bigint;
+	ws bigint;
+	tau bigint;
+	s_ws bigint[];
+	s_a bigint[]; -- count, tat or logged units
+	s_b bigint[]; -- prev_count or last log expiry
+	s_found boolean[];
+	ok boolean[];
+	all_ok boolean := true;
+	allowed boolean;
+	duplicate boolean := false;
+	v_ws bigint;
+	v_a bigint;
+	v_b bigint;
+	v_room numeric;
+	v_elapsed bigint;
+	v_left bigint;
+	v_free bigint;
+	remaining bigint;
+	retry_after_us bigint;
+	reset_after_us bigint;
+	r record;
+	o bigint[];
+BEGIN
+	IF n IS NULL OR n < 1 OR cardinality(p_algs) <> n OR cardinality(p_prefixes) <> n OR cardinality(p_costs) <> n
+		OR cardinality(p_limits) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n THEN
+		RAISE EXCEPTION 'ratekit: composite arrays must be non-empty and of equal length' USING ERRCODE = '22023';
+	END IF;
+	IF p_op <> 1 AND NOT p_sync THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+	END IF;
+	FOR i IN 1..n LOOP
+		IF p_op = 0 AND (p_costs[i] < 1 OR p_costs[i] > p_limits[i]) THEN
+			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', p_costs[i], i, p_limits[i] USING ERRCODE = '22023';
+		END IF;
+	END LOOP;
+	s_ws := array_fill(0::bigint, ARRAY[n]);
+	s_a := array_fill(0::bigint, ARRAY[n]);
+	s_b := array_fill(0::bigint, ARRAY[n]);
+	s_found := array_fill(false, ARRAY[n]);
+	ok := array_fill(true, ARRAY[n]);
+	IF p_op <> 1 THEN
+		-- The lock order: by prefix in byte order, then key (an insertion
+		-- sort; composites are small).
+		ord := ARRAY[1];
+		FOR i IN 2..n LOOP
+			j := i - 1;
+			ord := ord || i;
+			WHILE j >= 1 AND (p_prefixes[ord[j]] COLLATE "C" > p_prefixes[i] COLLATE "C"
+				OR p_prefixes[ord[j]] = p_prefixes[i] AND p_keys[ord[j]] > p_keys[i]) LOOP
+				ord[j + 1] := ord[j];
+				j := j - 1;
+			END LOOP;
+			ord[j + 1] := i;
+		END LOOP;
+		-- Lock each key and read its state under the lock; a take creates a
+		-- missing row in a state that means the same as no row.
+		FOREACH i IN ARRAY ord LOOP
+			IF p_algs[i] = 4 THEN
+				PERFORM pg_advisory_xact_lock(p_locks[i]);
+			ELSE
+				LOOP
+					SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
+					INTO v_ws, v_a, v_b
+					FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
+					IF FOUND THEN
+						s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+						EXIT;
+					END IF;
+					EXIT WHEN p_op <> 0;
+					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
+					ON CONFLICT (prefix, key) DO NOTHING;
+					IF FOUND THEN
+						s_found[i] := true;
+						EXIT;
+					END IF;
+				END LOOP;
+			END IF;
+		END LOOP;
+		now_us := {{template "clock"}};
+	ELSE
+		-- A peek locks nothing: it reads the counters, then the clock, then
+		-- the logs.
+		FOR i IN 1..n LOOP
+			IF p_algs[i] <> 4 THEN
+				SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
+				INTO v_ws, v_a, v_b
+				FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				IF FOUND THEN
+					s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+				END IF;
+			END IF;
+		END LOOP;
+		now_us := {{template "clock"}};
+	END IF;
+	FOR i IN 1..n LOOP
+		w := p_windows[i];
+		ws := now_us - now_us % w;
+		CASE p_algs[i]
+		WHEN 1 THEN
+			IF NOT s_found[i] OR s_ws[i] < ws THEN
+				s_ws[i] := ws; s_a[i] := 0;
+			END IF;
+		WHEN 2 THEN
+			IF NOT s_found[i] THEN
+				s_ws[i] := ws; s_a[i] := 0; s_b[i] := 0;
+			ELSIF s_ws[i] < ws THEN
+				s_b[i] := CASE WHEN s_ws[i] = ws - w THEN s_a[i] ELSE 0 END;
+				s_a[i] := 0;
+				s_ws[i] := ws;
+			END IF;
+		WHEN 3 THEN
+			IF NOT s_found[i] THEN
+				s_a[i] := now_us;
+			END IF;
+			s_a[i] := GREATEST(s_a[i], now_us);
+		ELSE
+			IF p_op <> 1 THEN
+				DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 <= now_us;
+			END IF;
+			SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO v_a, v_b
+			FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us;
+			s_a[i] := v_a; s_b[i] := v_b;
+		END CASE;
+	END LOOP;
+	IF p_op <> 1 AND p_idem IS NOT NULL THEN
+		INSERT INTO {{.Idem}} AS x (prefix, key, idempotency_key, expires_at_us)
+		VALUES (p_idem_prefix, p_idem_key, p_idem, now_us + p_idem_ttl_us)
+		ON CONFLICT (prefix, key, idempotency_key) DO UPDATE SET expires_at_us = EXCLUDED.expires_at_us
+		WHERE x.expires_at_us <= now_us;
+		duplicate := NOT FOUND;
+	END IF;
+	-- Would each policy admit its cost?
+	FOR i IN 1..n LOOP
+		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+		ok[i] := CASE p_algs[i]
+			WHEN 1 THEN s_a[i] + cst <= lim
+			WHEN 2 THEN lim::numeric * w - s_b[i]::numeric * (w - GREATEST(now_us - s_ws[i], 0)) - s_a[i]::numeric * w >= cst::numeric * w
+			WHEN 3 THEN s_a[i] + cst * w - now_us <= lim * w
+			ELSE s_a[i] + cst <= lim END;
+		all_ok := all_ok AND ok[i];
+	END LOOP;
+	IF p_op = 0 AND NOT duplicate AND all_ok THEN
+		FOR i IN 1..n LOOP
+			w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+			CASE p_algs[i]
+			WHEN 1 THEN
+				s_a[i] := s_a[i] + cst;
+				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
+					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + w)
+				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+			WHEN 2 THEN
+				s_a[i] := s_a[i] + cst;
+				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i],
+					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + 2 * w)
+				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+			WHEN 3 THEN
+				tau := lim * w;
+				s_a[i] := s_a[i] + cst * w;
+				UPDATE {{.Counters}} AS c SET tat_us = s_a[i],
+					expires_at_us = GREATEST(c.expires_at_us, (s_a[i] / tau + 1) * tau)
+				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+			ELSE
+				INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
+				VALUES (p_prefixes[i], p_keys[i], now_us, cst, now_us + w);
+				s_a[i] := s_a[i] + cst;
+				s_b[i] := GREATEST(s_b[i], now_us + w);
+			END CASE;
+		END LOOP;
+	ELSIF p_op = 2 AND NOT duplicate THEN
+		FOR i IN 1..n LOOP
+			w := p_windows[i]; cst := p_costs[i];
+			CASE p_algs[i]
+			WHEN 1 THEN
+				IF s_a[i] > 0 THEN
+					s_a[i] := GREATEST(s_a[i] - cst, 0);
+					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				END IF;
+			WHEN 2 THEN
+				IF s_a[i] > 0 OR s_b[i] > 0 THEN
+					s_b[i] := GREATEST(s_b[i] - GREATEST(cst - s_a[i], 0), 0);
+					s_a[i] := GREATEST(s_a[i] - cst, 0);
+					UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i]
+					WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				END IF;
+			WHEN 3 THEN
+				IF s_a[i] > now_us THEN
+					s_a[i] := GREATEST(s_a[i] - cst * w, now_us);
+					UPDATE {{.Counters}} AS c SET tat_us = s_a[i] WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				END IF;
+			ELSE
+				-- Give back the most recent admissions first.
+				v_left := cst;
+				FOR r IN SELECT l.ctid AS id, l.cost FROM {{.Log}} AS l
+					WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us
+					ORDER BY l.at_us DESC LOOP
+					EXIT WHEN v_left = 0;
+					IF r.cost <= v_left THEN
+						DELETE FROM {{.Log}} AS l WHERE l.ctid = r.id;
+						v_left := v_left - r.cost;
+						s_a[i] := s_a[i] - r.cost;
+					ELSE
+						UPDATE {{.Log}} AS l SET cost = l.cost - v_left WHERE l.ctid = r.id;
+						s_a[i] := s_a[i] - v_left;
+						v_left := 0;
+					END IF;
+				END LOOP;
+			END CASE;
+		END LOOP;
+	END IF;
+	o := ARRAY[duplicate::int::bigint];
+	FOR i IN 1..n LOOP
+		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+		allowed := p_op = 2 OR duplicate OR ok[i];
+		CASE p_algs[i]
+		WHEN 1 THEN
+			remaining := GREATEST(lim - s_a[i], 0);
+			reset_after_us := GREATEST(s_ws[i] + w - now_us, 0);
+			retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
+		WHEN 2 THEN
+			v_ws := s_ws[i]; v_a := s_a[i]; v_b := s_b[i];
+			v_elapsed := GREATEST(now_us - v_ws, 0);
+			v_room := lim::numeric * w - v_b::numeric * (w - v_elapsed) - v_a::numeric * w;
+			remaining := GREATEST(div(v_room, w), 0)::bigint;
+			reset_after_us := CASE
+				WHEN v_a > 0 THEN v_ws + 2 * w - now_us
+				WHEN v_b > 0 THEN v_ws + w - now_us
+				ELSE 0 END;
+			IF allowed THEN
+				retry_after_us := 0;
+			ELSIF v_a + cst <= lim THEN
+				retry_after_us := GREATEST(ceil(w - (lim - v_a - cst)::numeric * w / v_b)::bigint - v_elapsed, 1);
+			ELSE
+				retry_after_us := (v_ws + w - now_us) + GREATEST(ceil(w - (lim - cst)::numeric * w / v_a)::bigint, 0);
+			END IF;
+		WHEN 3 THEN
+			tau := lim * w;
+			remaining := GREATEST((tau - (s_a[i] - now_us)) / w, 0);
+			reset_after_us := s_a[i] - now_us;
+			retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(s_a[i] + cst * w - tau - now_us, 1) END;
+		ELSE
+			remaining := GREATEST(lim - s_a[i], 0);
+			reset_after_us := CASE WHEN s_a[i] > 0 THEN GREATEST(s_b[i] - now_us, 0) ELSE 0 END;
+			IF allowed THEN
+				retry_after_us := 0;
+			ELSE
+				v_free := NULL;
+				SELECT x.expires_at_us INTO v_free FROM (
+					SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
+					FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us
+				) AS x WHERE s_a[i] - x.freed + cst <= lim ORDER BY x.expires_at_us LIMIT 1;
+				retry_after_us := GREATEST(COALESCE(v_free, s_b[i]) - now_us, 1);
+			END IF;
+		END CASE;
+		o := o || ARRAY[allowed::int::bigint, remaining, retry_after_us, reset_after_us];
+	END LOOP;
+	IF p_op = 0 AND p_idem IS NOT NULL AND NOT duplicate AND NOT all_ok THEN
+		-- A denied request consumed nothing; forget its idempotency key so a
+		-- retry is judged afresh.
+		DELETE FROM {{.Idem}} AS x WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key AND x.idempotency_key = p_idem;
+	ELSIF p_op <> 1 AND p_idem IS NOT NULL AND NOT duplicate THEN
+		-- A fresh charge ends the refund record of the same idempotency key
+		-- and a fresh refund the charge record (their first bytes differ).
+		DELETE FROM {{.Idem}} AS x WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key
+			AND x.idempotency_key = set_byte(p_idem, 0, CASE WHEN p_op = 0 THEN get_byte(p_idem, 0) - 2 ELSE get_byte(p_idem, 0) + 2 END);
+	END IF;
+	IF p_cleanup > 0 THEN
+		FOR i IN 1..n LOOP
+			DELETE FROM {{.Counters}} AS c WHERE c.ctid = ANY (ARRAY(
+				SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
+				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+			DELETE FROM {{.Log}} AS l WHERE l.ctid = ANY (ARRAY(
+				SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
+				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+			DELETE FROM {{.Idem}} AS x WHERE x.ctid = ANY (ARRAY(
+				SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
+				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+		END LOOP;
+	END IF;
+	RETURN o;
+END
+$fn$;
+{{end}}
 -- Version marker, created last: automatic migration skips all of the above
 -- when it exists.
 CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer

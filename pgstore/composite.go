@@ -1,0 +1,299 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/ratekit/ratekit"
+)
+
+// maxCompositeCounters bounds the counters of one [Composite], so that one
+// decision cannot hold an unbounded number of row locks.
+const maxCompositeCounters = 16
+
+// Composite decides over several [Counter]s of one [Store] at once: every
+// operation is one call of a server-side function, one round trip and one
+// transaction, that locks every counter's key in a fixed order (by prefix in
+// byte order, then key), so that two composites over the same keys never
+// deadlock, and reads the database clock only once it holds them all. A take
+// takes from every counter or, when any counter denies, from none. It is
+// safe for concurrent use.
+type Composite struct {
+	store    *Store
+	counters []*Counter
+	query    string
+	algs     []int64
+	prefixes []string
+	limits   []int64
+	windows  []int64
+	ttls     []int64
+	idemTTL  int64
+	keepSync bool
+	cleanupP float64
+	batch    int64
+	// scope distinguishes this composite's idempotency records from a
+	// single counter's and from other composites' under the same prefix.
+	scope [8]byte
+}
+
+// NewComposite returns a Composite over counters, in that order: element i
+// of every request's parts and of every result belongs to counters[i]. The
+// counters must belong to one Store, share one Durability and have distinct
+// prefixes (two counters with one prefix would share rows); there must be 1
+// to 16 of them. Their SynchronousCommit settings combine to the safer one,
+// their cleanup settings to the largest probability and batch. It returns an
+// error matching [ratekit.ErrInvalidConfig] otherwise and does not contact
+// the database.
+func NewComposite(counters ...*Counter) (*Composite, error) {
+	if len(counters) == 0 || len(counters) > maxCompositeCounters {
+		return nil, fmt.Errorf("%w: pgstore: a composite takes 1 to %d counters, got %d", ratekit.ErrInvalidConfig, maxCompositeCounters, len(counters))
+	}
+	for i, c := range counters {
+		if c == nil {
+			return nil, fmt.Errorf("%w: pgstore: composite counter %d is nil", ratekit.ErrInvalidConfig, i)
+		}
+	}
+	first := counters[0]
+	m := &Composite{store: first.store, counters: append([]*Counter(nil), counters...)}
+	d := first.cfg.Durability
+	needSync, logged := false, false
+	seen := make(map[string]bool, len(counters))
+	scope := []byte("ratekit/composite/" + d.String())
+	for i, c := range counters {
+		if c.store != m.store {
+			return nil, fmt.Errorf("%w: pgstore: composite counter %d uses another Store", ratekit.ErrInvalidConfig, i)
+		}
+		if c.cfg.Durability != d {
+			return nil, fmt.Errorf("%w: pgstore: composite counter %d is %s, counter 0 %s: a composite uses one durability", ratekit.ErrInvalidConfig, i, c.cfg.Durability, d)
+		}
+		if seen[c.cfg.Prefix] {
+			return nil, fmt.Errorf("%w: pgstore: composite counters share prefix %q", ratekit.ErrInvalidConfig, c.cfg.Prefix)
+		}
+		seen[c.cfg.Prefix] = true
+		if d == Logged {
+			logged = true
+			needSync = needSync || c.cfg.SynchronousCommit
+		}
+		m.algs = append(m.algs, int64(c.cfg.Algorithm))
+		m.prefixes = append(m.prefixes, c.cfg.Prefix)
+		m.limits = append(m.limits, c.limit)
+		m.windows = append(m.windows, c.windowUS)
+		m.ttls = append(m.ttls, c.ttlUS)
+		m.idemTTL = max(m.idemTTL, c.ttlUS)
+		m.cleanupP = max(m.cleanupP, c.cleanupP)
+		m.batch = max(m.batch, c.batch)
+		scope = appendLenPrefixed(scope, c.cfg.Prefix)
+	}
+	m.keepSync = needSync || !logged
+	h := hashBytes(scope)
+	for i := range m.scope {
+		m.scope[i] = byte(h >> (56 - 8*i))
+	}
+	// What never changes between calls is part of the statement, so that
+	// a call encodes only the request's own arguments. Prefixes are policy
+	// names (letters, digits, '-', '_', '.', ':'), safe in a literal.
+	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") + "($1, " +
+		intArray(m.algs) + ", " + textArray(m.prefixes) + ", $2, $3, " +
+		intArray(m.limits) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
+		m.prefixes[0] + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ")"
+	return m, nil
+}
+
+// Counters returns the composite's counters, in order.
+func (m *Composite) Counters() []*Counter { return append([]*Counter(nil), m.counters...) }
+
+// Take takes parts[i].Cost units from parts[i].Key's quota of counter i for
+// every i when every counter has them available, and otherwise takes
+// nothing. Nil parts means key and cost for every counter. The results are
+// in counter order; each one's Allowed reports whether that counter alone
+// would admit its part, so the decision was admitted only when all are true.
+//
+// When idempotencyKey is not empty and a Take of this composite with the same
+// key and idempotency key was admitted within the longest of the counters'
+// windows, Take takes nothing and returns results with Allowed and Duplicate
+// true. The record is kept under the first counter's prefix and key, written
+// in the same transaction as the counters.
+//
+// Take returns errors matching [ratekit.ErrInvalidRequest] for bad input
+// (see [ratekit.Request.Validate]; parts of another length than the
+// counters; [ratekit.ErrCostExceedsLimit]) before contacting the database;
+// other errors wrap the pgx error and, when ctx ended, ctx.Err(). After such
+// an error the decision may or may not have been applied (to every counter
+// or to none): a retry with the same idempotency key counts once.
+func (m *Composite) Take(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Result, error) {
+	return m.do(ctx, opTake, key, cost, parts, idempotencyKey)
+}
+
+// Peek reports what Take would decide now, without taking or writing
+// anything. It returns the same errors as Take.
+func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ratekit.Part) ([]Result, error) {
+	return m.do(ctx, opPeek, key, cost, parts, "")
+}
+
+// Refund gives every part's cost back to its counter, as [Counter.Refund]
+// does for one, in one transaction. A non-empty idempotencyKey makes a
+// retried refund count once. It returns the same errors as Take, except that
+// a cost above a counter's capacity is allowed.
+func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Result, error) {
+	return m.do(ctx, opRefund, key, cost, parts, idempotencyKey)
+}
+
+// Reset forgets key under every counter (counter rows, sliding-log entries,
+// idempotency records, including this composite's, which live under the
+// first counter's prefix), in one statement. Keys that requests named only
+// in their parts are forgotten only when passed as key themselves. It
+// returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid
+// key and otherwise errors that wrap the pgx error.
+func (m *Composite) Reset(ctx context.Context, key string) error {
+	if err := ratekit.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := m.store.ensureSchema(ctx); err != nil {
+		return err
+	}
+	d := m.counters[0].cfg.Durability
+	q := "WITH a AS (DELETE FROM " + m.store.quoted + "." + d.table("counters") + " WHERE prefix = ANY($1) AND key = $2), " +
+		"b AS (DELETE FROM " + m.store.quoted + "." + d.table("log") + " WHERE prefix = ANY($1) AND key = $2) " +
+		"DELETE FROM " + m.store.quoted + "." + d.table("idempotency") + " WHERE prefix = ANY($1) AND key = $2"
+	if _, err := m.store.db.Exec(ctx, q, m.store.mode, m.prefixes, []byte(key)); err != nil {
+		return wrapErr(ctx, "composite reset", err)
+	}
+	return nil
+}
+
+func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string) ([]Result, error) {
+	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem, Parts: parts}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	n := len(m.counters)
+	if parts != nil && len(parts) != n {
+		return nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)
+	}
+	keys := make([][]byte, n)
+	costs := make([]int64, n)
+	locks := make([]int64, n)
+	for i, c := range m.counters {
+		k, n := key, cost
+		if parts != nil {
+			k, n = parts[i].Key, parts[i].Cost
+		}
+		if op != opRefund && n > c.limit {
+			return nil, fmt.Errorf("%w: part %d: cost %d, limit %d", ratekit.ErrCostExceedsLimit, i, n, c.limit)
+		}
+		keys[i], costs[i] = []byte(k), n
+		if c.cfg.Algorithm == SlidingLog {
+			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
+		}
+	}
+	if err := m.store.ensureSchema(ctx); err != nil {
+		return nil, err
+	}
+	var idemArg []byte
+	if idem != "" && op != opPeek {
+		// 'T' for takes, 'R' for refunds (the function finds the other
+		// operation's record by adding or subtracting 2), then the
+		// composite's scope, then the caller's key.
+		idemArg = make([]byte, 0, 1+len(m.scope)+len(idem))
+		if op == opTake {
+			idemArg = append(idemArg, 'T')
+		} else {
+			idemArg = append(idemArg, 'R')
+		}
+		idemArg = append(idemArg, m.scope[:]...)
+		idemArg = append(idemArg, idem...)
+	}
+	var cleanup int64
+	if op != opPeek && m.cleanupP > 0 && rand.Float64() < m.cleanupP {
+		cleanup = m.batch
+	}
+	var (
+		raw []byte
+		err error
+	)
+	for attempt := 0; ; attempt++ {
+		err = m.store.db.QueryRow(ctx, m.query, m.store.mode,
+			op, keys, costs, locks, []byte(key), idemArg, cleanup,
+		).Scan(&raw)
+		// As in Counter.do: retry only what never reached the server.
+		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, wrapErr(ctx, "composite", err)
+	}
+	out := make([]int64, 1+4*n)
+	if !parseInts(raw, out) {
+		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
+	}
+	res := make([]Result, n)
+	for i := range res {
+		v := out[1+4*i:]
+		res[i] = Result{
+			Allowed:    v[0] == 1,
+			Remaining:  v[1],
+			RetryAfter: microseconds(v[2]),
+			ResetAfter: microseconds(v[3]),
+			Duplicate:  out[0] == 1,
+		}
+	}
+	return res, nil
+}
+
+// intArray returns a bigint[] literal of v.
+func intArray(v []int64) string {
+	b := []byte("'{")
+	for i, n := range v {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n, 10)
+	}
+	return string(append(b, "}'::bigint[]"...))
+}
+
+// textArray returns a text[] literal of names, which need no escaping.
+func textArray(names []string) string {
+	b := []byte("'{")
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, n...)
+		b = append(b, '"')
+	}
+	return string(append(b, "}'::text[]"...))
+}
+
+// parseInts parses the text form of a bigint array, such as "{1,4,0}", into
+// out and reports whether raw held exactly len(out) integers.
+func parseInts(raw []byte, out []int64) bool {
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return false
+	}
+	rest := raw[1 : len(raw)-1]
+	for i := range out {
+		end := bytes.IndexByte(rest, ',')
+		if (i < len(out)-1) != (end >= 0) {
+			return false
+		}
+		if end < 0 {
+			end = len(rest)
+		}
+		v, err := strconv.ParseInt(string(rest[:end]), 10, 64)
+		if err != nil {
+			return false
+		}
+		out[i] = v
+		if end < len(rest) {
+			rest = rest[end+1:]
+		}
+	}
+	return true
+}
