@@ -9,7 +9,7 @@
 // Usage:
 //
 //	cd benchmarks && go run ./durable [-duration 2s] [-runs 3] [-concurrency 1,8,64] [-keys 10000]
-//	    [-window 1m] [-cleanup 0] [-tables unlogged,logged] [-sync off,on]
+//	    [-window 1m] [-cleanup 0] [-tables unlogged,logged] [-sync off,on] [-max-in-flight 0]
 //
 // The server comes from RATEKIT_POSTGRES_URL (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable). The program
@@ -46,6 +46,7 @@ func main() {
 	maxConns := flag.Int("max-conns", 16, "pool size cap (the pool has min(concurrency, this) connections)")
 	window := flag.Duration("window", time.Minute, "limiter window (quota 1000 per window and key, so almost every call is admitted)")
 	cleanup := flag.Float64("cleanup", 0, "limiters' CleanupProbability (0 = library default, negative = no inline cleanup)")
+	maxInFlight := flag.Int("max-in-flight", 0, "stores' MaxInFlight (0 = library default, negative = no coalescing)")
 	tables := flag.String("tables", "unlogged,logged", "table kinds to measure")
 	syncs := flag.String("sync", "off,on", "synchronous_commit settings to measure")
 	flag.Parse()
@@ -58,7 +59,7 @@ func main() {
 		log.Fatalf("-concurrency: %v", err)
 	}
 	b := &bench{url: url, duration: *duration, keys: makeKeys(*keys), maxConns: *maxConns, filled: map[string]bool{},
-		window: *window, cleanup: *cleanup}
+		window: *window, cleanup: *cleanup, maxInFlight: *maxInFlight}
 	for _, t := range strings.Split(*tables, ",") {
 		switch strings.TrimSpace(t) {
 		case "unlogged":
@@ -94,8 +95,8 @@ func main() {
 func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 
 	algs := []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
-	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, %v per cell, median of %d run(s)\n\n",
-		keys, b.window, b.cleanup, b.duration, runs)
+	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, MaxInFlight %d, pool min(concurrency, %d), %v per cell, median of %d run(s)\n\n",
+		keys, b.window, b.cleanup, b.maxInFlight, b.maxConns, b.duration, runs)
 	fmt.Println("| table | synchronous_commit | concurrency | subject | ops/s | p50 | p99 | % of floor |")
 	fmt.Println("|---|---|---|---|---:|---:|---:|---:|")
 	for _, dur := range b.durs {
@@ -144,17 +145,18 @@ func fmtDur(d time.Duration) string {
 }
 
 type bench struct {
-	url      string
-	schema   string
-	duration time.Duration
-	keys     []string
-	maxConns int
-	window   time.Duration
-	cleanup  float64
-	durs     []pgstore.Durability
-	syncs    []bool
-	admin    *pgxpool.Pool
-	filled   map[string]bool
+	url         string
+	schema      string
+	duration    time.Duration
+	keys        []string
+	maxConns    int
+	window      time.Duration
+	cleanup     float64
+	maxInFlight int
+	durs        []pgstore.Durability
+	syncs       []bool
+	admin       *pgxpool.Pool
+	filled      map[string]bool
 }
 
 func makeKeys(n int) []string {
@@ -259,7 +261,7 @@ func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore
 		return harness.Result{}, err
 	}
 	defer p.Close()
-	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema})
+	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema, MaxInFlight: b.maxInFlight})
 	if err != nil {
 		return harness.Result{}, err
 	}
