@@ -350,9 +350,10 @@ type CounterConfig struct {
 
 // Counter is one limiter's view of a [Store]: a prefix, an algorithm, a
 // quota and a durability. It is safe for concurrent use. Every method makes
-// exactly one round trip (plus one the first time, when the Store creates
-// its schema) and never retries a statement that may have reached the
-// server.
+// one round trip (plus one the first time, when the Store creates its
+// schema), which Take, Peek and Refund share with other decisions when the
+// Store coalesces (see [Store]). A statement that may have been applied is
+// never retried.
 type Counter struct {
 	store    *Store
 	cfg      CounterConfig
