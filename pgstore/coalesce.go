@@ -265,12 +265,12 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	}
 	outs, err := co.store.sendBatch(ctx, ds)
 	co.batches.Add(1)
-	var pgErr *pgconn.PgError
+	refused := rolledBack(err) && base.Err() == nil
 	for i, q := range live {
 		switch {
 		case err == nil:
 			q.out = outs[i]
-		case errors.As(err, &pgErr) && base.Err() == nil:
+		case refused:
 			// The server refused the statement: its implicit
 			// transaction rolled back and none of its decisions was
 			// applied. Each caller sends its own again, alone, so that
@@ -280,6 +280,25 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 			q.err = err
 		}
 	}
+}
+
+// rolledBack reports whether err is an error response from PostgreSQL that
+// ends a statement before its implicit transaction commits: bad data or
+// arguments (class 22), constraint violations (23), serialization failures
+// and deadlocks (40), undefined objects (42), errors raised by a function
+// (P0), lock and object state (55) and a cancelled statement (57014). Other
+// errors, including connection errors that a pooler reports as error
+// responses (class 08) after the server may have committed, do not tell.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	switch pgErr.Code[:2] {
+	case "22", "23", "40", "42", "P0", "55":
+		return true
+	}
+	return pgErr.Code == "57014"
 }
 
 // sendBatch decides ds in one statement and returns their results in the

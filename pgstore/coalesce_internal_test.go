@@ -86,3 +86,29 @@ func TestBatchRefusedAsAWhole(t *testing.T) {
 		}
 	}
 }
+
+func TestRolledBack(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "22023"}, true},
+		{&pgconn.PgError{Code: "40P01"}, true},
+		{&pgconn.PgError{Code: "40001"}, true},
+		{&pgconn.PgError{Code: "42883"}, true},
+		{&pgconn.PgError{Code: "P0001"}, true},
+		{&pgconn.PgError{Code: "57014"}, true},
+		{&pgconn.PgError{Code: "57P01"}, false}, // admin shutdown: the commit may have happened
+		{&pgconn.PgError{Code: "08P01"}, false}, // PgBouncer: server conn crashed?
+		{&pgconn.PgError{Code: "XX000"}, false},
+		{&pgconn.PgError{Code: ""}, false},
+		{errors.New("connection reset"), false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := rolledBack(tt.err); got != tt.want {
+			t.Errorf("rolledBack(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
