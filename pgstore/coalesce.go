@@ -22,6 +22,10 @@ const DefaultMaxInFlight = 8
 // small whatever the queue holds; the rest wait for the next one.
 const maxBatch = 256
 
+// minShare is the fewest decisions a batch takes from the queue when as
+// many wait; a larger queue is shared among the places in flight.
+const minShare = 8
+
 // batchMarker starts the text of every statement that carries more than one
 // decision, so that a query tracer can tell them apart.
 const batchMarker = "/* ratekit batch */ "
@@ -193,10 +197,16 @@ func (co *coalescer) lead(w *waiter) {
 		idem = map[rowID]bool{w.d.row(): true}
 	}
 	co.mu.Lock()
+	// A fair share of the queue, so that every place in flight carries a
+	// batch of about the same size: a whole queue in one statement would
+	// run its decisions one after another in one server process while the
+	// other places send lone decisions, and make that batch's callers the
+	// slowest by far.
+	most := min(maxBatch, max(minShare, 1+(len(co.queue)+co.max-1)/co.max))
 	keep := co.queue[:0]
 	for _, q := range co.queue {
 		qdl, ok := q.ctx.Deadline()
-		fits := len(batch) < maxBatch && (!bounded || (ok && !qdl.After(dl)))
+		fits := len(batch) < most && (!bounded || (ok && !qdl.After(dl)))
 		if fits && q.d.idem != nil {
 			if idem == nil {
 				idem = map[rowID]bool{}
