@@ -238,6 +238,10 @@ func (b *bench) pool(ctx context.Context, conc int, floorSyncOff bool) (*pgxpool
 	for range cfg.MaxConns {
 		c, err := p.Acquire(ctx)
 		if err != nil {
+			// Close waits for acquired connections: release them first.
+			for _, c := range conns {
+				c.Release()
+			}
 			p.Close()
 			return nil, err
 		}
