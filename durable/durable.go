@@ -4,7 +4,9 @@
 //
 // A [Limiter] runs each decision as one call of a server-side function in
 // [pgstore] (one network round trip, one implicit transaction, the database
-// clock), so it is exact however many processes share the database:
+// clock; beyond the store's MaxInFlight decisions in flight, waiting
+// decisions share one statement and one commit, each decided as if alone),
+// so it is exact however many processes share the database:
 //
 //   - pgstore.FixedWindow never admits more than the quota in one window.
 //   - pgstore.SlidingWindow (two-window weighted count) never admits more

@@ -32,6 +32,40 @@
 // transaction. Its counters are the single counters' rows: a [Counter] with
 // the same prefix sees and keeps the same counts.
 //
+// # Coalescing under concurrency
+//
+// A [Store] keeps at most [Config.MaxInFlight] decisions in flight
+// ([DefaultMaxInFlight], 8). Below that, a decision goes alone at once on
+// its caller's goroutine, so a lone caller waits for nothing. Beyond it,
+// decisions wait in a queue, and when a decision in flight ends, the
+// goroutine of one waiting caller sends the whole queue as one statement:
+// it unnests array arguments and calls each decision's function in turn,
+// in (durability, prefix, key, idempotency key) order, in one implicit
+// transaction. That is one round trip, one parse and one commit for all of
+// them. Each decision is decided exactly as if alone: the same function,
+// its own clock reading, and it sees every decision before it, including
+// earlier ones on the same key in the same batch. Because every batch takes
+// its keys' locks in the same order, two batches cannot deadlock; a batch
+// carries at most one decision per key with an idempotency key (sorted
+// first among that key's decisions), so it locks records in the order a
+// lone decision does. Inline cleanup of a batch runs after its decisions
+// and skips locked rows, so it never waits while the batch holds locks.
+//
+// One commit serves the batch: it is asynchronous (synchronous_commit off)
+// unless a decision in it is on logged tables with
+// [CounterConfig.SynchronousCommit], in which case every decision of the
+// batch waits for the flush. A statement the server refuses (an error
+// response) rolled back whole, so none of its decisions was applied; each
+// caller then sends its own decision alone, and only a decision that fails
+// alone fails its caller. Any other failure (a connection lost mid-flight,
+// a deadline) goes to every caller of the batch, whose decisions may or may
+// not have been applied. A caller returns at its own context's end; a
+// decision whose caller left before its batch was sent is never sent. The
+// batch's round trip ends at the latest deadline of its callers (the
+// sender's), or when all of them have left. The statement holds no session
+// state and prepares nothing, so it works through PgBouncer in transaction
+// mode and in exec or simple-protocol mode alike.
+//
 // # Tables and keys
 //
 // All limiters share three tables per durability, keyed by (prefix, key):
@@ -113,8 +147,9 @@
 // expect a pool of two to fail for about 15 s after such a thaw.
 //
 // A Store retries a statement only when pgx reports that nothing was sent
-// (pgconn.SafeToRetry); any other failure is returned, because a retry could
-// count the request twice. After such an error the request may or may not
+// (pgconn.SafeToRetry) or, for a batch, when the server refused it as a
+// whole (nothing applied); any other failure is returned, because a retry
+// could count the request twice. After such an error the request may or may not
 // have been counted: retry with the same [ratekit.Request.IdempotencyKey]
 // to make it count once.
 //

@@ -46,16 +46,46 @@ type Config struct {
 	// work through PgBouncer in transaction mode and RDS Proxy; use simple
 	// protocol for poolers that also refuse the extended protocol.
 	SimpleProtocol bool
+
+	// MaxInFlight bounds the decisions the Store has in flight at once.
+	// Up to MaxInFlight, each decision is sent alone, at once, on its
+	// caller's goroutine. Decisions beyond it wait, and when a decision in
+	// flight ends, the goroutine of one waiting caller sends all that wait
+	// as one statement (coalescing): one round trip and one commit for
+	// all of them, each decided as if alone, in a fixed key order (see
+	// [Store]). Zero means [DefaultMaxInFlight]; a negative value turns
+	// coalescing off. Decisions use the DB's connections, so a pool
+	// smaller than MaxInFlight makes decisions wait for a connection
+	// rather than coalesce.
+	MaxInFlight int
 }
 
 // Store runs ratekit's decisions in PostgreSQL. Create one per pool with
 // [New] and share it; a Store is safe for concurrent use. It holds no
-// connection of its own and starts no goroutine.
+// connection of its own and starts no goroutine: every statement is sent by
+// the goroutine of a caller waiting for it.
+//
+// Beyond [Config.MaxInFlight] decisions in flight, waiting decisions go to
+// PostgreSQL together in one statement that calls each one's decision
+// function in turn, ordered by durability, prefix, key and idempotency key,
+// in one implicit transaction. Each decision is decided exactly as if it
+// were alone (it sees every decision before it, in its batch or not);
+// several decisions on one key in a batch are decided one after the other.
+// The commit is asynchronous only when no decision in the batch asks for
+// [CounterConfig.SynchronousCommit] on logged tables. When the server
+// refuses the statement, its transaction rolled back and none of its
+// decisions was applied: each caller then sends its own decision alone, so
+// that one decision's failure is not another's. A caller whose context ends
+// while its decision waits returns at once, and its decision is never sent;
+// one whose decision was already sent returns at once too, and the decision
+// may be applied.
 type Store struct {
-	db     DB
-	schema string
-	quoted string
-	mode   pgx.QueryExecMode
+	db       DB
+	schema   string
+	quoted   string
+	mode     pgx.QueryExecMode
+	co       coalescer
+	batchSQL string
 
 	autoMigrate bool
 	migrateMu   sync.Mutex
@@ -89,6 +119,14 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	if cfg.SimpleProtocol {
 		s.mode = pgx.QueryExecModeSimpleProtocol
+	}
+	s.batchSQL = batchSQL(s.quoted)
+	s.co = coalescer{store: s, max: cfg.MaxInFlight}
+	switch {
+	case cfg.MaxInFlight == 0:
+		s.co.max = DefaultMaxInFlight
+	case cfg.MaxInFlight < 0:
+		s.co.max = 0
 	}
 	return s, nil
 }
@@ -312,9 +350,10 @@ type CounterConfig struct {
 
 // Counter is one limiter's view of a [Store]: a prefix, an algorithm, a
 // quota and a durability. It is safe for concurrent use. Every method makes
-// exactly one round trip (plus one the first time, when the Store creates
-// its schema) and never retries a statement that may have reached the
-// server.
+// one round trip (plus one the first time, when the Store creates its
+// schema), which Take, Peek and Refund share with other decisions when the
+// Store coalesces (see [Store]). A statement that may have been applied is
+// never retried.
 type Counter struct {
 	store    *Store
 	cfg      CounterConfig
@@ -495,6 +534,20 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	if c.cfg.Algorithm == SlidingLog {
 		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 	}
+	out, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
+	if err != nil {
+		return Result{}, err
+	}
+	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
+	retryUS, resetUS := out[2], out[3]
+	r.RetryAfter = microseconds(retryUS)
+	r.ResetAfter = microseconds(resetUS)
+	return r, nil
+}
+
+// sendOne decides d alone, in one statement.
+func (s *Store) sendOne(ctx context.Context, d *decision) ([5]int64, error) {
+	c := d.c
 	var (
 		raw []byte
 		err error
@@ -504,9 +557,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		// results in text format; the array is parsed here rather than by
 		// pgx's generic array codec, which costs most of a decision's
 		// allocations.
-		err = c.store.db.QueryRow(ctx, c.query, c.store.mode,
-			op, c.cfg.Prefix, []byte(key), cost, c.limit, c.windowUS,
-			lock, idemArg, c.ttlUS, cleanup, c.keepSyncCommit,
+		err = s.db.QueryRow(ctx, c.query, s.mode,
+			d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.limit, c.windowUS,
+			d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit,
 		).Scan(&raw)
 		// Retry only what never reached the server (a dead pooled
 		// connection found while sending): anything else may have been
@@ -520,13 +573,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		err = fmt.Errorf("function returned %q, want a bigint[5] in text form (schema version mismatch?)", raw)
 	}
 	if err != nil {
-		return Result{}, wrapErr(ctx, c.cfg.Algorithm.String(), err)
+		return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 	}
-	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
-	retryUS, resetUS := out[2], out[3]
-	r.RetryAfter = microseconds(retryUS)
-	r.ResetAfter = microseconds(resetUS)
-	return r, nil
+	return out, nil
 }
 
 // microseconds converts us to a Duration, saturating at the longest one: a

@@ -9,7 +9,7 @@
 // Usage:
 //
 //	cd benchmarks && go run ./durable [-duration 2s] [-runs 3] [-concurrency 1,8,64] [-keys 10000]
-//	    [-window 1m] [-cleanup 0] [-tables unlogged,logged] [-sync off,on]
+//	    [-window 1m] [-cleanup 0] [-tables unlogged,logged] [-sync off,on] [-max-in-flight 0] [-baseline]
 //
 // The server comes from RATEKIT_POSTGRES_URL (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable). The program
@@ -46,6 +46,8 @@ func main() {
 	maxConns := flag.Int("max-conns", 16, "pool size cap (the pool has min(concurrency, this) connections)")
 	window := flag.Duration("window", time.Minute, "limiter window (quota 1000 per window and key, so almost every call is admitted)")
 	cleanup := flag.Float64("cleanup", 0, "limiters' CleanupProbability (0 = library default, negative = no inline cleanup)")
+	maxInFlight := flag.Int("max-in-flight", 0, "stores' MaxInFlight (0 = library default, negative = no coalescing)")
+	baseline := flag.Bool("baseline", false, "also measure every algorithm with coalescing off (MaxInFlight -1), interleaved with the rest")
 	tables := flag.String("tables", "unlogged,logged", "table kinds to measure")
 	syncs := flag.String("sync", "off,on", "synchronous_commit settings to measure")
 	flag.Parse()
@@ -58,7 +60,7 @@ func main() {
 		log.Fatalf("-concurrency: %v", err)
 	}
 	b := &bench{url: url, duration: *duration, keys: makeKeys(*keys), maxConns: *maxConns, filled: map[string]bool{},
-		window: *window, cleanup: *cleanup}
+		window: *window, cleanup: *cleanup, maxInFlight: *maxInFlight, baseline: *baseline}
 	for _, t := range strings.Split(*tables, ",") {
 		switch strings.TrimSpace(t) {
 		case "unlogged":
@@ -94,8 +96,8 @@ func main() {
 func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 
 	algs := []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
-	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, %v per cell, median of %d run(s)\n\n",
-		keys, b.window, b.cleanup, b.duration, runs)
+	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, MaxInFlight %d, pool min(concurrency, %d), %v per cell, median of %d run(s)\n\n",
+		keys, b.window, b.cleanup, b.maxInFlight, b.maxConns, b.duration, runs)
 	fmt.Println("| table | synchronous_commit | concurrency | subject | ops/s | p50 | p99 | % of floor |")
 	fmt.Println("|---|---|---|---|---:|---:|---:|---:|")
 	for _, dur := range b.durs {
@@ -103,7 +105,13 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 			for _, conc := range concs {
 				// The runs of a group interleave the subjects, so that the
 				// load of a shared machine drifts over all of them alike.
-				results := make([][]harness.Result, 1+len(algs))
+				// Subjects: the floor, every algorithm, and with -baseline
+				// every algorithm again with coalescing off.
+				subjects := len(algs)
+				if b.baseline {
+					subjects *= 2
+				}
+				results := make([][]harness.Result, 1+subjects)
 				for range runs {
 					for i := range results {
 						var r harness.Result
@@ -111,7 +119,11 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 						if i == 0 {
 							r, err = b.runFloor(ctx, dur, sync, conc)
 						} else {
-							r, err = b.runLimiter(ctx, algs[i-1], dur, sync, conc)
+							mif := b.maxInFlight
+							if i > len(algs) {
+								mif = -1
+							}
+							r, err = b.runLimiter(ctx, algs[(i-1)%len(algs)], dur, sync, conc, mif)
 						}
 						if err != nil {
 							return err
@@ -123,6 +135,11 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 				row(dur, sync, conc, "floor (bare upsert)", floor, floor)
 				for i, alg := range algs {
 					row(dur, sync, conc, alg.String(), harness.Median(results[i+1]), floor)
+				}
+				if b.baseline {
+					for i, alg := range algs {
+						row(dur, sync, conc, alg.String()+" (coalescing off)", harness.Median(results[len(algs)+i+1]), floor)
+					}
 				}
 			}
 		}
@@ -144,17 +161,19 @@ func fmtDur(d time.Duration) string {
 }
 
 type bench struct {
-	url      string
-	schema   string
-	duration time.Duration
-	keys     []string
-	maxConns int
-	window   time.Duration
-	cleanup  float64
-	durs     []pgstore.Durability
-	syncs    []bool
-	admin    *pgxpool.Pool
-	filled   map[string]bool
+	url         string
+	schema      string
+	duration    time.Duration
+	keys        []string
+	maxConns    int
+	window      time.Duration
+	cleanup     float64
+	maxInFlight int
+	baseline    bool
+	durs        []pgstore.Durability
+	syncs       []bool
+	admin       *pgxpool.Pool
+	filled      map[string]bool
 }
 
 func makeKeys(n int) []string {
@@ -219,6 +238,10 @@ func (b *bench) pool(ctx context.Context, conc int, floorSyncOff bool) (*pgxpool
 	for range cfg.MaxConns {
 		c, err := p.Acquire(ctx)
 		if err != nil {
+			// Close waits for acquired connections: release them first.
+			for _, c := range conns {
+				c.Release()
+			}
 			p.Close()
 			return nil, err
 		}
@@ -253,13 +276,13 @@ func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, c
 	return b.measure(ctx, conc, op)
 }
 
-func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc int) (harness.Result, error) {
+func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc, maxInFlight int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, false)
 	if err != nil {
 		return harness.Result{}, err
 	}
 	defer p.Close()
-	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema})
+	store, err := pgstore.New(p, pgstore.Config{Schema: b.schema, MaxInFlight: maxInFlight})
 	if err != nil {
 		return harness.Result{}, err
 	}

@@ -175,10 +175,18 @@ func TestDurable(t *testing.T) {
 		{"pgbouncer", testenv.PgBouncerURL(t)},
 	}
 	for _, srv := range servers {
-		store, err := pgstore.New(pgtest.Pool(t, srv.url, 16, ""), pgstore.Config{Schema: pgtest.Schema()})
+		// Coalescing on (the default MaxInFlight): the suite's 64 workers
+		// queue beyond it, and some decisions must have gone in batches.
+		tr := &pgtest.BatchCounter{}
+		store, err := pgstore.New(pgtest.TracedPool(t, srv.url, 16, tr), pgstore.Config{Schema: pgtest.Schema()})
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			if tr.Batches.Load() == 0 {
+				t.Errorf("%s: no batch formed: the suite did not cover coalescing", srv.name)
+			}
+		})
 		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
 			durabilities := []pgstore.Durability{pgstore.Unlogged}
 			if srv.name == "postgres" && alg == pgstore.TokenBucket {

@@ -192,8 +192,11 @@ func TestDurable(t *testing.T) {
 				}
 				listen, stop := faultyProxy(t, u.Host)
 				u.Host = listen
-				pool := pgtest.Pool(t, u.String(), 16, "")
-				store, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema()})
+				// 32 workers and 2 decisions in flight: decisions queue
+				// and go in batches (coalescing).
+				tr := &pgtest.BatchCounter{}
+				pool := pgtest.TracedPool(t, u.String(), 16, tr)
+				store, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema(), MaxInFlight: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -224,7 +227,12 @@ func TestDurable(t *testing.T) {
 				case pgstore.SlidingLog:
 					bound = limitertest.SlidingLogBound(limit, window, skew)
 				}
-				run(t, l, bound, stop, nil)
+				// Keep going until a batch formed, up to the run's limit.
+				run(t, l, bound, stop, func() bool { return tr.Batches.Load() == 0 })
+				if tr.Batches.Load() == 0 {
+					t.Fatal("no batch formed: the history did not cover coalescing")
+				}
+				t.Logf("%d statements, %d of them batches", tr.Statements.Load(), tr.Batches.Load())
 			})
 		}
 	}

@@ -1,0 +1,4 @@
+package pgstore
+
+// SlidingLogLockID is the advisory lock of a sliding-log key, for tests.
+var SlidingLogLockID = logLockID
