@@ -21,10 +21,10 @@ const rollbackTimeout = 10 * time.Second
 //
 // Allow asks the limiters one after the other, in order. When one denies or
 // returns an error, All refunds what the limiters before it took and
-// returns the denial (a Decision that holds a part for every limiter: the
-// parts that were not asked are Peeked when they are [Peeker]s, and
-// otherwise repeat the denying part's numbers with their own Policy, Limit
-// and Remaining unknown as 0) or the error. So every limiter but the last
+// returns the denial or the error. The denial holds a part for every
+// limiter: those that were not asked are Peeked when every limiter is a
+// [Peeker], and are otherwise an admitting Decision with nothing known (a
+// zero Policy, which the HTTP layer leaves out of the RateLimit fields). So every limiter but the last
 // must be a [Refunder]; All returns an error matching [ErrInvalidConfig]
 // otherwise, for no limiters, and for a nil one.
 //
