@@ -1,6 +1,8 @@
 package conformance_test
 
 import (
+	"bytes"
+
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/limitertest"
+	"github.com/ratekit/ratekit/signedwindow"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
@@ -111,5 +114,35 @@ func TestAllRedis(t *testing.T) {
 			return out
 		},
 		Family: limitertest.TokenBucket,
+	})
+}
+
+// TestSignedWindowComposite runs the composite check on signedwindow's
+// Composite: every client carries its own token, so the concurrency check
+// counts each client's admissions on its own.
+func TestSignedWindowComposite(t *testing.T) {
+	clock := fakeclock.New(t0)
+	var secret byte
+	limitertest.RunComposite(t, limitertest.CompositeHarness{
+		New: func(t testing.TB, policies []limitertest.Config) ratekit.Limiter {
+			secret++
+			ps := make([]ratekit.Policy, len(policies))
+			for i, p := range policies {
+				ps[i] = ratekit.Policy{Name: p.Name, Quota: p.Limit, Window: p.Window}
+			}
+			l, err := signedwindow.NewComposite(signedwindow.CompositeConfig{
+				Policies: ps,
+				Keys:     []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{secret}, signedwindow.MinSecretLen)}},
+				Now:      clock.Now,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		Advance:      clock.Add,
+		Family:       limitertest.FixedWindow,
+		ClientState:  true,
+		SameKeyParts: true,
 	})
 }
