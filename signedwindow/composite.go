@@ -3,11 +3,13 @@ package signedwindow
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -68,9 +70,11 @@ type CompositeConfig struct {
 //
 // A Composite is safe for concurrent use by multiple goroutines.
 type Composite struct {
+	scratch  sync.Pool // of *cscratch
 	policies []ratekit.Policy
 	windows  []int64 // seconds, per policy
-	set      string  // the canonical policy set, bound into keys and MACs
+	set      string  // the canonical policy set, bound into the derived keys
+	setID    string  // 16 bytes of SHA-256(set), bound into every MAC
 	now      func() time.Time
 	maxSkew  time.Duration
 	keys     *keyring
@@ -110,12 +114,24 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 		set.WriteString("," + p.Name + ";q=" + strconv.FormatInt(p.Quota, 10) + ";w=" + strconv.FormatInt(c.windows[i], 10))
 	}
 	c.set = set.String()
+	sum := sha256.Sum256([]byte(c.set))
+	c.setID = string(sum[:16])
 	kr, err := newKeyring(cfg.Keys, c.set)
 	if err != nil {
 		return nil, fmt.Errorf("%w: signedwindow: deriving keys: %v", ratekit.ErrInvalidConfig, err)
 	}
 	c.keys = kr
+	c.scratch.New = func() any { return new(cscratch) }
 	return c, nil
+}
+
+// cscratch is the per-call working memory of a composite decision, pooled
+// so that the hot path allocates little but the returned token and parts.
+type cscratch struct {
+	raw [maxCompositeRaw]byte
+	enc [maxCompositeText]byte
+	msg [1 + 3*3 + maxCompositeRaw + 16 + ratekit.MaxKeyLen]byte
+	sum [32]byte
 }
 
 // Policies returns a copy of the composite's policies.
@@ -199,9 +215,11 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 	signer := c.keys.signing
 	sc := signer.get(purposeToken)
 	defer signer.put(purposeToken, sc)
+	cs := c.scratch.Get().(*cscratch)
+	defer c.scratch.Put(cs)
 
 	var ws, olds [MaxCompositePolicies]cwin
-	kid, stateErr := c.readToken(sc, req.State, req.Key, now, olds[:len(c.policies)])
+	kid, stateErr := c.readToken(sc, cs, req.State, req.Key, now, olds[:len(c.policies)])
 	valid := stateErr == nil
 	n := len(c.policies)
 	changed := !valid || kid != signer.id
@@ -259,7 +277,7 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 	d := compose.Sum(parts)
 	d.StateError = stateErr
 	if changed {
-		d.State = c.signToken(sc, ws[:n], req.Key)
+		d.State = c.signToken(sc, cs, ws[:n], req.Key)
 	} else {
 		d.State = req.State
 	}
@@ -275,7 +293,12 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 //	            start  uvarint  window start, Unix seconds
 //	            count  uvarint  units used in the window
 //	            expiry uvarint  seconds from start until the window's token expires
-//	MAC       16 bytes HMAC-SHA256(K, PAE(fields, policy set, subject)), truncated
+//	MAC       16 bytes HMAC-SHA256(K, PAE(fields, set ID, subject)), truncated
+//
+// K is derived as for version 1 with the canonical policy set (every name,
+// quota and window, in order) in place of the policy name; the set ID is
+// the first 16 bytes of its SHA-256, so that the MAC input of a typical
+// token fits one SHA-256 block.
 //
 // Varints are minimal and each length covers its three varints exactly.
 const (
@@ -355,32 +378,32 @@ func parseCompositeToken(raw []byte, ws []cwin) (kid uint8, n, bodyLen int, err 
 	return kid, n, bodyLen, nil
 }
 
-// compositeMAC computes the truncated HMAC of PAE(body, set, subject) with
-// h (keyed with a derived key), as scratch.mac does for version 1.
-func compositeMAC(h hash.Hash, out *[macLen]byte, body []byte, set, subject string) {
-	var v [binary.MaxVarintLen64]byte
+// compositeMAC computes the truncated HMAC of PAE(body, set ID, subject) with
+// h (keyed with a derived key), as scratch.mac does for version 1, building
+// the input in cs.msg. body may alias cs.raw but not cs.msg.
+func compositeMAC(h hash.Hash, cs *cscratch, out *[macLen]byte, body []byte, set, subject string) {
+	m := append(cs.msg[:0], 3)
+	m = binary.AppendUvarint(m, uint64(len(body)))
+	m = append(m, body...)
+	m = binary.AppendUvarint(m, uint64(len(set)))
+	m = append(m, set...)
+	m = binary.AppendUvarint(m, uint64(len(subject)))
+	m = append(m, subject...)
 	h.Reset()
-	h.Write([]byte{3})
-	h.Write(binary.AppendUvarint(v[:0], uint64(len(body))))
-	h.Write(body)
-	h.Write(binary.AppendUvarint(v[:0], uint64(len(set))))
-	h.Write([]byte(set))
-	h.Write(binary.AppendUvarint(v[:0], uint64(len(subject))))
-	h.Write([]byte(subject))
-	var sum [32]byte
-	copy(out[:], h.Sum(sum[:0]))
+	h.Write(m)
+	h.Sum(cs.sum[:0])
+	copy(out[:], cs.sum[:macLen])
 }
 
 // readToken decodes and verifies the composite token s for subject at now
 // into ws, returning its key ID or one of the ErrToken* sentinels. Windows
 // that have ended are returned as they are; the caller starts them afresh.
-func (c *Composite) readToken(sc *scratch, s, subject string, now time.Time, ws []cwin) (uint8, error) {
+func (c *Composite) readToken(sc *scratch, cs *cscratch, s, subject string, now time.Time, ws []cwin) (uint8, error) {
 	if s == "" {
 		return 0, ErrTokenMissing
 	}
-	var raw [maxCompositeRaw]byte
-	var src [maxCompositeText]byte
-	n, ok := decodeStrict(raw[:], src[:], s, maxCompositeRaw)
+	raw := cs.raw[:]
+	n, ok := decodeStrict(raw, cs.enc[:], s, maxCompositeRaw)
 	if !ok {
 		return 0, ErrTokenMalformed
 	}
@@ -390,14 +413,14 @@ func (c *Composite) readToken(sc *scratch, s, subject string, now time.Time, ws 
 	}
 	var want [macLen]byte
 	if kid == c.keys.signing.id {
-		compositeMAC(sc.h, &want, raw[:bodyLen], c.set, subject)
+		compositeMAC(sc.h, cs, &want, raw[:bodyLen], c.setID, subject)
 	} else {
 		other := c.keys.byID[kid]
 		if other == nil {
 			return 0, ErrTokenUnknownKey
 		}
 		osc := other.get(purposeToken)
-		compositeMAC(osc.h, &want, raw[:bodyLen], c.set, subject)
+		compositeMAC(osc.h, cs, &want, raw[:bodyLen], c.setID, subject)
 		other.put(purposeToken, osc)
 	}
 	if !hmac.Equal(want[:], raw[bodyLen:n]) {
@@ -415,13 +438,11 @@ func (c *Composite) readToken(sc *scratch, s, subject string, now time.Time, ws 
 
 // signToken returns the text of a composite token of windows ws for
 // subject, signed with the signing key; sc belongs to it.
-func (c *Composite) signToken(sc *scratch, ws []cwin, subject string) string {
-	var raw [maxCompositeRaw]byte
-	body := appendCompositeBody(raw[:0], c.keys.signing.id, ws)
+func (c *Composite) signToken(sc *scratch, cs *cscratch, ws []cwin, subject string) string {
+	body := appendCompositeBody(cs.raw[:0], c.keys.signing.id, ws)
 	var mac [macLen]byte
-	compositeMAC(sc.h, &mac, body, c.set, subject)
+	compositeMAC(sc.h, cs, &mac, body, c.setID, subject)
 	body = append(body, mac[:]...)
-	var enc [maxCompositeText]byte
-	b64.Encode(enc[:], body)
-	return string(enc[:b64.EncodedLen(len(body))])
+	b64.Encode(cs.enc[:], body)
+	return string(cs.enc[:b64.EncodedLen(len(body))])
 }
