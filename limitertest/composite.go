@@ -524,7 +524,7 @@ func checkPartKeys(t testing.TB, h CompositeHarness) error {
 			return fmt.Errorf("peek: %w", err)
 		}
 		if len(d.Parts) != 2 || d.Parts[0].Remaining != want || d.Parts[1].Remaining != 0 {
-			return fmt.Errorf("Peek of user %s: %+v, want %d remaining for the user and 0 for the organisation", user, d, want)
+			return fmt.Errorf("peek of user %s: %+v, want %d remaining for the user and 0 for the organisation", user, d, want)
 		}
 	}
 	return nil

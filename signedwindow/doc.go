@@ -78,6 +78,16 @@
 // with the policy name and the purpose (token, nonce, challenge) in the info
 // string, so each policy and each kind of signed value has its own key.
 //
+// # Several policies in one token
+//
+// A [Composite] ([NewComposite]) counts several fixed-window policies on one
+// subject ("10 a second and 1,000 a day") in one token of format version 2
+// (see [Composite] for the layout): one length-prefixed window per policy,
+// one MAC whose key is derived from the whole policy set. A request is
+// admitted only when every policy has its cost available, and a denial by
+// any policy takes from none. It offers Peek and Refund with the rules
+// above, and no replay cache.
+//
 // # Anti-abuse helpers
 //
 // A [Limiter] also issues two stateless, subject-bound, expiring signed
