@@ -29,9 +29,9 @@ type CompositeHarness struct {
 	NewClients func(t testing.TB, policies []Config, n int) []ratekit.Limiter
 
 	// Advance moves the limiter's clock forward by d; nil means a real
-	// clock. The composite checks use long windows and do not move time,
-	// so Advance is only used to let nothing expire by accident: it may be
-	// nil.
+	// clock. The composite checks use windows of an hour or more and do
+	// not move time, so they pass on either; the field mirrors
+	// [Harness.Advance] so that one clock serves both suites.
 	Advance func(d time.Duration)
 
 	// Family selects the counting rules of every policy, as in [Harness].
