@@ -64,27 +64,32 @@ const (
 // until more quota is available: RetryAfter on a denial (so Retry-After and t
 // agree, as section 6 of the draft requires) and ResetAfter otherwise.
 //
+// For a decision of a composite limiter (d.Parts not nil), both fields are
+// Structured Fields lists (RFC 9651, section 3.1) with one member per part,
+// in the order of the parts, as draft-ietf-httpapi-ratelimit-headers-10
+// allows for several policies (sections 3 and 4: each field is a List of
+// quota policy items):
+//
+//	RateLimit-Policy: "burst";q=10;w=1, "daily";q=1000;w=86400
+//	RateLimit: "burst";r=9;t=1, "daily";r=998;t=51000
+//
+// Each member's t follows its own part (its RetryAfter when that part
+// denied). Retry-After and the legacy fields follow the top-level
+// Decision, which sums the parts up (see [Decision.Parts]).
+//
 // A policy name that is not printable ASCII cannot be written as a Structured
-// Fields string (RFC 9651, section 3.3.3); the RateLimit fields are then
-// omitted, since clients must ignore malformed fields anyway. Retry-After is
+// Fields string (RFC 9651, section 3.3.3); its field (or list member) is then
+// omitted, since clients must ignore malformed fields anyway. So is a list
+// member of no name (a part that [All] could not ask). Retry-After is
 // still written. SetHeaders is safe for concurrent use on distinct headers.
 func SetHeaders(h http.Header, d Decision, legacy bool) {
-	if name, ok := sfString(d.Policy.Name); ok {
-		b := make([]byte, 0, len(name)+32)
-		b = append(b, name...)
-		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, nonNegative(d.Policy.Quota), 10)
-		if d.Policy.Window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, ceilSeconds(d.Policy.Window), 10)
-		}
+	if d.Parts != nil {
+		setListHeaders(h, d.Parts)
+	} else if name := d.Policy.Name; sfValid(name) {
+		b := make([]byte, 0, len(name)+40)
+		b = appendPolicyItem(b, name, d.Policy)
 		h[canonRateLimitPolicy] = []string{string(b)}
-
-		b = append(b[:0], name...)
-		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, nonNegative(d.Remaining), 10)
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, resetSeconds(d), 10)
+		b = appendLimitItem(b[:0], name, d)
 		h[canonRateLimit] = []string{string(b)}
 	}
 	if !d.Allowed {
@@ -95,6 +100,59 @@ func SetHeaders(h http.Header, d Decision, legacy bool) {
 		h[canonXRateLimitRemaining] = []string{strconv.FormatInt(nonNegative(d.Remaining), 10)}
 		h[canonXRateLimitReset] = []string{strconv.FormatInt(resetSeconds(d), 10)}
 	}
+}
+
+// setListHeaders writes the RateLimit-Policy and RateLimit fields as lists
+// of one member per part, leaving out the parts whose name cannot be
+// written, and deleting the fields when no part's can.
+func setListHeaders(h http.Header, parts []Decision) {
+	b := make([]byte, 0, 48*len(parts))
+	for _, p := range parts {
+		if p.Policy.Name != "" && sfValid(p.Policy.Name) {
+			if len(b) > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendPolicyItem(b, p.Policy.Name, p.Policy)
+		}
+	}
+	if len(b) == 0 {
+		delete(h, canonRateLimitPolicy)
+		delete(h, canonRateLimit)
+		return
+	}
+	h[canonRateLimitPolicy] = []string{string(b)}
+	b = b[:0]
+	for _, p := range parts {
+		if p.Policy.Name != "" && sfValid(p.Policy.Name) {
+			if len(b) > 0 {
+				b = append(b, ", "...)
+			}
+			b = appendLimitItem(b, p.Policy.Name, p)
+		}
+	}
+	h[canonRateLimit] = []string{string(b)}
+}
+
+// appendPolicyItem appends the RateLimit-Policy item of p, named name
+// (which sfValid accepted).
+func appendPolicyItem(b []byte, name string, p Policy) []byte {
+	b = appendSFString(b, name)
+	b = append(b, ";q="...)
+	b = strconv.AppendInt(b, nonNegative(p.Quota), 10)
+	if p.Window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, ceilSeconds(p.Window), 10)
+	}
+	return b
+}
+
+// appendLimitItem appends the RateLimit item of d, named name.
+func appendLimitItem(b []byte, name string, d Decision) []byte {
+	b = appendSFString(b, name)
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, nonNegative(d.Remaining), 10)
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, resetSeconds(d), 10)
 }
 
 // Problem is a problem details object (RFC 9457) as ratekit writes it.
@@ -110,8 +168,9 @@ type Problem struct {
 
 // DeniedProblem returns the problem details body for a denial: the draft's
 // quota-exceeded type with status 429, the policy name in violated-policies
-// and the wait in the detail. The body is JSON of media type
-// [ProblemContentType].
+// (for a composite decision, the name of every part that denied, in the
+// order of the parts) and the wait (the top-level RetryAfter) in the
+// detail. The body is JSON of media type [ProblemContentType].
 func DeniedProblem(d Decision) []byte {
 	p := Problem{
 		Type:   ProblemTypeQuotaExceeded,
@@ -119,7 +178,13 @@ func DeniedProblem(d Decision) []byte {
 		Status: http.StatusTooManyRequests,
 		Detail: "Retry in " + strconv.FormatInt(retryAfterSeconds(d), 10) + " s.",
 	}
-	if d.Policy.Name != "" {
+	if d.Parts != nil {
+		for _, part := range d.Parts {
+			if !part.Allowed && part.Policy.Name != "" {
+				p.ViolatedPolicies = append(p.ViolatedPolicies, part.Policy.Name)
+			}
+		}
+	} else if d.Policy.Name != "" {
 		p.ViolatedPolicies = []string{d.Policy.Name}
 	}
 	return mustJSON(p)
@@ -134,23 +199,20 @@ func mustJSON(p Problem) []byte {
 	return b
 }
 
-// sfString renders s as a Structured Fields string, reporting false when s
-// holds a byte outside printable ASCII.
-func sfString(s string) (string, bool) {
-	escape := false
+// sfValid reports whether s can be written as a Structured Fields string:
+// printable ASCII only.
+func sfValid(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c < 0x20 || c > 0x7e {
-			return "", false
-		}
-		if c == '"' || c == '\\' {
-			escape = true
+		if c := s[i]; c < 0x20 || c > 0x7e {
+			return false
 		}
 	}
-	if !escape {
-		return `"` + s + `"`, true
-	}
-	b := make([]byte, 0, len(s)+8)
+	return true
+}
+
+// appendSFString appends s, which sfValid accepted, as a Structured Fields
+// string (RFC 9651, section 3.3.3): quoted, with '"' and '\\' escaped.
+func appendSFString(b []byte, s string) []byte {
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		if s[i] == '"' || s[i] == '\\' {
@@ -158,7 +220,7 @@ func sfString(s string) (string, bool) {
 		}
 		b = append(b, s[i])
 	}
-	return string(append(b, '"')), true
+	return append(b, '"')
 }
 
 func resetSeconds(d Decision) int64 {

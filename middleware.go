@@ -27,6 +27,13 @@ type MiddlewareConfig struct {
 	// means none.
 	IdempotencyKey func(*http.Request) string
 
+	// Parts, when set, returns the request's parts for a composite limiter
+	// ([Request.Parts]: one key and cost per policy, for example the
+	// user's key and the organisation's). Nil means none: every policy
+	// counts Key and Cost. Parts that fail validation are answered with
+	// 400, like a bad Cost.
+	Parts func(*http.Request) []Part
+
 	// Denied, when set, answers denied requests instead of the default
 	// problem+json body. The RateLimit fields, Retry-After and client state
 	// are already in the response header, the decision is in the request's
@@ -89,6 +96,9 @@ func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request
 	}
 	if cfg.IdempotencyKey != nil {
 		req.IdempotencyKey = cfg.IdempotencyKey(r)
+	}
+	if cfg.Parts != nil {
+		req.Parts = cfg.Parts(r)
 	}
 	return req, g.Check(r.Context(), req, dst)
 }

@@ -17,8 +17,9 @@
 // This package holds the contract ([Limiter], [Request], [Decision], the
 // optional [Peeker], [Refunder] and [Resetter] capabilities), the HTTP layer
 // shared by every adapter (the IETF RateLimit header fields, Retry-After and a
-// problem+json body for 429 responses) and [Middleware] for net/http. It
-// imports the standard library only.
+// problem+json body for 429 responses), [Middleware] for net/http, and [All],
+// a composite of several limiters ("10 a second and 1,000 a day") whose
+// Decision holds one part per policy. It imports the standard library only.
 package ratekit
 
 import (

@@ -90,6 +90,13 @@ type Config struct {
 	// [HeaderValue] to read a header field such as Idempotency-Key.
 	IdempotencyKey func(*Request) string
 
+	// Parts returns the [ratekit.Request.Parts] of an invocation for a
+	// composite limiter: one key and cost per policy, in the composite's
+	// order (the user's key, then the organisation's). Nil means none:
+	// every policy counts Key and Cost. Parts that fail validation (the
+	// wrong number among them) are answered with 400.
+	Parts func(*Request) []ratekit.Part
+
 	// Denied, when set, makes the body of 429 answers instead of the
 	// default problem+json one, as [ratekit.MiddlewareConfig.Denied] does:
 	// an HTML page for browsers, say. h already holds the RateLimit fields,
@@ -134,6 +141,9 @@ func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.
 	}
 	if a.cfg.IdempotencyKey != nil {
 		req.IdempotencyKey = a.cfg.IdempotencyKey(r)
+	}
+	if a.cfg.Parts != nil {
+		req.Parts = a.cfg.Parts(r)
 	}
 	res := a.cfg.Guard.Check(ctx, req, dst)
 	if res.Proceed() && res.Decided {

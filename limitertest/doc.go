@@ -14,4 +14,10 @@
 // way. Each check is also available on its own through [Checks], as a
 // function that returns an error, which is how the suite's own tests show
 // that every check fails on a limiter built to break it.
+//
+// [RunComposite] checks a composite limiter (one Limiter over several
+// policies, see [ratekit.Decision.Parts]), described by a
+// [CompositeHarness]: each policy admits exactly its quota, a denial by any
+// policy takes from none, the top-level Decision sums the parts up, and
+// [CompositePools] × [Workers] goroutines count exactly.
 package limitertest

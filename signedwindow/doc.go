@@ -78,6 +78,28 @@
 // with the policy name and the purpose (token, nonce, challenge) in the info
 // string, so each policy and each kind of signed value has its own key.
 //
+// # Several policies in one token
+//
+// A [Composite] ([NewComposite]) counts several fixed-window policies on one
+// subject ("10 a second and 1,000 a day") in one token of format version 2,
+// the unpadded base64url encoding of
+//
+//	version   1 byte   0x02; the algorithm as in version 1
+//	key ID    1 byte
+//	n         1 byte   number of policies, 1 to MaxCompositePolicies
+//	n times:  length   1 byte, then that many bytes: start, count and
+//	                   expiry as in version 1 (minimal uvarints, exactly
+//	                   filling the length)
+//	MAC       16 bytes HMAC-SHA256(K, PAE(fields, set ID, subject)), truncated
+//
+// K is derived as for version 1 with the canonical policy set (every name,
+// quota and window, in order) in place of the policy name, and the set ID is
+// the first 16 bytes of its SHA-256: a token of one policy set is worthless
+// against another and against a single-policy Limiter. A request is
+// admitted only when every policy has its cost available, and a denial by
+// any policy takes from none. It offers Peek and Refund with the rules
+// above, and no replay cache.
+//
 // # Anti-abuse helpers
 //
 // A [Limiter] also issues two stateless, subject-bound, expiring signed

@@ -19,8 +19,12 @@ import (
 	"github.com/ratekit/ratekit/pgstore"
 )
 
-// policyName is the name clients see in RateLimit-Policy.
-const policyName = "paid-tier"
+// policyName is the name clients see in RateLimit-Policy for the daily
+// quota, and burstPolicyName the name of the per-second burst.
+const (
+	policyName      = "paid-tier"
+	burstPolicyName = "paid-tier-burst"
+)
 
 // apiKeyField is the request header field that carries the API key.
 const apiKeyField = "X-Api-Key"
@@ -33,6 +37,10 @@ type config struct {
 	prefix string
 	// quota is the number of calls per API key and UTC day.
 	quota int64
+	// burst is the number of calls per API key and burstWindow (zero
+	// means one second), a token bucket in front of the daily quota.
+	burst       int64
+	burstWindow time.Duration
 	// keys are the API keys that may call, as given to customers.
 	keys []string
 	// quote is the downstream work a call pays for.
@@ -42,11 +50,20 @@ type config struct {
 
 // api is the paid API: GET /v1/quote?symbol=ACME, limited per API key.
 type api struct {
-	limiter *durable.Limiter
+	limiter quotaLimiter
 	keys    map[string]bool // by ratekit.APIKey
 	quote   func(ctx context.Context, symbol string) (float64, error)
 	log     *slog.Logger
 	handler lambda.HTTPAPIHandler
+}
+
+// quotaLimiter is what the API needs of its limiter: decisions, refunds of
+// failed calls, and (for tests and support) resets.
+type quotaLimiter interface {
+	ratekit.Limiter
+	ratekit.Peeker
+	ratekit.Refunder
+	ratekit.Resetter
 }
 
 // newAPI builds the limiter, the Guard and the limited handler once, for
@@ -55,7 +72,22 @@ func newAPI(cfg config) (*api, error) {
 	if len(cfg.keys) == 0 {
 		return nil, errors.New("no API keys configured (PAIDAPI_KEYS)")
 	}
-	limiter, err := durable.New(durable.Config{
+	if cfg.burstWindow == 0 {
+		cfg.burstWindow = time.Second
+	}
+	// The burst: a token bucket of cfg.burst calls refilled over a second,
+	// in UNLOGGED tables (it is abuse control, not billing). Its prefix is
+	// its own, so its counts never mix with the daily ones.
+	burst, err := durable.New(durable.Config{
+		Store:     cfg.store,
+		Algorithm: pgstore.TokenBucket,
+		Policy:    ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
+		Prefix:    cfg.prefix + "-burst",
+	})
+	if err != nil {
+		return nil, err
+	}
+	daily, err := durable.New(durable.Config{
 		Store: cfg.store,
 		// A fixed window aligned to the epoch in the database clock: the
 		// quota renews at 00:00 UTC, and no day ever admits more than 1000.
@@ -69,6 +101,19 @@ func newAPI(cfg config) (*api, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Both policies decide each call: the burst first, so that a call the
+	// daily quota denies only gives back a burst unit, and the daily
+	// quota, which is money, is never taken and given back. ratekit.All
+	// asks them in turn (two round trips); a backend composite
+	// (durable.NewComposite) would decide both in one.
+	all, err := ratekit.All(burst, daily)
+	if err != nil {
+		return nil, err
+	}
+	limiter, ok := all.(quotaLimiter)
+	if !ok {
+		return nil, fmt.Errorf("the composite of two durable limiters is a %T, not a Peeker, Refunder and Resetter", all)
 	}
 	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
 		Limiter: limiter,

@@ -1,8 +1,10 @@
 // Command paidapi is a paid API tier on AWS Lambda behind an API Gateway HTTP
 // API: each API key may make 1000 calls a day (UTC), counted exactly in
-// PostgreSQL by ratekit's durable strategy. A call whose downstream work
-// fails is refunded, and a retried call that sends the same Idempotency-Key
-// header is charged once.
+// PostgreSQL by ratekit's durable strategy, and at most 10 a second (a token
+// bucket in front of the daily quota; both policies decide every call
+// through ratekit.All, and both show in the RateLimit fields). A call whose
+// downstream work fails is refunded, and a retried call that sends the same
+// Idempotency-Key header is charged once.
 //
 // On Lambda (provided.al2023) it reads:
 //
@@ -58,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	local := fs.Bool("local", false, "serve over plain HTTP instead of the Lambda runtime")
 	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on with -local")
 	quota := fs.Int64("quota", 1000, "calls per API key and UTC day")
+	burst := fs.Int64("burst", 10, "calls per API key and second")
 	prefix := fs.String("prefix", policyName, "counter prefix in the shared ratekit tables")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -93,7 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			keys = append(keys, k)
 		}
 	}
-	a, err := newAPI(config{store: store, prefix: *prefix, quota: *quota, keys: keys, logger: logger})
+	a, err := newAPI(config{store: store, prefix: *prefix, quota: *quota, burst: *burst, keys: keys, logger: logger})
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(), "quota", *quota)
+	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(), "quota", *quota, "burst", *burst)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

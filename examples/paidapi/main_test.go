@@ -82,11 +82,21 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		l, err := durable.New(durable.Config{
+		daily, err := durable.New(durable.Config{
 			Store: store, Algorithm: pgstore.FixedWindow, Prefix: prefix, Durability: pgstore.Logged,
 			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour},
 		})
-		if err == nil {
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		burst, err := durable.New(durable.Config{
+			Store: store, Algorithm: pgstore.TokenBucket, Prefix: prefix + "-burst",
+			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second},
+		})
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+		for _, l := range []*durable.Limiter{daily, burst} {
 			for _, k := range apiKeys {
 				key, _ := ratekit.APIKey(k)
 				if err := l.Reset(context.Background(), key); err != nil {
@@ -154,7 +164,7 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	store := testStore(t, prefix, 3, customer)
 	var quotes atomic.Int32
 	a, err := newAPI(config{
-		store: store, prefix: prefix, quota: 3, keys: []string{customer, "other-customer"},
+		store: store, prefix: prefix, quota: 3, burst: 50, keys: []string{customer, "other-customer"},
 		logger: slog.New(slog.DiscardHandler),
 		quote: func(_ context.Context, symbol string) (float64, error) {
 			quotes.Add(1)
@@ -168,7 +178,12 @@ func TestPaidAPIOnLambda(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := awslambda.NewHandler(a.handler)
-	left := func(r quoteResult) string { return r.headers.Get("RateLimit") }
+	// left is the daily quota's member of the RateLimit list (the burst's
+	// comes first).
+	left := func(r quoteResult) string {
+		members := strings.Split(r.headers.Get("RateLimit"), ", ")
+		return members[len(members)-1]
+	}
 
 	for _, key := range []string{"", "invented-key"} {
 		if r := call(t, h, key, "ACME", ""); r.status != 401 || left(r) != "" {
@@ -177,7 +192,7 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	}
 
 	r := call(t, h, customer, "ACME", "")
-	if r.status != 200 || r.headers.Get("RateLimit-Policy") != `"paid-tier";q=3;w=86400` || !strings.HasPrefix(left(r), `"paid-tier";r=2;t=`) {
+	if r.status != 200 || r.headers.Get("RateLimit-Policy") != `"paid-tier-burst";q=50;w=1, "paid-tier";q=3;w=86400` || !strings.HasPrefix(left(r), `"paid-tier";r=2;t=`) {
 		t.Fatalf("first call: %d %v %s", r.status, r.headers, r.body)
 	}
 	var got struct {
@@ -224,6 +239,44 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	}
 }
 
+// The per-second burst and the daily quota decide together: a call past
+// the burst is refused with both policies in the fields, names the burst as
+// the violated policy, and takes nothing from the daily quota.
+func TestBurstAndDailyQuota(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	store := testStore(t, prefix, 5, customer)
+	a, err := newAPI(config{
+		// A burst window of a minute, so that a slow machine cannot refill
+		// it between the calls.
+		store: store, prefix: prefix, quota: 5, burst: 2, burstWindow: time.Minute,
+		keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
+		quote: func(context.Context, string) (float64, error) { return 1, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awslambda.NewHandler(a.handler)
+	for i := 0; i < 2; i++ {
+		if r := call(t, h, customer, "ACME", ""); r.status != 200 ||
+			r.headers.Get("RateLimit-Policy") != `"paid-tier-burst";q=2;w=60, "paid-tier";q=5;w=86400` {
+			t.Fatalf("call %d: %d %v %s", i+1, r.status, r.headers, r.body)
+		}
+	}
+	r := call(t, h, customer, "ACME", "")
+	var p ratekit.Problem
+	json.Unmarshal([]byte(r.body), &p)
+	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicyName ||
+		!strings.HasPrefix(r.headers.Get("RateLimit"), `"paid-tier-burst";r=0;t=`) ||
+		!strings.Contains(r.headers.Get("RateLimit"), `, "paid-tier";r=3;t=`) || r.headers.Get("Retry-After") == "" {
+		t.Fatalf("past the burst: %d %v %s", r.status, r.headers, r.body)
+	}
+	d, err := a.limiter.Peek(context.Background(), ratekit.Request{Key: mustAPIKey(customer), Cost: 1})
+	if err != nil || d.Parts[1].Remaining != 3 {
+		t.Fatalf("daily quota after the burst's denial: %+v, %v; want 3 left", d, err)
+	}
+}
+
 func mustAPIKey(v string) string {
 	k, err := ratekit.APIKey(v)
 	if err != nil {
@@ -248,7 +301,7 @@ func TestBurstIsExact(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-local", "-addr", "127.0.0.1:0", "-prefix", prefix, "-quota", "1000"},
+		done <- run(ctx, []string{"-local", "-addr", "127.0.0.1:0", "-prefix", prefix, "-quota", "1000", "-burst", "3000"},
 			func(k string) string { return env[k] }, io.Discard, ready)
 	}()
 	var addr string
@@ -303,7 +356,9 @@ func TestBurstIsExact(t *testing.T) {
 				case 429:
 					denied.Add(1)
 				default:
-					other.Add(1)
+					if other.Add(1) == 1 {
+						t.Logf("first other answer: %d %s", resp.StatusCode, resp.Header)
+					}
 				}
 			}
 		}()
@@ -327,7 +382,7 @@ func TestDuplicateAPIKeyCopies(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, 1, customer)
-	a, err := newAPI(config{store: store, prefix: prefix, quota: 1, keys: []string{customer}, logger: slog.New(slog.DiscardHandler)})
+	a, err := newAPI(config{store: store, prefix: prefix, quota: 1, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +446,7 @@ func TestRefundWithinDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, err := newAPI(config{
-		store: store, prefix: prefix, quota: 5, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
+		store: store, prefix: prefix, quota: 5, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
 		quote: func(context.Context, string) (float64, error) {
 			proxy.Latency(time.Minute, 0) // the database stops answering
 			return 0, errors.New("upstream failed")

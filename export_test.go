@@ -1,0 +1,4 @@
+package ratekit
+
+// SumParts exposes sumParts to the external tests.
+var SumParts = sumParts

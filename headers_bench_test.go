@@ -1,0 +1,34 @@
+package ratekit
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func benchHeaders(b *testing.B, d Decision) {
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		h := http.Header{}
+		for pb.Next() {
+			SetHeaders(h, d, false)
+		}
+	})
+}
+
+// BenchmarkSetHeaders measures SetHeaders for a decision of one policy and
+// for a composite of two.
+func BenchmarkSetHeaders(b *testing.B) {
+	burst := Policy{Name: "burst", Quota: 10, Window: time.Second}
+	daily := Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}
+	single := Decision{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: time.Second, Policy: burst}
+	b.Run("single", func(b *testing.B) { benchHeaders(b, single) })
+	b.Run("single-denied", func(b *testing.B) {
+		d := single
+		d.Allowed, d.Remaining, d.RetryAfter = false, 0, 800*time.Millisecond
+		benchHeaders(b, d)
+	})
+	parts := []Decision{single, {Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 51000 * time.Second, Policy: daily}}
+	composite := sumParts(parts)
+	b.Run("composite", func(b *testing.B) { benchHeaders(b, composite) })
+}
