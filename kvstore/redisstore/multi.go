@@ -206,4 +206,3 @@ func keySlot(key string) int {
 	}
 	return int(crc) % 16384
 }
-
