@@ -166,9 +166,9 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 		e.mu.Unlock()
 	}
 	if op == kvstore.OpTake && !all {
-		// Nothing was taken: report each key's level before the call.
+		// Nothing was taken: a key that could give its units reports
+		// the level it keeps.
 		for i := range results {
-			results[i].OK = results[i].Value >= updates[i].N
 			if results[i].OK {
 				results[i].Value += updates[i].N
 			}
