@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/compose"
@@ -137,12 +138,19 @@ func (c *Composite) Policies() []ratekit.Policy {
 	return p
 }
 
-// maxStackBuckets is the most buckets a decision handles without allocating
-// its bookkeeping.
-const maxStackBuckets = 4
+// scratch is a decision's bookkeeping, pooled: the store's arguments escape
+// through the kvstore.MultiAtomic interface, and would otherwise cost two
+// allocations per decision.
+type scratch struct {
+	upd  []kvstore.Update
+	res  []kvstore.Result
+	keys []byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // run validates req and applies op to every bucket it counts, in one step,
-// and returns the decision. refund reports every part as allowed.
+// and returns the decision. A refund reports every part as allowed.
 func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op) (ratekit.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return ratekit.Decision{}, err
@@ -151,15 +159,9 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 	if req.Parts != nil && len(req.Parts) != n {
 		return ratekit.Decision{}, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), n)
 	}
-	var (
-		updBuf [maxStackBuckets]kvstore.Update
-		resBuf [maxStackBuckets]kvstore.Result
-	)
-	upd, res := updBuf[:0], resBuf[:0]
-	if n > maxStackBuckets {
-		upd, res = make([]kvstore.Update, 0, n), make([]kvstore.Result, 0, n)
-	}
-	res = res[:n]
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	upd, res, buf := sc.upd[:0], sc.res[:0], sc.keys[:0]
 	for i, b := range c.buckets {
 		key, cost := req.Key, req.Cost
 		if req.Parts != nil {
@@ -168,13 +170,33 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 		if cost > b.burst {
 			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsLimit, i, b.policy.Name, cost, b.burst)
 		}
-		upd = append(upd, kvstore.Update{Key: c.prefix[i] + key, Refill: b.refill, N: cost * b.unit})
+		buf = append(buf, c.prefix[i]...)
+		buf = append(buf, key...)
+		upd = append(upd, kvstore.Update{Refill: b.refill, N: cost * b.unit})
+		res = append(res, kvstore.Result{})
 	}
+	// Every store key in one string, one allocation: the store may keep
+	// a key it is given.
+	all, at := string(buf), 0
+	for i := range upd {
+		end := at + len(c.prefix[i])
+		if req.Parts != nil {
+			end += len(req.Parts[i].Key)
+		} else {
+			end += len(req.Key)
+		}
+		upd[i].Key, at = all[at:end], end
+	}
+	sc.upd, sc.res, sc.keys = upd, res, buf
 	group := ""
 	if c.group {
 		group = req.Key
 	}
-	if err := c.store.UpdateMulti(ctx, group, op, upd, res); err != nil {
+	err := c.store.UpdateMulti(ctx, group, op, upd, res)
+	for i := range upd {
+		upd[i].Key = "" // the pooled scratch keeps no key alive
+	}
+	if err != nil {
 		return ratekit.Decision{}, fmt.Errorf("tokenbucket: %w", err)
 	}
 	parts := make([]ratekit.Decision, n)
