@@ -127,9 +127,10 @@ local t = redis.call('TIME')
 local clock = t[1] * 1000000 + t[2]
 local op = ARGV[1]
 local k = #KEYS
-local lv, at, all = {}, {}, true
+local lv, at, mx, rt, ns, all = {}, {}, {}, {}, {}, true
 for i = 1, k do
   local max, rate, n = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  mx[i], rt[i], ns[i] = max, rate, n
   local now, v = clock, max
   local s = redis.call('GET', KEYS[i])
   if s then
@@ -149,7 +150,7 @@ for i = 1, k do
 end
 local out = {}
 for i = 1, k do
-  local max, rate, n = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  local max, rate, n = mx[i], rt[i], ns[i]
   local v, now = lv[i], at[i]
   local write = false
   if op == 'r' then
