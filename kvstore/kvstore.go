@@ -13,6 +13,10 @@
 // [Refill.Apply]; this package holds the reference implementation in Go, which
 // the in-memory store runs under a lock and the Redis store mirrors in Lua.
 //
+// A store that can also update several keys as one all-or-nothing step, for
+// limits that decide together ("10 a second and 1,000 a day"), implements
+// [MultiAtomic]; memstore and redisstore do.
+//
 // Implementations live in sub-packages: memstore (in-process, the default)
 // and redisstore (go-redis v9). Package storetest is the conformance suite
 // both run; run it against a store of your own to check it.

@@ -108,6 +108,16 @@
 // before the entry expires (its own Refund and Reset clear the entry). Its
 // RetryAfter is the shortest the store could answer, never longer.
 //
+// # Several limits, one decision
+//
+// A [Composite] ([NewComposite]) holds several buckets, "10 a second and
+// 1,000 a day" or "100 a minute per user and 5,000 per organisation"
+// (Request.Parts), and takes each request's cost from every bucket or from
+// none, in one atomic step of a kvstore.MultiAtomic store: one Lua script
+// and one round trip on Redis, entry locks taken in key order in memory.
+// It runs in Atomic mode only. On a Redis Cluster it needs
+// CompositeConfig.Group, which keeps each decision's buckets in one slot.
+//
 // # Policy
 //
 // Decisions carry Policy{Name, Quota: Burst, Window: the time to refill an

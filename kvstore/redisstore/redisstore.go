@@ -12,6 +12,11 @@
 // which also loads the script, so a flushed script cache or a failover to a
 // fresh replica recovers on its own.
 //
+// [Store.UpdateMulti] updates several keys in one script, all or nothing.
+// On a Redis Cluster the keys of one call must share a hash slot: the call
+// names a group, and every key of the group goes to the group's slot; keys
+// of different slots without a group are refused before anything is sent.
+//
 // Coalescing: the Store keeps at most [Config.MaxInFlight] round trips in
 // flight (DefaultMaxInFlight, 8). Below that a command goes at once on its
 // caller's goroutine; beyond it, commands wait and go together in one

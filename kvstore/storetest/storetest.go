@@ -56,6 +56,8 @@ func Run(t *testing.T, newStore func(t *testing.T) kvstore.Store) {
 		t.Run("ExpiresWhenFull", func(t *testing.T) { testExpiresWhenFull(t, atomicStore(t)) })
 		t.Run("ConcurrentTakes", func(t *testing.T) { testConcurrentTakes(t, atomicStore(t)) })
 	})
+
+	t.Run("MultiAtomic", func(t *testing.T) { runMulti(t, newStore) })
 }
 
 // ctx returns a context for a whole conformance test: its deadline only

@@ -1,0 +1,221 @@
+package memstore
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+var (
+	_ kvstore.MultiAtomic = (*Store)(nil)
+	_ kvstore.MultiAtomic = (*Scope)(nil)
+)
+
+// Partitioned implements [kvstore.MultiAtomic]: it returns false, since one
+// UpdateMulti can update any keys of a Store.
+func (c *Scope) Partitioned() bool { return false }
+
+// maxStackKeys is the most keys an UpdateMulti handles without allocating
+// its bookkeeping.
+const maxStackKeys = 8
+
+// UpdateMulti implements [kvstore.MultiAtomic] on the store's clock: it
+// locks the entries of every key in ascending key order (bytewise), so that
+// two calls over overlapping keys, and single-key Updates, never wait for
+// each other in a cycle, computes every key's result, and writes only when
+// op is not a take or every key held its units. A key of a non-empty group
+// is kept in the Scope under "\x00" + [kvstore.GroupKey](group, key): keep
+// keys that begin with a NUL byte out of the Scope's ordinary keys.
+//
+// An absent key gets a locked placeholder entry for the duration of the
+// call, which counts towards [Config.MaxKeys]; when its shard is full and
+// every entry that eviction could take is in use, the call lets go of every
+// entry it holds and starts again. An entry of the call that eviction takes
+// while the call holds it is forgotten as any evicted record is: the call's
+// write to it is lost and the key reads as full afterwards.
+//
+// It returns the errors of [kvstore.CheckMulti], [kvstore.ErrDuplicateKey]
+// for a key given twice, and ctx.Err() when ctx is done before it starts.
+func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.Result) error {
+	if err := kvstore.CheckMulti(op, updates, results); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := len(updates)
+	var (
+		keysBuf  [maxStackKeys]string
+		orderBuf [maxStackKeys]int
+		heldBuf  [maxStackKeys]*entry
+	)
+	keys, order, held := keysBuf[:0], orderBuf[:0], heldBuf[:0]
+	if n > maxStackKeys {
+		keys, order, held = make([]string, 0, n), make([]int, 0, n), make([]*entry, 0, n)
+	}
+	for i := range updates {
+		k := updates[i].Key
+		if group != "" {
+			k = "\x00" + kvstore.GroupKey(group, k)
+		}
+		keys = append(keys, k)
+		order = append(order, i)
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for j := 1; j < n; j++ {
+		if keys[order[j]] == keys[order[j-1]] {
+			return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[order[j]].Key)
+		}
+	}
+	held = held[:n]
+	s := c.s
+	for {
+		nowNano := s.clock()
+		if c.lockAll(keys, order, held, nowNano) {
+			c.applyAll(op, updates, results, held, nowNano)
+			return nil
+		}
+		runtime.Gosched()
+	}
+}
+
+// lockAll locks the entry of every key in order, inserting a placeholder
+// entry (expired, so that it reads as absent) for an absent key; held[i]
+// receives the entry of keys[i]. It returns false, holding nothing, when a
+// placeholder found no room.
+func (c *Scope) lockAll(keys []string, order []int, held []*entry, now int64) bool {
+	for j, i := range order {
+		for {
+			if e := c.lock(keys[i]); e != nil {
+				held[i] = e
+				break
+			}
+			e, ok := c.insertHeld(keys[i], now, held)
+			if e != nil {
+				held[i] = e
+				break
+			}
+			if !ok {
+				// No room: let go of everything and start again.
+				for _, k := range order[:j] {
+					c.release(held[k], now)
+					held[k] = nil
+				}
+				return false
+			}
+			// Another goroutine added the key first: lock its entry.
+		}
+	}
+	return true
+}
+
+// release unlocks e, held by an UpdateMulti that writes nothing to it,
+// removing it when it is an expired record or a placeholder.
+func (c *Scope) release(e *entry, now int64) {
+	if !e.dead && now >= e.expires {
+		c.s.remove(e)
+	}
+	e.mu.Unlock()
+}
+
+// applyAll computes and writes the results of an UpdateMulti whose entries
+// are all held, then unlocks them.
+func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.Result, held []*entry, nowNano int64) {
+	nowMicro := nowNano / 1000
+	if nowNano < 0 && nowNano%1000 != 0 {
+		nowMicro--
+	}
+	var nextBuf [maxStackKeys]kvstore.Record
+	next := nextBuf[:0]
+	if len(updates) > maxStackKeys {
+		next = make([]kvstore.Record, 0, len(updates))
+	}
+	next = next[:len(updates)]
+	all := true
+	for i := range updates {
+		u, e := &updates[i], held[i]
+		live := nowNano < e.expires
+		var rec kvstore.Record
+		if live {
+			rec = e.rec
+		}
+		// The updates were checked: Apply cannot fail.
+		res, rec2, write, _ := u.Refill.Apply(rec, live, nowMicro, op, u.N)
+		results[i], next[i] = res, rec2
+		if op == kvstore.OpTake && !write {
+			all = false
+		}
+	}
+	write := all && op != kvstore.OpPeek
+	for i := range updates {
+		u, e := &updates[i], held[i]
+		switch {
+		case e.dead:
+			// Evicted while held: forgotten, as eviction forgets.
+		case write && next[i].Value < u.Refill.Max:
+			e.rec, e.expires = next[i], expiry(u.Refill, next[i])
+		case write || nowNano >= e.expires:
+			// A full record, an expired one or a placeholder that is
+			// not written goes: an absent key reads as full.
+			c.s.remove(e)
+		}
+		e.mu.Unlock()
+	}
+	if op == kvstore.OpTake && !all {
+		// Nothing was taken: a key that could give its units reports
+		// the level it keeps.
+		for i := range results {
+			if results[i].OK {
+				results[i].Value += updates[i].N
+			}
+		}
+	}
+}
+
+// insertHeld adds key as a placeholder entry (expired: it reads as absent)
+// and returns it locked and published, for an UpdateMulti that holds the
+// entries held. It returns nil and true when another goroutine added key
+// first, and nil and false when the key's shard is full and no entry can be
+// evicted but ones that other goroutines hold.
+func (c *Scope) insertHeld(key string, now int64, held []*entry) (*entry, bool) {
+	s := c.s
+	e := &entry{key: strings.Clone(key), scope: c}
+	e.mu.Lock()
+	sh := s.shard(key)
+	sh.mu.Lock()
+	for len(sh.entries) >= sh.max {
+		if sh.evict(s, now) {
+			continue
+		}
+		// Every sampled entry is in use. One held by this call can go
+		// (the call's write to it is then lost, as eviction loses
+		// records); otherwise give up, so that whoever holds them can
+		// finish.
+		victim := false
+		for _, h := range held {
+			if h != nil && !h.dead && s.shard(h.key) == sh {
+				sh.drop(s, h)
+				victim = true
+				break
+			}
+		}
+		if !victim {
+			sh.mu.Unlock()
+			e.mu.Unlock()
+			return nil, false
+		}
+	}
+	e.pos = len(sh.entries)
+	sh.entries = append(sh.entries, e)
+	sh.mu.Unlock()
+	if _, loaded := c.index.LoadOrStore(e.key, e); loaded {
+		s.remove(e)
+		e.mu.Unlock()
+		return nil, true
+	}
+	return e, true
+}

@@ -1,0 +1,100 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+)
+
+var two = []kvstore.Update{{Key: "a", Refill: take1, N: 1}, {Key: "b", Refill: take1, N: 1}}
+
+func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	counter := &redistest.CommandCounter{}
+	c.AddHook(counter)
+	s, _ := redisstore.New(c, redisstore.Config{})
+	ctx := context.Background()
+	res := make([]kvstore.Result, 2)
+	for i := 0; i < 3; i++ {
+		if err := c.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.UpdateMulti(ctx, "", kvstore.OpRefund, two, res); err != nil {
+			t.Fatalf("UpdateMulti after SCRIPT FLUSH: %v", err)
+		}
+	}
+	counter.N.Store(0)
+	for i := 0; i < 10; i++ {
+		if err := s.UpdateMulti(ctx, "", kvstore.OpPeek, two, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := counter.N.Load(); got != 10 {
+		t.Fatalf("10 multi-key updates sent %d commands, want 10", got)
+	}
+	if s.Partitioned() {
+		t.Error("a *redis.Client store reports Partitioned")
+	}
+}
+
+// TestUpdateMultiMalformedChangesNothing: a key that holds something else
+// fails the whole call, and the keys before it in the call keep their level.
+func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	if err := c.Set(ctx, s.Key("b"), "not a record", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([]kvstore.Result, 2)
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrMalformedRecord) {
+		t.Fatalf("err = %v, want ErrMalformedRecord", err)
+	}
+	if n, _ := c.Exists(ctx, s.Key("a")).Result(); n != 0 {
+		t.Fatal("a was written by a call that failed")
+	}
+}
+
+// TestUpdateMultiCluster runs on a throwaway 3-master cluster: keys of the
+// empty group in different slots are refused before anything is sent, and
+// a group puts every key in one slot.
+func TestUpdateMultiCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	counter := &redistest.CommandCounter{}
+	c.AddHook(counter)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Partitioned() {
+		t.Fatal("a ClusterClient store does not report Partitioned")
+	}
+	ctx := context.Background()
+	res := make([]kvstore.Result, 2)
+	// "a" and "b" hash to slots 15495 and 3300.
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
+		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)
+	}
+	if n := counter.N.Load(); n != 0 {
+		t.Fatalf("a refused call sent %d commands", n)
+	}
+	// Keys that share a slot through their own hash tag need no group.
+	same := []kvstore.Update{{Key: "x", Refill: take1, N: 1}, {Key: "x}y", Refill: take1, N: 1}}
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, same, res); err != nil {
+		t.Fatalf("keys of one slot: %v", err)
+	}
+	for _, g := range []string{"user-1", "org-7", "{odd}"} {
+		if err := s.UpdateMulti(ctx, g, kvstore.OpTake, two, res); err != nil || !res[0].OK || !res[1].OK {
+			t.Fatalf("group %q: %+v, %v", g, res, err)
+		}
+	}
+}
