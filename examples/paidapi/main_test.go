@@ -333,7 +333,7 @@ func TestBurstIsExact(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				status := 0
+				status, header := 0, http.Header(nil)
 				for attempt := 0; attempt < attempts && status != 200 && status != 429; attempt++ {
 					if attempt > 0 {
 						retried.Add(1)
@@ -348,7 +348,7 @@ func TestBurstIsExact(t *testing.T) {
 					}
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
-					status = resp.StatusCode
+					status, header = resp.StatusCode, resp.Header
 				}
 				switch status {
 				case 200:
@@ -357,7 +357,7 @@ func TestBurstIsExact(t *testing.T) {
 					denied.Add(1)
 				default:
 					if other.Add(1) == 1 {
-						t.Logf("first other answer: %d %s", resp.StatusCode, resp.Header)
+						t.Logf("first other answer: %d %s", status, header)
 					}
 				}
 			}
