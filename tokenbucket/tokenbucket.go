@@ -122,7 +122,6 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
-	"github.com/ratekit/ratekit/kvstore/memstore"
 )
 
 // Mode selects how a Limiter updates the store. The zero Mode is invalid, so
@@ -204,9 +203,9 @@ type Config struct {
 // Limiter is a token-bucket limiter. It implements ratekit.Limiter,
 // ratekit.Peeker, ratekit.Refunder and ratekit.Resetter in both modes (see
 // the package doc for what each guarantees in Eventual mode). It keeps its
-// buckets in the store under the key Name + ":" + Request.Key (in a
-// memstore.Store, under Request.Key in the store's scope of the prefix
-// Name + ":"; see memstore.Store.Prefixed), and ignores Request.State and
+// buckets in the store under the key Name + ":" + Request.Key (in a store
+// that implements kvstore.Prefixer, such as memstore's, under Request.Key in
+// the store's key space of the prefix Name + ":"), and ignores Request.State and
 // Request.IdempotencyKey. It is safe for concurrent use.
 type Limiter struct {
 	mode   Mode
@@ -273,9 +272,9 @@ func New(cfg Config) (*Limiter, error) {
 		burst:  cfg.Burst,
 		prefix: cfg.Name + ":",
 	}
-	if m, ok := cfg.Store.(*memstore.Store); ok {
+	if p, ok := cfg.Store.(kvstore.Prefixer); ok {
 		// The prefix's own key space: no decision builds prefix+key.
-		l.store, l.prefix = m.Prefixed(l.prefix), ""
+		l.store, l.prefix = p.Prefixed(l.prefix), ""
 	}
 	switch cfg.Mode {
 	case Eventual:
@@ -420,7 +419,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // storeKey returns the store's key for the bucket of key: key itself in a
-// memstore scope, which is the prefix's own key space, prefix+key otherwise.
+// kvstore.Prefixer's key space, which is the prefix's own key space, prefix+key otherwise.
 func (l *Limiter) storeKey(key string) string {
 	if l.prefix == "" {
 		return key
