@@ -6,13 +6,13 @@
 // [pgstore] (one network round trip, one implicit transaction, the database
 // clock), so it is exact however many processes share the database:
 //
-//   - pgstore.FixedWindow never admits more than the quota in one window.
-//   - pgstore.SlidingWindow (two-window weighted count) never admits more
+//   - ratekit.FixedWindow never admits more than the quota in one window.
+//   - ratekit.SlidingWindow (two-window weighted count) never admits more
 //     than the quota in one aligned window, so any rolling window holds at
 //     most twice the quota, and at most the quota when traffic is even.
-//   - pgstore.TokenBucket admits at most Burst + t×Quota/Window units in any
+//   - ratekit.TokenBucket admits at most Burst + t×Quota/Window units in any
 //     interval t.
-//   - pgstore.SlidingLog never admits more than the quota in any rolling
+//   - ratekit.SlidingLog never admits more than the quota in any rolling
 //     window; it keeps one row per admitted request, for small quotas.
 //
 // Denied requests take nothing. [Limiter] implements [ratekit.Limiter],
@@ -41,7 +41,7 @@ type Config struct {
 
 	// Algorithm selects the counting algorithm (see package pgstore).
 	// Required.
-	Algorithm pgstore.Algorithm
+	Algorithm ratekit.Algorithm
 
 	// Policy is the quota: Policy.Quota units per Policy.Window (for
 	// TokenBucket, the refill rate), advertised to clients under

@@ -28,28 +28,8 @@ type Config struct {
 	Window time.Duration
 }
 
-// Family names the counting algorithm whose boundary rules apply to a
-// limiter under test.
-type Family int
-
-const (
-	// FixedWindow counts in fixed windows; the full Limit is back when a
-	// window ends.
-	FixedWindow Family = iota + 1
-
-	// SlidingWindow is the two-window weighted estimate; its RetryAfter may
-	// exceed its ResetAfter, which the suite then does not require.
-	SlidingWindow
-
-	// TokenBucket refills Limit units per Window, continuously.
-	TokenBucket
-
-	// SlidingLog counts every unit over the last Window.
-	SlidingLog
-)
-
-// Harness describes a [ratekit.Limiter] under test. New and Family are
-// required.
+// Harness describes a [ratekit.Limiter] under test. New and Algorithm
+// are required.
 type Harness struct {
 	// New returns a new limiter for cfg. Each call must return a limiter
 	// whose keys are separate from those of every limiter New returned
@@ -62,8 +42,9 @@ type Harness struct {
 	// boundaries with short windows and sleeps, with margins.
 	Advance func(d time.Duration)
 
-	// Family selects the boundary rules.
-	Family Family
+	// Algorithm is the limiter's counting algorithm; it selects the
+	// boundary rules.
+	Algorithm ratekit.Algorithm
 
 	// ClientState reports that the limiter keeps its state in the client
 	// (Decision.State must come back as Request.State). The suite then
@@ -92,13 +73,13 @@ const Workers = 64
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, limitertest.Harness{
 //			New:    func(t testing.TB, cfg limitertest.Config) ratekit.Limiter { return newMyLimiter(cfg) },
-//			Family: limitertest.TokenBucket,
+//			Algorithm: ratekit.TokenBucket,
 //		})
 //	}
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.New == nil || h.Family < FixedWindow || h.Family > SlidingLog {
-		t.Fatal("limitertest: Harness.New and Harness.Family are required")
+	if h.New == nil || h.Algorithm < ratekit.FixedWindow || h.Algorithm > ratekit.SlidingLog {
+		t.Fatal("limitertest: Harness.New and Harness.Algorithm are required")
 	}
 	for _, c := range Checks() {
 		t.Run(c.Name, func(t *testing.T) {
@@ -190,7 +171,7 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 	return nil
 }
 
-func sane(what string, d ratekit.Decision, cfg Config, fam Family) error {
+func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
 	case d.Limit != cfg.Limit:
 		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Limit)
@@ -204,7 +185,7 @@ func sane(what string, d ratekit.Decision, cfg Config, fam Family) error {
 		return fmt.Errorf("%s: denied with RetryAfter %v, want > 0", what, d.RetryAfter)
 	case d.RetryAfter > 2*cfg.Window || d.ResetAfter > 2*cfg.Window:
 		return fmt.Errorf("%s: RetryAfter %v or ResetAfter %v beyond two windows of %v", what, d.RetryAfter, d.ResetAfter, cfg.Window)
-	case fam != SlidingWindow && d.RetryAfter > d.ResetAfter:
+	case alg != ratekit.SlidingWindow && d.RetryAfter > d.ResetAfter:
 		return fmt.Errorf("%s: RetryAfter %v after ResetAfter %v", what, d.RetryAfter, d.ResetAfter)
 	case d.Policy.Name != cfg.Name || d.Policy.Quota != cfg.Limit || d.Policy.Window != cfg.Window:
 		return fmt.Errorf("%s: Policy %+v, want name %q, quota %d, window %v", what, d.Policy, cfg.Name, cfg.Limit, cfg.Window)
@@ -214,7 +195,7 @@ func sane(what string, d ratekit.Decision, cfg Config, fam Family) error {
 
 // take makes n requests of cost 1 and wants each admitted with the
 // remaining count going down from start.
-func take(c *client, n int, start int64, cfg Config, fam Family) error {
+func take(c *client, n int, start int64, cfg Config, alg ratekit.Algorithm) error {
 	for i := 0; i < n; i++ {
 		d, err := c.allow(1)
 		if err != nil {
@@ -223,7 +204,7 @@ func take(c *client, n int, start int64, cfg Config, fam Family) error {
 		if err := want(fmt.Sprintf("request %d", i+1), d, true, start-int64(i)-1); err != nil {
 			return err
 		}
-		if err := sane(fmt.Sprintf("request %d", i+1), d, cfg, fam); err != nil {
+		if err := sane(fmt.Sprintf("request %d", i+1), d, cfg, alg); err != nil {
 			return err
 		}
 	}
@@ -240,7 +221,7 @@ func checkFreshKey(t testing.TB, h Harness) error {
 	if err := want("first request", d, true, 4); err != nil {
 		return err
 	}
-	return sane("first request", d, cfg, h.Family)
+	return sane("first request", d, cfg, h.Algorithm)
 }
 
 func checkCostN(t testing.TB, h Harness) error {
@@ -257,7 +238,7 @@ func checkCostN(t testing.TB, h Harness) error {
 		if err := want(fmt.Sprintf("cost %d", step.cost), d, step.allowed, step.remaining); err != nil {
 			return err
 		}
-		if err := sane(fmt.Sprintf("cost %d", step.cost), d, cfg, h.Family); err != nil {
+		if err := sane(fmt.Sprintf("cost %d", step.cost), d, cfg, h.Algorithm); err != nil {
 			return err
 		}
 	}
@@ -267,7 +248,7 @@ func checkCostN(t testing.TB, h Harness) error {
 func checkExhaust(t testing.TB, h Harness) error {
 	cfg := Config{Name: "exhaust", Limit: 7, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "exhaust-key")
-	if err := take(c, 7, 7, cfg, h.Family); err != nil {
+	if err := take(c, 7, 7, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	for i := 0; i < 3; i++ {
@@ -278,7 +259,7 @@ func checkExhaust(t testing.TB, h Harness) error {
 		if err := want("request past the limit", d, false, 0); err != nil {
 			return err
 		}
-		if err := sane("request past the limit", d, cfg, h.Family); err != nil {
+		if err := sane("request past the limit", d, cfg, h.Algorithm); err != nil {
 			return err
 		}
 	}
@@ -288,7 +269,7 @@ func checkExhaust(t testing.TB, h Harness) error {
 func checkDenialTakesNothing(t testing.TB, h Harness) error {
 	cfg := Config{Name: "denial", Limit: 5, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "denial-key")
-	if err := take(c, 3, 5, cfg, h.Family); err != nil {
+	if err := take(c, 3, 5, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	for i := 0; i < 3; i++ {
@@ -309,8 +290,8 @@ func checkDenialTakesNothing(t testing.TB, h Harness) error {
 
 // exhaust takes the whole limit of c's key and returns the denial that
 // follows.
-func exhaust(c *client, cfg Config, fam Family) (ratekit.Decision, error) {
-	if err := take(c, int(cfg.Limit), cfg.Limit, cfg, fam); err != nil {
+func exhaust(c *client, cfg Config, alg ratekit.Algorithm) (ratekit.Decision, error) {
+	if err := take(c, int(cfg.Limit), cfg.Limit, cfg, alg); err != nil {
 		return ratekit.Decision{}, err
 	}
 	d, err := c.allow(1)
@@ -320,7 +301,7 @@ func exhaust(c *client, cfg Config, fam Family) (ratekit.Decision, error) {
 	if err := want("request past the limit", d, false, 0); err != nil {
 		return d, err
 	}
-	return d, sane("request past the limit", d, cfg, fam)
+	return d, sane("request past the limit", d, cfg, alg)
 }
 
 // wait moves time forward by d: on the harness's clock, or by sleeping.
@@ -346,7 +327,7 @@ func boundaryConfig(h Harness, name string) Config {
 func checkBoundary(t testing.TB, h Harness) error {
 	cfg := boundaryConfig(h, "boundary")
 	c := newClient(h, h.New(t, cfg), "boundary-key")
-	d, err := exhaust(c, cfg, h.Family)
+	d, err := exhaust(c, cfg, h.Algorithm)
 	if err != nil {
 		return err
 	}
@@ -381,14 +362,14 @@ func checkBoundary(t testing.TB, h Harness) error {
 	if !d.Allowed {
 		return fmt.Errorf("denied once RetryAfter %v had passed: %+v", retry, d)
 	}
-	return sane("request after RetryAfter", d, cfg, h.Family)
+	return sane("request after RetryAfter", d, cfg, h.Algorithm)
 }
 
 // checkFullReset: once ResetAfter has passed, the full limit is back.
 func checkFullReset(t testing.TB, h Harness) error {
 	cfg := boundaryConfig(h, "reset-after")
 	c := newClient(h, h.New(t, cfg), "reset-after-key")
-	d, err := exhaust(c, cfg, h.Family)
+	d, err := exhaust(c, cfg, h.Algorithm)
 	if err != nil {
 		return err
 	}
@@ -396,7 +377,7 @@ func checkFullReset(t testing.TB, h Harness) error {
 	if h.Advance == nil {
 		wait(h, 50*time.Millisecond)
 	}
-	return take(c, int(cfg.Limit), cfg.Limit, cfg, h.Family)
+	return take(c, int(cfg.Limit), cfg.Limit, cfg, h.Algorithm)
 }
 
 func checkPeek(t testing.TB, h Harness) error {
@@ -408,7 +389,7 @@ func checkPeek(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "peek-key")
-	if err := take(c, 1, 3, cfg, h.Family); err != nil {
+	if err := take(c, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
@@ -432,7 +413,7 @@ func checkPeek(t testing.TB, h Harness) error {
 	if _, err := p.Peek(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {
 		return fmt.Errorf("peek with an empty key: %v, want ErrEmptyKey", err)
 	}
-	return take(c, 2, 2, cfg, h.Family)
+	return take(c, 2, 2, cfg, h.Algorithm)
 }
 
 func checkRefund(t testing.TB, h Harness) error {
@@ -444,7 +425,7 @@ func checkRefund(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "refund-key")
-	if _, err := exhaust(c, cfg, h.Family); err != nil {
+	if _, err := exhaust(c, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
@@ -457,12 +438,12 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err := want("Refund of 2", d, true, 2); err != nil {
 		return err
 	}
-	if err := take(c, 2, 2, cfg, h.Family); err != nil {
+	if err := take(c, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after a refund of 2: %w", err)
 	}
 	// Refunds never raise the quota above the limit.
 	fresh := newClient(h, l, "refund-fresh-key")
-	if err := take(fresh, 1, 3, cfg, h.Family); err != nil {
+	if err := take(fresh, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	d, err = r.Refund(ctx, fresh.req(3))
@@ -473,7 +454,7 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err := want("Refund of 3 with 1 used", d, true, 3); err != nil {
 		return err
 	}
-	if err := take(fresh, 3, 3, cfg, h.Family); err != nil {
+	if err := take(fresh, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after an oversized refund: %w", err)
 	}
 	d, err = fresh.allow(1)
@@ -550,7 +531,7 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 	if err := want("refund of the second charge", d, true, 3); err != nil {
 		return err
 	}
-	if err := take(c, 3, 3, cfg, h.Family); err != nil {
+	if err := take(c, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after charge, charge, refund (one unit used): %w", err)
 	}
 	d, err = c.allow(1)
@@ -596,11 +577,11 @@ func checkReset(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "reset-key")
-	if _, err := exhaust(c, cfg, h.Family); err != nil {
+	if _, err := exhaust(c, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	other := newClient(h, l, "reset-other-key")
-	if err := take(other, 1, 3, cfg, h.Family); err != nil {
+	if err := take(other, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
@@ -609,10 +590,10 @@ func checkReset(t testing.TB, h Harness) error {
 		return fmt.Errorf("reset: %w", err)
 	}
 	c.state = ""
-	if err := take(c, 3, 3, cfg, h.Family); err != nil {
+	if err := take(c, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after Reset: %w", err)
 	}
-	if err := take(other, 1, 2, cfg, h.Family); err != nil {
+	if err := take(other, 1, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("another key after Reset: %w", err)
 	}
 	if err := r.Reset(ctx, "never-seen-key"); err != nil {
@@ -647,7 +628,7 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 	for i, k := range keys {
 		c := newClient(h, l, k)
 		n := i%2 + 1
-		if err := take(c, n, 2, cfg, h.Family); err != nil {
+		if err := take(c, n, 2, cfg, h.Algorithm); err != nil {
 			return fmt.Errorf("key %d: %w", i, err)
 		}
 	}
@@ -658,7 +639,7 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 		if len(k2) > ratekit.MaxKeyLen {
 			k2 = "2" + k[1:]
 		}
-		if err := take(newClient(h, l, k2), 1, 2, cfg, h.Family); err != nil {
+		if err := take(newClient(h, l, k2), 1, 2, cfg, h.Algorithm); err != nil {
 			return fmt.Errorf("key %d derived: %w", i, err)
 		}
 	}
@@ -669,10 +650,10 @@ func checkPrefixIsolation(t testing.TB, h Harness) error {
 	cfg := Config{Name: "prefix", Limit: 2, Window: longWindow}
 	a := newClient(h, h.New(t, cfg), "shared-key")
 	b := newClient(h, h.New(t, cfg), "shared-key")
-	if _, err := exhaust(a, cfg, h.Family); err != nil {
+	if _, err := exhaust(a, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("first limiter: %w", err)
 	}
-	if err := take(b, 2, 2, cfg, h.Family); err != nil {
+	if err := take(b, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("second limiter, same config and key: %w", err)
 	}
 	return nil
@@ -703,10 +684,10 @@ func checkValidation(t testing.TB, h Harness) error {
 	}
 	// The invalid requests took nothing, and a key of exactly MaxKeyLen
 	// bytes is valid.
-	if err := take(newClient(h, l, "v"), 3, 3, cfg, h.Family); err != nil {
+	if err := take(newClient(h, l, "v"), 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after invalid requests: %w", err)
 	}
-	return take(newClient(h, l, tooLong[1:]), 1, 3, cfg, h.Family)
+	return take(newClient(h, l, tooLong[1:]), 1, 3, cfg, h.Algorithm)
 }
 
 // checkConcurrency: Workers goroutines, each a client of its own, make

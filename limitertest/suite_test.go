@@ -196,8 +196,8 @@ func harness(fl flaw) limitertest.Harness {
 		New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
 			return &fixed{cfg: cfg, now: clock.Now, flaw: fl, state: map[string]*window{}}
 		},
-		Advance: clock.Add,
-		Family:  limitertest.FixedWindow,
+		Advance:   clock.Add,
+		Algorithm: ratekit.FixedWindow,
 	}
 }
 

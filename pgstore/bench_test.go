@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -57,7 +58,7 @@ func BenchmarkTake(b *testing.B) {
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
 			c := newCounter(b, s, pgstore.CounterConfig{Algorithm: alg, Limit: 1 << 40, Window: time.Hour, CleanupProbability: pgstore.DefaultCleanupProbability})
-			if alg == pgstore.SlidingLog {
+			if alg == ratekit.SlidingLog {
 				// Keep the log short: a small quota over a short window.
 				c = newCounter(b, s, pgstore.CounterConfig{Algorithm: alg, Limit: 1000, Window: 10 * time.Second, CleanupProbability: pgstore.DefaultCleanupProbability})
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/extremes"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -25,7 +26,7 @@ func TestCounterExtremes(t *testing.T) {
 		"Window":       func(c *pgstore.CounterConfig, v int64) { c.Window = time.Duration(v) },
 		"Burst":        func(c *pgstore.CounterConfig, v int64) { c.Burst = v },
 		"CleanupBatch": func(c *pgstore.CounterConfig, v int64) { c.CleanupBatch = int(v) },
-		"Algorithm":    func(c *pgstore.CounterConfig, v int64) { c.Algorithm = pgstore.Algorithm(v) },
+		"Algorithm":    func(c *pgstore.CounterConfig, v int64) { c.Algorithm = ratekit.Algorithm(v) },
 		"Durability":   func(c *pgstore.CounterConfig, v int64) { c.Durability = pgstore.Durability(v) },
 		"Limit=Burst":  func(c *pgstore.CounterConfig, v int64) { c.Limit, c.Burst = v, v },
 	}

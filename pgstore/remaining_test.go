@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -67,7 +68,7 @@ func TestRemainingExact(t *testing.T) {
 							checkRemaining(t, remaining, denied, burstPools*burstGoroutines-burstLimit)
 						}
 					})
-					if alg == pgstore.SlidingLog {
+					if alg == ratekit.SlidingLog {
 						return
 					}
 					t.Run("stalled", func(t *testing.T) {

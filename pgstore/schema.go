@@ -84,10 +84,10 @@ func SchemaSQL(schema string) (string, error) {
 			LogRaw:      d.table("log"),
 			Idem:        data.Schema + "." + d.table("idempotency"),
 			IdemRaw:     d.table("idempotency"),
-			Fixed:       data.Schema + "." + d.function(FixedWindow),
-			Sliding:     data.Schema + "." + d.function(SlidingWindow),
-			Bucket:      data.Schema + "." + d.function(TokenBucket),
-			SlidingLog:  data.Schema + "." + d.function(SlidingLog),
+			Fixed:       data.Schema + "." + d.function(ratekit.FixedWindow),
+			Sliding:     data.Schema + "." + d.function(ratekit.SlidingWindow),
+			Bucket:      data.Schema + "." + d.function(ratekit.TokenBucket),
+			SlidingLog:  data.Schema + "." + d.function(ratekit.SlidingLog),
 		})
 	}
 	tmpl, err := schemaTemplate()

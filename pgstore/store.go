@@ -149,60 +149,6 @@ func (s *Store) ensureSchema(ctx context.Context) error {
 	return nil
 }
 
-// Algorithm selects how a [Counter] counts.
-type Algorithm int
-
-const (
-	// FixedWindow admits Limit units per window; windows are aligned to
-	// the Unix epoch in the database clock. Exact: the units admitted in
-	// one window never exceed Limit. A client can get up to 2×Limit
-	// through in any rolling interval of one window length that spans a
-	// window boundary.
-	FixedWindow Algorithm = iota + 1
-
-	// SlidingWindow is the two-window weighted count: the estimate of the
-	// units in the rolling window is the previous window's count weighted
-	// by the part of it still inside the rolling window, plus the current
-	// window's count. The units admitted in one aligned window never
-	// exceed Limit, so any rolling interval of one window length (which
-	// overlaps at most two aligned windows) holds at most 2×Limit; when the
-	// previous window's admissions were spread evenly it holds at most
-	// Limit.
-	SlidingWindow
-
-	// TokenBucket is a token bucket of capacity Burst refilled at Limit
-	// units per Window, computed as the generic cell rate algorithm (GCRA,
-	// ITU-T I.371) on a theoretical arrival time in integer microseconds.
-	// Exact: in any interval of length t it admits at most
-	// Burst + t/interval units, where interval is Window/Limit rounded up
-	// to a whole microsecond (the rounding only ever slows the refill).
-	TokenBucket
-
-	// SlidingLog keeps one row per admitted request and admits a request
-	// only when the units in the preceding Window plus its cost are at
-	// most Limit: exact for every rolling window. Decisions for one key
-	// are serialised by a transaction-level advisory lock inside the
-	// server-side function, so it suits small quotas ("5 sign-ups per
-	// hour") rather than hot keys.
-	SlidingLog
-)
-
-// String returns the algorithm's name as used in function names:
-// "fixed_window", "sliding_window", "token_bucket" or "sliding_log".
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case TokenBucket:
-		return "token_bucket"
-	case SlidingLog:
-		return "sliding_log"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
 // Durability selects the table a [Counter] stores its rows in.
 type Durability int
 
@@ -234,8 +180,17 @@ func (d Durability) table(name string) string {
 	return name + "_unlogged"
 }
 
-func (d Durability) function(a Algorithm) string {
-	return d.table(a.String())
+// function returns the name of the server-side function of a with d.
+func (d Durability) function(a ratekit.Algorithm) string {
+	switch a {
+	case ratekit.FixedWindow:
+		return d.table("fixed_window")
+	case ratekit.SlidingWindow:
+		return d.table("sliding_window")
+	case ratekit.TokenBucket:
+		return d.table("token_bucket")
+	}
+	return d.table("sliding_log")
 }
 
 // DefaultCleanupProbability is the probability with which a decision also
@@ -261,8 +216,28 @@ type CounterConfig struct {
 	// of letters, digits, '-', '_', '.', ':').
 	Prefix string
 
-	// Algorithm selects the counting algorithm. Required.
-	Algorithm Algorithm
+	// Algorithm selects the counting algorithm. Required. Each is exact,
+	// computed in the database on its clock in integer microseconds:
+	//
+	//   - ratekit.FixedWindow: windows aligned to the Unix epoch; the units
+	//     admitted in one window never exceed Quota, so a rolling interval
+	//     of one Window that spans a boundary holds at most 2×Quota.
+	//   - ratekit.SlidingWindow: the units admitted in one aligned window
+	//     never exceed Quota, so any rolling Window holds at most 2×Quota,
+	//     and at most Quota when the previous window's admissions were
+	//     spread evenly.
+	//   - ratekit.TokenBucket: the generic cell rate algorithm (GCRA,
+	//     ITU-T I.371) on a theoretical arrival time; in any interval of
+	//     length t it admits at most Burst + t/interval units, where
+	//     interval is the refill period of one unit rounded up to a whole
+	//     microsecond (the rounding only ever slows the refill).
+	//   - ratekit.SlidingLog: one row per admitted request; a request is
+	//     admitted only when the units of the preceding Window plus its
+	//     cost are at most Quota, so every rolling Window is exact.
+	//     Decisions for one key are serialised by a transaction-level
+	//     advisory lock, so it suits small quotas ("5 sign-ups per hour")
+	//     rather than hot keys.
+	Algorithm ratekit.Algorithm
 
 	// Limit is the quota: units per Window for the window algorithms and
 	// the sliding log, the refill amount per Window for TokenBucket. At
@@ -336,7 +311,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: prefix: %w", err)
 	}
-	if cfg.Algorithm < FixedWindow || cfg.Algorithm > SlidingLog {
+	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
 		return nil, fmt.Errorf("%w: pgstore: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
@@ -351,7 +326,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if cfg.Window < time.Millisecond {
 		return nil, fmt.Errorf("%w: pgstore: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
 	}
-	if cfg.Burst < 0 || (cfg.Burst != 0 && cfg.Algorithm != TokenBucket) {
+	if cfg.Burst < 0 || (cfg.Burst != 0 && cfg.Algorithm != ratekit.TokenBucket) {
 		return nil, fmt.Errorf("%w: pgstore: burst %d: only a token bucket has a burst, and it must not be negative", ratekit.ErrInvalidConfig, cfg.Burst)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
@@ -365,7 +340,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	// asynchronous: skip the set_config call.
 	c.keepSyncCommit = cfg.SynchronousCommit || cfg.Durability == Unlogged
 	c.ttlUS = c.windowUS
-	if cfg.Algorithm == TokenBucket {
+	if cfg.Algorithm == ratekit.TokenBucket {
 		if cfg.Burst != 0 {
 			c.limit = cfg.Burst
 		}
@@ -492,7 +467,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		cleanup = c.batch
 	}
 	var lock int64
-	if c.cfg.Algorithm == SlidingLog {
+	if c.cfg.Algorithm == ratekit.SlidingLog {
 		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 	}
 	var (

@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var algorithms = []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
+var algorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
 func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	t.Helper()
@@ -344,7 +344,7 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	const limit, window = 5, 400 * time.Millisecond
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.SlidingLog, Limit: limit, Window: window})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.SlidingLog, Limit: limit, Window: window})
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
@@ -404,7 +404,7 @@ func TestSynchronousCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := newStore(t, tx)
-		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
+		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Limit: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -430,7 +430,7 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 1})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Limit: 1})
 	keys := []string{
 		"o'brien", `back\slash`, `"double"`, "a\x00b", "a", "a\x00", "\xff\xfe\xfd", "\xc3\x28",
 		"'); DROP TABLE counters; --", "$1", "日本語", strings.Repeat("k", ratekit.MaxKeyLen),
@@ -467,7 +467,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("reset 10 kB key: %v", err)
 	}
 	for _, p := range []string{"x'; DROP TABLE ratekit.counters; --", "a b", "", strings.Repeat("p", 65), "ü"} {
-		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Limit: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("prefix %q: %v, want ErrInvalidConfig", p, err)
 		}
 	}
@@ -476,7 +476,7 @@ func TestBadInput(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
 	s := newStore(t, pool)
-	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}
+	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Limit: 1, Window: time.Second}
 	bad := map[string]func(*pgstore.CounterConfig){
 		"no algorithm":    func(c *pgstore.CounterConfig) { c.Algorithm = 0 },
 		"bad durability":  func(c *pgstore.CounterConfig) { c.Durability = 7 },
@@ -484,8 +484,8 @@ func TestConfigErrors(t *testing.T) {
 		"huge limit":      func(c *pgstore.CounterConfig) { c.Limit = 1 << 62 },
 		"short window":    func(c *pgstore.CounterConfig) { c.Window = time.Microsecond },
 		"burst on window": func(c *pgstore.CounterConfig) { c.Burst = 3 },
-		"negative burst":  func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = -1 },
-		"huge burst":      func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = 1 << 60 },
+		"negative burst":  func(c *pgstore.CounterConfig) { c.Algorithm = ratekit.TokenBucket; c.Burst = -1 },
+		"huge burst":      func(c *pgstore.CounterConfig) { c.Algorithm = ratekit.TokenBucket; c.Burst = 1 << 60 },
 		"probability > 1": func(c *pgstore.CounterConfig) { c.CleanupProbability = 1.5 },
 		"negative batch":  func(c *pgstore.CounterConfig) { c.CleanupBatch = -1 },
 		"prefix with ';'": func(c *pgstore.CounterConfig) { c.Prefix = "a;b" },
@@ -532,7 +532,7 @@ func TestMigrateRace(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: pgstore.SlidingLog, Limit: 100, Window: time.Hour})
+			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Limit: 100, Window: time.Hour})
 			if err != nil {
 				t.Error(err)
 				return
@@ -560,7 +560,7 @@ func TestDisableAutoMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second})
+	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Limit: 1, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -626,7 +626,7 @@ func TestInlineCleanup(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	prefix := pgtest.Prefix(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: pgstore.FixedWindow, Limit: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
+	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Limit: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
 			t.Fatal(err)

@@ -103,7 +103,7 @@ func backends() []backend {
 				if err := store.Migrate(ctx); err != nil {
 					t.Fatal(err)
 				}
-				l, err := durable.New(durable.Config{Store: store, Algorithm: pgstore.FixedWindow,
+				l, err := durable.New(durable.Config{Store: store, Algorithm: ratekit.FixedWindow,
 					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: time.Hour}, Prefix: pgtest.Prefix(t)})
 				if err != nil {
 					t.Fatal(err)

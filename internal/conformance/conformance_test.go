@@ -56,7 +56,7 @@ func TestSignedWindow(t *testing.T) {
 					return l
 				},
 				Advance:     clock.Add,
-				Family:      limitertest.FixedWindow,
+				Algorithm:   ratekit.FixedWindow,
 				ClientState: true,
 			}
 			if cache == 0 {
@@ -97,8 +97,8 @@ func TestTokenBucketMemory(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, clock.Now)
 				},
-				Advance: clock.Add,
-				Family:  limitertest.TokenBucket,
+				Advance:   clock.Add,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -125,7 +125,7 @@ func TestTokenBucketRedis(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, nil)
 				},
-				Family: limitertest.TokenBucket,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -159,7 +159,7 @@ func TestTokenBucketRedisCluster(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, nil)
 				},
-				Family: limitertest.TokenBucket,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -179,9 +179,9 @@ func TestDurable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 			durabilities := []pgstore.Durability{pgstore.Unlogged}
-			if srv.name == "postgres" && alg == pgstore.TokenBucket {
+			if srv.name == "postgres" && alg == ratekit.TokenBucket {
 				durabilities = append(durabilities, pgstore.Logged)
 			}
 			for _, dur := range durabilities {
@@ -201,24 +201,12 @@ func TestDurable(t *testing.T) {
 							}
 							return l
 						},
-						Family: family(alg),
+						Algorithm: alg,
 					})
 				})
 			}
 		}
 	}
-}
-
-func family(alg pgstore.Algorithm) limitertest.Family {
-	switch alg {
-	case pgstore.SlidingWindow:
-		return limitertest.SlidingWindow
-	case pgstore.TokenBucket:
-		return limitertest.TokenBucket
-	case pgstore.SlidingLog:
-		return limitertest.SlidingLog
-	}
-	return limitertest.FixedWindow
 }
 
 func randHex() string {
