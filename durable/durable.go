@@ -10,8 +10,8 @@
 //   - ratekit.SlidingWindow (two-window weighted count) never admits more
 //     than the quota in one aligned window, so any rolling window holds at
 //     most twice the quota, and at most the quota when traffic is even.
-//   - ratekit.TokenBucket admits at most Burst + t×Quota/Window units in any
-//     interval t.
+//   - ratekit.TokenBucket holds Quota units and refills Quota per Window:
+//     it admits at most Quota + t×Quota/Window units in any interval t.
 //   - ratekit.SlidingLog never admits more than the quota in any rolling
 //     window; it keeps one row per admitted request, for small quotas.
 //
@@ -43,15 +43,14 @@ type Config struct {
 	// Required.
 	Algorithm ratekit.Algorithm
 
-	// Policy is the quota: Policy.Quota units per Policy.Window (for
-	// TokenBucket, the refill rate), advertised to clients under
-	// Policy.Name. Name must pass [ratekit.ValidatePolicyName]; Quota must
+	// Policy is the quota, Policy.Quota units per Policy.Window, advertised
+	// to clients under Policy.Name exactly as given (see
+	// [ratekit.Policy]). For a TokenBucket, Quota is the burst (the bucket
+	// holds Quota units) and Window the time an empty bucket takes to
+	// fill: a bucket of burst 20 refilled at 5 per second is Quota 20,
+	// Window 4s. Name must pass [ratekit.ValidatePolicyName]; Quota must
 	// be at least 1 and Window at least 1 ms.
 	Policy ratekit.Policy
-
-	// Burst is the capacity of a TokenBucket; zero means Policy.Quota.
-	// Other algorithms refuse a non-zero Burst.
-	Burst int64
 
 	// Prefix separates this limiter's keys from other limiters' in the
 	// shared tables. Empty means Policy.Name. Two limiters with the same
@@ -130,9 +129,8 @@ func New(cfg Config) (*Limiter, error) {
 	counter, err := cfg.Store.Counter(pgstore.CounterConfig{
 		Prefix:             prefix,
 		Algorithm:          cfg.Algorithm,
-		Limit:              cfg.Policy.Quota,
+		Quota:              cfg.Policy.Quota,
 		Window:             cfg.Policy.Window,
-		Burst:              cfg.Burst,
 		Durability:         cfg.Durability,
 		SynchronousCommit:  cfg.SynchronousCommit,
 		CleanupProbability: cfg.CleanupProbability,

@@ -85,8 +85,9 @@ func TestLimiterContract(t *testing.T) {
 func TestTokenBucketBurst(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	ctx := ctxT(t)
-	l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.TokenBucket, Burst: 5,
-		Policy: ratekit.Policy{Name: "burst", Quota: 10, Window: time.Second}, Prefix: pgtest.Prefix(t)})
+	// Burst 5 refilled at 10 a second: Quota 5 per 500ms.
+	l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.TokenBucket,
+		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond}, Prefix: pgtest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,14 +116,13 @@ func TestConfigErrors(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 1)
 	good := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second}}
 	for name, mutate := range map[string]func(*durable.Config){
-		"nil store":       func(c *durable.Config) { c.Store = nil },
-		"bad name":        func(c *durable.Config) { c.Policy.Name = "a b" },
-		"zero quota":      func(c *durable.Config) { c.Policy.Quota = 0 },
-		"zero window":     func(c *durable.Config) { c.Policy.Window = 0 },
-		"sql prefix":      func(c *durable.Config) { c.Prefix = "p'; DROP SCHEMA ratekit CASCADE; --" },
-		"no algorithm":    func(c *durable.Config) { c.Algorithm = 0 },
-		"negative cache":  func(c *durable.Config) { c.DeniedCacheSize = -1 },
-		"burst on window": func(c *durable.Config) { c.Burst = 2 },
+		"nil store":      func(c *durable.Config) { c.Store = nil },
+		"bad name":       func(c *durable.Config) { c.Policy.Name = "a b" },
+		"zero quota":     func(c *durable.Config) { c.Policy.Quota = 0 },
+		"zero window":    func(c *durable.Config) { c.Policy.Window = 0 },
+		"sql prefix":     func(c *durable.Config) { c.Prefix = "p'; DROP SCHEMA ratekit CASCADE; --" },
+		"no algorithm":   func(c *durable.Config) { c.Algorithm = 0 },
+		"negative cache": func(c *durable.Config) { c.DeniedCacheSize = -1 },
 	} {
 		cfg := good
 		mutate(&cfg)

@@ -14,14 +14,19 @@ import (
 )
 
 // Config is the policy the suite asks a [Harness] to build a limiter for:
-// Limit units per Window. For a token bucket, Limit is the burst and the
-// refill rate is Limit per Window.
+// Quota units per Window, in the terms of [ratekit.Policy]. A window
+// strategy grants Quota units per Window. A token bucket has a burst of
+// Quota and refills Quota units per Window (tokenbucket.Config{Burst:
+// Quota, RefillRate: tokenbucket.Rate{Tokens: Quota, Per: Window}}), so
+// that it empties and refills like a window of the same Quota and
+// advertises the same policy.
 type Config struct {
 	// Name is a valid policy name (see ratekit.ValidatePolicyName).
 	Name string
 
-	// Limit is the quota (or burst), at least 1.
-	Limit int64
+	// Quota is the quota of a window, the burst of a token bucket; at
+	// least 1.
+	Quota int64
 
 	// Window is the quota's window, or the time a token bucket takes to
 	// refill from empty. The suite uses whole seconds.
@@ -52,7 +57,7 @@ type Harness struct {
 	ClientState bool
 
 	// MaxAdmitted, when not nil, is the most that workers goroutines
-	// making requests of cost 1 at once on one fresh key of Limit limit
+	// making requests of cost 1 at once on one fresh key of quota limit
 	// may be admitted (with no refill during the burst): the strategy's
 	// documented bound. Nil means the limiter documents exact counting:
 	// exactly limit.
@@ -173,8 +178,8 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 
 func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
-	case d.Limit != cfg.Limit:
-		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Limit)
+	case d.Limit != cfg.Quota:
+		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Quota)
 	case d.Remaining < 0 || d.Remaining > d.Limit:
 		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Limit)
 	case d.RetryAfter < 0 || d.ResetAfter < 0:
@@ -187,8 +192,8 @@ func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) er
 		return fmt.Errorf("%s: RetryAfter %v or ResetAfter %v beyond two windows of %v", what, d.RetryAfter, d.ResetAfter, cfg.Window)
 	case alg != ratekit.SlidingWindow && d.RetryAfter > d.ResetAfter:
 		return fmt.Errorf("%s: RetryAfter %v after ResetAfter %v", what, d.RetryAfter, d.ResetAfter)
-	case d.Policy.Name != cfg.Name || d.Policy.Quota != cfg.Limit || d.Policy.Window != cfg.Window:
-		return fmt.Errorf("%s: Policy %+v, want name %q, quota %d, window %v", what, d.Policy, cfg.Name, cfg.Limit, cfg.Window)
+	case d.Policy.Name != cfg.Name || d.Policy.Quota != cfg.Quota || d.Policy.Window != cfg.Window:
+		return fmt.Errorf("%s: Policy %+v, want name %q, quota %d, window %v", what, d.Policy, cfg.Name, cfg.Quota, cfg.Window)
 	}
 	return nil
 }
@@ -212,7 +217,7 @@ func take(c *client, n int, start int64, cfg Config, alg ratekit.Algorithm) erro
 }
 
 func checkFreshKey(t testing.TB, h Harness) error {
-	cfg := Config{Name: "fresh", Limit: 5, Window: longWindow}
+	cfg := Config{Name: "fresh", Quota: 5, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "fresh-key")
 	d, err := c.allow(1)
 	if err != nil {
@@ -225,7 +230,7 @@ func checkFreshKey(t testing.TB, h Harness) error {
 }
 
 func checkCostN(t testing.TB, h Harness) error {
-	cfg := Config{Name: "cost", Limit: 10, Window: longWindow}
+	cfg := Config{Name: "cost", Quota: 10, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "cost-key")
 	for _, step := range []struct {
 		cost, remaining int64
@@ -246,7 +251,7 @@ func checkCostN(t testing.TB, h Harness) error {
 }
 
 func checkExhaust(t testing.TB, h Harness) error {
-	cfg := Config{Name: "exhaust", Limit: 7, Window: longWindow}
+	cfg := Config{Name: "exhaust", Quota: 7, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "exhaust-key")
 	if err := take(c, 7, 7, cfg, h.Algorithm); err != nil {
 		return err
@@ -267,7 +272,7 @@ func checkExhaust(t testing.TB, h Harness) error {
 }
 
 func checkDenialTakesNothing(t testing.TB, h Harness) error {
-	cfg := Config{Name: "denial", Limit: 5, Window: longWindow}
+	cfg := Config{Name: "denial", Quota: 5, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "denial-key")
 	if err := take(c, 3, 5, cfg, h.Algorithm); err != nil {
 		return err
@@ -291,7 +296,7 @@ func checkDenialTakesNothing(t testing.TB, h Harness) error {
 // exhaust takes the whole limit of c's key and returns the denial that
 // follows.
 func exhaust(c *client, cfg Config, alg ratekit.Algorithm) (ratekit.Decision, error) {
-	if err := take(c, int(cfg.Limit), cfg.Limit, cfg, alg); err != nil {
+	if err := take(c, int(cfg.Quota), cfg.Quota, cfg, alg); err != nil {
 		return ratekit.Decision{}, err
 	}
 	d, err := c.allow(1)
@@ -317,9 +322,9 @@ func wait(h Harness, d time.Duration) {
 // controlled clock, two seconds on a real one.
 func boundaryConfig(h Harness, name string) Config {
 	if h.Advance != nil {
-		return Config{Name: name, Limit: 4, Window: time.Minute}
+		return Config{Name: name, Quota: 4, Window: time.Minute}
 	}
-	return Config{Name: name, Limit: 2, Window: 2 * time.Second}
+	return Config{Name: name, Quota: 2, Window: 2 * time.Second}
 }
 
 // checkBoundary: a denied key is still denied shortly before RetryAfter
@@ -377,11 +382,11 @@ func checkFullReset(t testing.TB, h Harness) error {
 	if h.Advance == nil {
 		wait(h, 50*time.Millisecond)
 	}
-	return take(c, int(cfg.Limit), cfg.Limit, cfg, h.Algorithm)
+	return take(c, int(cfg.Quota), cfg.Quota, cfg, h.Algorithm)
 }
 
 func checkPeek(t testing.TB, h Harness) error {
-	cfg := Config{Name: "peek", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "peek", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	p, ok := l.(ratekit.Peeker)
 	if !ok {
@@ -417,7 +422,7 @@ func checkPeek(t testing.TB, h Harness) error {
 }
 
 func checkRefund(t testing.TB, h Harness) error {
-	cfg := Config{Name: "refund", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "refund", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Refunder)
 	if !ok {
@@ -504,7 +509,7 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 // recipe of ratekit.RequestFromContext leave exactly one unit used, and
 // alternating refunded and kept calls admit exactly Limit kept calls.
 func checkRefundRecipe(t testing.TB, h Harness) error {
-	cfg := Config{Name: "refund-recipe", Limit: 4, Window: longWindow}
+	cfg := Config{Name: "refund-recipe", Quota: 4, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Refunder)
 	if !ok {
@@ -546,7 +551,7 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 	// charge only.
 	alt := newClient(h, l, "recipe-alternating-key")
 	kept := int64(0)
-	for round := 0; round < 4*int(cfg.Limit); round++ {
+	for round := 0; round < 4*int(cfg.Quota); round++ {
 		charged, d, err := charge(alt)
 		if err != nil {
 			return err
@@ -562,14 +567,14 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 		}
 		kept++
 	}
-	if kept != cfg.Limit {
-		return fmt.Errorf("alternating kept and refunded calls: %d kept calls admitted on a limit of %d", kept, cfg.Limit)
+	if kept != cfg.Quota {
+		return fmt.Errorf("alternating kept and refunded calls: %d kept calls admitted on a limit of %d", kept, cfg.Quota)
 	}
 	return nil
 }
 
 func checkReset(t testing.TB, h Harness) error {
-	cfg := Config{Name: "reset", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "reset", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Resetter)
 	if !ok {
@@ -620,7 +625,7 @@ func isolationKeys() []string {
 }
 
 func checkKeyIsolation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "keys", Limit: 2, Window: longWindow}
+	cfg := Config{Name: "keys", Quota: 2, Window: longWindow}
 	l := h.New(t, cfg)
 	keys := isolationKeys()
 	// Each key takes one unit more than the one before it, up to the
@@ -647,7 +652,7 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 }
 
 func checkPrefixIsolation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "prefix", Limit: 2, Window: longWindow}
+	cfg := Config{Name: "prefix", Quota: 2, Window: longWindow}
 	a := newClient(h, h.New(t, cfg), "shared-key")
 	b := newClient(h, h.New(t, cfg), "shared-key")
 	if _, err := exhaust(a, cfg, h.Algorithm); err != nil {
@@ -660,7 +665,7 @@ func checkPrefixIsolation(t testing.TB, h Harness) error {
 }
 
 func checkValidation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "validation", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "validation", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	tooLong := strings.Repeat("k", ratekit.MaxKeyLen+1)
 	ctx, cancel := ctxFor()
@@ -694,20 +699,20 @@ func checkValidation(t testing.TB, h Harness) error {
 // requests of cost 1 on one fresh key until 10 × Limit requests were made;
 // the admissions are counted exactly.
 func checkConcurrency(t testing.TB, h Harness) error {
-	cfg := Config{Name: "concurrency", Limit: 100, Window: longWindow}
+	cfg := Config{Name: "concurrency", Quota: 100, Window: longWindow}
 	l := h.New(t, cfg)
 	admitted, err := Burst(l, "hot-key", Workers, 10, h.ClientState)
 	if err != nil {
 		return err
 	}
 	if h.MaxAdmitted == nil {
-		if admitted != cfg.Limit {
-			return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want exactly %d", Workers, admitted, cfg.Limit, cfg.Limit)
+		if admitted != cfg.Quota {
+			return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want exactly %d", Workers, admitted, cfg.Quota, cfg.Quota)
 		}
 		return nil
 	}
-	if bound := h.MaxAdmitted(Workers, cfg.Limit); admitted < cfg.Limit || admitted > bound {
-		return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want between %d and the documented bound %d", Workers, admitted, cfg.Limit, cfg.Limit, bound)
+	if bound := h.MaxAdmitted(Workers, cfg.Quota); admitted < cfg.Quota || admitted > bound {
+		return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want between %d and the documented bound %d", Workers, admitted, cfg.Quota, cfg.Quota, bound)
 	}
 	return nil
 }

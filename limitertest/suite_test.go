@@ -69,7 +69,7 @@ func (f *fixed) validate(req ratekit.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if req.Cost > f.cfg.Limit {
+	if req.Cost > f.cfg.Quota {
 		return ratekit.ErrCostExceedsLimit
 	}
 	return nil
@@ -92,10 +92,10 @@ func (f *fixed) decision(w *window, allowed bool) ratekit.Decision {
 	reset := w.start.Add(f.cfg.Window).Sub(f.now())
 	d := ratekit.Decision{
 		Allowed:    allowed,
-		Limit:      f.cfg.Limit,
-		Remaining:  f.cfg.Limit - w.used,
+		Limit:      f.cfg.Quota,
+		Remaining:  f.cfg.Quota - w.used,
 		ResetAfter: reset,
-		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Limit, Window: f.cfg.Window},
+		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Quota, Window: f.cfg.Window},
 	}
 	if !allowed {
 		d.RetryAfter = reset
@@ -140,9 +140,9 @@ func (f *fixed) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decisio
 		runtime.Gosched()
 		unlock = f.lock()
 	}
-	allowed := used+cost <= f.cfg.Limit || f.flaw == neverDenies
+	allowed := used+cost <= f.cfg.Quota || f.flaw == neverDenies
 	if allowed || f.flaw == denialTakes {
-		w.used = min(used+cost, f.cfg.Limit)
+		w.used = min(used+cost, f.cfg.Quota)
 	}
 	return f.decision(w, allowed), nil
 }
@@ -154,7 +154,7 @@ func (f *fixed) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision
 	unlock := f.lock()
 	defer unlock()
 	w := f.win(req.Key)
-	allowed := w.used+req.Cost <= f.cfg.Limit
+	allowed := w.used+req.Cost <= f.cfg.Quota
 	if f.flaw == peekTakes && allowed {
 		w.used += req.Cost
 	}

@@ -29,7 +29,7 @@ func TestTerminateMidDecision(t *testing.T) {
 	admin := pgtest.Pool(t, url, 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Limit: 10})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 10})
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestInjectedLatency(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Limit: 100})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestServerOutage(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.TokenBucket, Limit: 100})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: 100})
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func TestRemainingExact(t *testing.T) {
 					var counters []*pgstore.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Limit: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						}))
 					}
 					warmUp(ctx, t, counters)
@@ -81,7 +81,7 @@ func TestRemainingExact(t *testing.T) {
 							t.Fatal(err)
 						}
 						inTx := newCounter(t, newStore(t, tx), pgstore.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Limit: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						})
 						var first pgstore.Result
 						remaining, denied := burst(ctx, t, counters, "stalled", func() {

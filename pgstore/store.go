@@ -228,9 +228,8 @@ type CounterConfig struct {
 	//     spread evenly.
 	//   - ratekit.TokenBucket: the generic cell rate algorithm (GCRA,
 	//     ITU-T I.371) on a theoretical arrival time; in any interval of
-	//     length t it admits at most Burst + t/interval units, where
-	//     interval is the refill period of one unit rounded up to a whole
-	//     microsecond (the rounding only ever slows the refill).
+	//     length t it admits at most Quota + t/interval units, where
+	//     interval is Window/Quota rounded up to a whole microsecond (the rounding only ever slows the refill).
 	//   - ratekit.SlidingLog: one row per admitted request; a request is
 	//     admitted only when the units of the preceding Window plus its
 	//     cost are at most Quota, so every rolling Window is exact.
@@ -239,19 +238,15 @@ type CounterConfig struct {
 	//     rather than hot keys.
 	Algorithm ratekit.Algorithm
 
-	// Limit is the quota: units per Window for the window algorithms and
-	// the sliding log, the refill amount per Window for TokenBucket. At
-	// least 1.
-	Limit int64
+	// Quota is the number of units granted per Window, at least 1, and the
+	// most the counter admits at once (its capacity). For a TokenBucket it
+	// is the burst: the bucket holds Quota units and refills Quota per
+	// Window, one unit every Window/Quota.
+	Quota int64
 
-	// Window is the window length (the refill period for TokenBucket). At
-	// least 1 ms; stored in microseconds.
+	// Window is the window length, for a TokenBucket the time an empty
+	// bucket takes to fill. At least 1 ms; stored in microseconds.
 	Window time.Duration
-
-	// Burst is the capacity of a TokenBucket (the most units it admits at
-	// once); zero means Limit. The other algorithms refuse a non-zero
-	// Burst.
-	Burst int64
 
 	// Durability selects UNLOGGED (the zero value) or logged tables.
 	Durability Durability
@@ -263,7 +258,7 @@ type CounterConfig struct {
 	// commit record is flushed to disk: a crash of the database server
 	// (not of the client) can lose the decisions of roughly the last
 	// 3×wal_writer_delay (600 ms by default), which come back as unused
-	// quota; it never corrupts data or admits more than the limit before
+	// quota; it never corrupts data or admits more than the quota before
 	// the crash. When true, the server's own synchronous_commit setting
 	// (on by default) applies: every decision is durable (and replicated,
 	// as configured) when it returns. The setting makes no difference for
@@ -293,7 +288,7 @@ type CounterConfig struct {
 type Counter struct {
 	store    *Store
 	cfg      CounterConfig
-	limit    int64 // Burst for TokenBucket, Limit otherwise
+	quota    int64
 	windowUS int64 // window, or emission interval for TokenBucket
 	ttlUS    int64 // idempotency record lifetime
 	cleanupP float64
@@ -317,17 +312,14 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
 		return nil, fmt.Errorf("%w: pgstore: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
 	}
-	if cfg.Limit < 1 {
-		return nil, fmt.Errorf("%w: pgstore: limit must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota < 1 {
+		return nil, fmt.Errorf("%w: pgstore: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
-	if cfg.Limit > maxMicros {
-		return nil, fmt.Errorf("%w: pgstore: limit %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota > maxMicros {
+		return nil, fmt.Errorf("%w: pgstore: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Millisecond {
 		return nil, fmt.Errorf("%w: pgstore: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
-	}
-	if cfg.Burst < 0 || (cfg.Burst != 0 && cfg.Algorithm != ratekit.TokenBucket) {
-		return nil, fmt.Errorf("%w: pgstore: burst %d: only a token bucket has a burst, and it must not be negative", ratekit.ErrInvalidConfig, cfg.Burst)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
 		return nil, fmt.Errorf("%w: pgstore: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
@@ -335,20 +327,17 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if cfg.CleanupBatch < 0 {
 		return nil, fmt.Errorf("%w: pgstore: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
 	}
-	c := &Counter{store: s, cfg: cfg, limit: cfg.Limit, windowUS: cfg.Window.Microseconds()}
+	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
 	// Unlogged tables write no WAL, so there is no commit to make
 	// asynchronous: skip the set_config call.
 	c.keepSyncCommit = cfg.SynchronousCommit || cfg.Durability == Unlogged
 	c.ttlUS = c.windowUS
 	if cfg.Algorithm == ratekit.TokenBucket {
-		if cfg.Burst != 0 {
-			c.limit = cfg.Burst
-		}
 		// The emission interval, rounded up so the refill is never faster
 		// than configured.
-		c.windowUS = (cfg.Window.Microseconds() + cfg.Limit - 1) / cfg.Limit
-		if c.limit > maxMicros/c.windowUS {
-			return nil, fmt.Errorf("%w: pgstore: burst %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.limit, c.windowUS)
+		c.windowUS = (cfg.Window.Microseconds() + cfg.Quota - 1) / cfg.Quota
+		if c.quota > maxMicros/c.windowUS {
+			return nil, fmt.Errorf("%w: pgstore: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
 		}
 	}
 	switch {
@@ -368,9 +357,8 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 // Config returns the configuration c was created with.
 func (c *Counter) Config() CounterConfig { return c.cfg }
 
-// Capacity returns the most units the counter admits at once: Limit, or the
-// Burst of a TokenBucket.
-func (c *Counter) Capacity() int64 { return c.limit }
+// Capacity returns the most units the counter admits at once: its Quota.
+func (c *Counter) Capacity() int64 { return c.quota }
 
 // Result is the outcome of one [Counter] operation, computed in the database
 // from the database clock.
@@ -380,7 +368,7 @@ type Result struct {
 	Allowed bool
 
 	// Remaining is the number of units available after the operation,
-	// between 0 and the capacity. For SlidingWindow it is the limit minus
+	// between 0 and the capacity. For SlidingWindow it is the quota minus
 	// the weighted estimate, rounded down.
 	Remaining int64
 
@@ -444,8 +432,8 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
-	if op != opRefund && cost > c.limit {
-		return Result{}, fmt.Errorf("%w: cost %d, limit %d", ratekit.ErrCostExceedsLimit, cost, c.limit)
+	if op != opRefund && cost > c.quota {
+		return Result{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return Result{}, err
@@ -480,7 +468,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		// pgx's generic array codec, which costs most of a decision's
 		// allocations.
 		err = c.store.db.QueryRow(ctx, c.query, c.store.mode,
-			op, c.cfg.Prefix, []byte(key), cost, c.limit, c.windowUS,
+			op, c.cfg.Prefix, []byte(key), cost, c.quota, c.windowUS,
 			lock, idemArg, c.ttlUS, cleanup, c.keepSyncCommit,
 		).Scan(&raw)
 		// Retry only what never reached the server (a dead pooled

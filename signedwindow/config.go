@@ -56,7 +56,7 @@ type Key struct {
 	Secret []byte
 }
 
-// Config configures a [Limiter]. Zero-valued fields other than Name, Limit,
+// Config configures a [Limiter]. Zero-valued fields other than Name, Quota,
 // Window and Keys take the defaults documented on each field.
 type Config struct {
 	// Name is the policy name, checked with [ratekit.ValidatePolicyName].
@@ -64,13 +64,13 @@ type Config struct {
 	// token of one policy is worthless against another.
 	Name string
 
-	// Limit is the number of units (requests, when every Cost is 1) that a
+	// Quota is the number of units (requests, when every Cost is 1) that a
 	// client may use per window. At least 1.
-	Limit int64
+	Quota int64
 
 	// Window is the length of a window: a whole number of seconds, from 1
 	// second to MaxWindow. A client's window starts at its first request
-	// without a valid token (rounded down to the second), and its full Limit
+	// without a valid token (rounded down to the second), and its full Quota
 	// is available again when the window ends.
 	Window time.Duration
 
@@ -195,8 +195,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
 		return cfg, fmt.Errorf("signedwindow: %w", err)
 	}
-	if cfg.Limit < 1 {
-		return cfg, fmt.Errorf("%w: signedwindow: Limit must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota < 1 {
+		return cfg, fmt.Errorf("%w: signedwindow: Quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Second || cfg.Window > MaxWindow || cfg.Window%time.Second != 0 {
 		return cfg, fmt.Errorf("%w: signedwindow: Window must be a whole number of seconds from 1s to %v, got %v", ratekit.ErrInvalidConfig, MaxWindow, cfg.Window)

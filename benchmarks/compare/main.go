@@ -513,7 +513,7 @@ func tokenContenders(e *env) []contender {
 	rand.Read(secret)
 	sw := func(replay int) func(limit, string) (decide, error) {
 		return func(lim limit, tag string) (decide, error) {
-			l, err := signedwindow.New(signedwindow.Config{Name: tag, Limit: lim.n, Window: lim.period,
+			l, err := signedwindow.New(signedwindow.Config{Name: tag, Quota: lim.n, Window: lim.period,
 				Keys: []signedwindow.Key{{ID: 1, Secret: secret}}, ReplayCacheSize: replay})
 			if err != nil {
 				return nil, err

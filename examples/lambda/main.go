@@ -41,7 +41,7 @@ func main() {
 func newHandler(getenv func(string) string) (lambda.FunctionURLHandler, error) {
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "hello",
-		Limit:  10,
+		Quota:  10,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: []byte(getenv("RATEKIT_SECRET"))}},
 	})

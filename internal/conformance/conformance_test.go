@@ -44,7 +44,7 @@ func TestSignedWindow(t *testing.T) {
 					secret++ // a key of its own: tokens of one limiter mean nothing to another
 					l, err := signedwindow.New(signedwindow.Config{
 						Name:            cfg.Name,
-						Limit:           cfg.Limit,
+						Quota:           cfg.Quota,
 						Window:          cfg.Window,
 						Keys:            []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{secret}, signedwindow.MinSecretLen)}},
 						Now:             clock.Now,
@@ -73,8 +73,8 @@ func tokenBucket(t testing.TB, cfg limitertest.Config, mode tokenbucket.Mode, st
 	t.Helper()
 	l, err := tokenbucket.New(tokenbucket.Config{
 		Name:       cfg.Name,
-		Burst:      cfg.Limit,
-		RefillRate: tokenbucket.Rate{Tokens: cfg.Limit, Per: cfg.Window},
+		Burst:      cfg.Quota,
+		RefillRate: tokenbucket.Rate{Tokens: cfg.Quota, Per: cfg.Window},
 		Mode:       mode,
 		Store:      store,
 		Now:        now,
@@ -192,7 +192,7 @@ func TestDurable(t *testing.T) {
 							l, err := durable.New(durable.Config{
 								Store:      store,
 								Algorithm:  alg,
-								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Limit, Window: cfg.Window},
+								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Quota, Window: cfg.Window},
 								Prefix:     pgtest.Prefix(t),
 								Durability: dur,
 							})
