@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,7 @@ type Check struct {
 func Checks() []Check {
 	return []Check{
 		{"FreshKey", checkFreshKey},
+		{"AdvertisedPolicy", checkAdvertisedPolicy},
 		{"CostN", checkCostN},
 		{"ExhaustExactly", checkExhaust},
 		{"DenialTakesNothing", checkDenialTakesNothing},
@@ -150,10 +152,23 @@ func (c *client) req(cost int64) ratekit.Request {
 	return ratekit.Request{Key: c.key, Cost: cost, State: c.state}
 }
 
-func (c *client) keep(d ratekit.Decision) {
+// keep takes the client state of d and returns the error of advertised.
+func (c *client) keep(what string, d ratekit.Decision) error {
 	if c.carry && d.State != "" {
 		c.state = d.State
 	}
+	return advertised(what, d)
+}
+
+// advertised returns an error when d breaks the rule every strategy
+// advertises its policy by (see ratekit.Policy): the capacity Limit is the
+// policy's Quota (the RateLimit-Policy q), and Remaining (the RateLimit r)
+// is between 0 and it. The suite checks it on every decision it gets.
+func advertised(what string, d ratekit.Decision) error {
+	if d.Limit != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
+		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Limit, d.Remaining, d.Policy.Quota)
+	}
+	return nil
 }
 
 func (c *client) allow(cost int64) (ratekit.Decision, error) {
@@ -163,8 +178,7 @@ func (c *client) allow(cost int64) (ratekit.Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("Allow(key %.40q, cost %d): %w", c.key, cost, err)
 	}
-	c.keep(d)
-	return d, nil
+	return d, c.keep("Allow", d)
 }
 
 // want returns an error when d does not have the given outcome and
@@ -227,6 +241,32 @@ func checkFreshKey(t testing.TB, h Harness) error {
 		return err
 	}
 	return sane("first request", d, cfg, h.Algorithm)
+}
+
+// advertisedPolicy is the RateLimit-Policy field that every limiter built
+// for the Config {Name: "advertised", Quota: 20, Window: 4s} must send,
+// whatever its algorithm: for a token bucket that is a burst of 20 refilled
+// at 5 units a second (see [ratekit.Policy] for the rule).
+const advertisedPolicy = `"advertised";q=20;w=4`
+
+// checkAdvertisedPolicy: one logical policy renders one RateLimit-Policy
+// field byte for byte, and the first request of cost 1 leaves r=19.
+func checkAdvertisedPolicy(t testing.TB, h Harness) error {
+	cfg := Config{Name: "advertised", Quota: 20, Window: 4 * time.Second}
+	c := newClient(h, h.New(t, cfg), "advertised-key")
+	d, err := c.allow(1)
+	if err != nil {
+		return err
+	}
+	hdr := http.Header{}
+	ratekit.SetHeaders(hdr, d, false)
+	if got := hdr.Get(ratekit.HeaderRateLimitPolicy); got != advertisedPolicy {
+		return fmt.Errorf("RateLimit-Policy %q, want %q (decision %+v)", got, advertisedPolicy, d)
+	}
+	if got, want := hdr.Get(ratekit.HeaderRateLimit), `"advertised";r=19;t=`; !strings.HasPrefix(got, want) {
+		return fmt.Errorf("RateLimit %q, want %q followed by t (decision %+v)", got, want, d)
+	}
+	return nil
 }
 
 func checkCostN(t testing.TB, h Harness) error {
@@ -401,6 +441,9 @@ func checkPeek(t testing.TB, h Harness) error {
 	defer cancel()
 	for i := 0; i < 3; i++ {
 		d, err := p.Peek(ctx, c.req(1))
+		if err == nil {
+			err = advertised("Peek", d)
+		}
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
@@ -408,6 +451,9 @@ func checkPeek(t testing.TB, h Harness) error {
 			return err
 		}
 		d, err = p.Peek(ctx, c.req(3))
+		if err == nil {
+			err = advertised("Peek", d)
+		}
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
@@ -439,7 +485,9 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err != nil {
 		return fmt.Errorf("refund: %w", err)
 	}
-	c.keep(d)
+	if err := c.keep("Refund", d); err != nil {
+		return err
+	}
 	if err := want("Refund of 2", d, true, 2); err != nil {
 		return err
 	}
@@ -455,7 +503,9 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err != nil {
 		return fmt.Errorf("refund: %w", err)
 	}
-	fresh.keep(d)
+	if err := fresh.keep("Refund", d); err != nil {
+		return err
+	}
 	if err := want("Refund of 3 with 1 used", d, true, 3); err != nil {
 		return err
 	}
@@ -501,7 +551,9 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 	if err != nil {
 		return d, fmt.Errorf("refund: %w", err)
 	}
-	c.keep(d)
+	if err := c.keep("Refund", d); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 
@@ -744,7 +796,10 @@ func Burst(l ratekit.Limiter, key string, workers, perWorker int, clientState bo
 					once.Do(func() { first = err })
 					return
 				}
-				c.keep(d)
+				if err := c.keep("Allow", d); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
 				if d.Allowed {
 					admitted.Add(1)
 				}

@@ -33,6 +33,8 @@ const (
 	peekTakes             // Peek takes the cost
 	stuckWindow           // the window never ends
 	refundsTwice          // Refund gives back twice the cost
+	rateAsPolicy          // advertises the refill rate per second, not the quota
+	longWindow            // advertises a window one second too long
 )
 
 var shared = struct {
@@ -96,6 +98,12 @@ func (f *fixed) decision(w *window, allowed bool) ratekit.Decision {
 		Remaining:  f.cfg.Quota - w.used,
 		ResetAfter: reset,
 		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Quota, Window: f.cfg.Window},
+	}
+	switch f.flaw {
+	case rateAsPolicy:
+		d.Policy.Quota, d.Policy.Window = f.cfg.Quota*int64(time.Second)/int64(f.cfg.Window), time.Second
+	case longWindow:
+		d.Policy.Window += time.Second
 	}
 	if !allowed {
 		d.RetryAfter = reset
@@ -232,6 +240,9 @@ func TestChecksCatchFlaws(t *testing.T) {
 		{peekTakes, "Peek"},
 		{stuckWindow, "FullReset"},
 		{refundsTwice, "RefundRecipe"},
+		{rateAsPolicy, "FreshKey"},
+		{rateAsPolicy, "AdvertisedPolicy"},
+		{longWindow, "AdvertisedPolicy"},
 	} {
 		t.Run(fmt.Sprintf("%s/flaw-%d", tc.check, tc.flaw), func(t *testing.T) {
 			c, ok := checks[tc.check]

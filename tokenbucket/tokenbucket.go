@@ -111,7 +111,10 @@
 // # Policy
 //
 // Decisions carry Policy{Name, Quota: Burst, Window: the time to refill an
-// empty bucket (Burst × RefillRate.Per / RefillRate.Tokens)}.
+// empty bucket (Burst × RefillRate.Per / RefillRate.Tokens, rounded up to
+// the nanosecond)}, the rule of [ratekit.Policy]: a bucket of Burst 20
+// refilled at 5 per second advertises `q=20;w=4`, as durable's TokenBucket of
+// Quota 20 per 4s does.
 package tokenbucket
 
 import (
