@@ -83,7 +83,9 @@ type Config struct {
 	// reset elsewhere this process may keep denying the key until the
 	// cached RetryAfter ends. The cache only ever repeats a denial, so it
 	// never admits more than the database would. Requests with an
-	// IdempotencyKey bypass it. Zero disables the cache.
+	// IdempotencyKey bypass it. When full it evicts, as tokenbucket's
+	// does: among five sampled keys, the expired ones, or else the one
+	// whose RetryAfter ends first. Zero disables the cache.
 	DeniedCacheSize int
 
 	// Now is the clock of the denied cache (nil means time.Now). Decisions

@@ -197,7 +197,7 @@ type Config struct {
 	Now func() time.Time
 
 	// DeniedCacheSize, when positive, enables the in-process cache of denied
-	// keys and bounds its number of keys. When full it evicts as memstore
+	// keys and bounds its number of keys. When full it evicts, as durable's
 	// does: among five sampled keys, the expired ones, or else the one whose
 	// retry time comes first. Zero disables the cache; negative is invalid.
 	DeniedCacheSize int
