@@ -483,7 +483,6 @@ func TestConfigErrors(t *testing.T) {
 		"zero limit":      func(c *pgstore.CounterConfig) { c.Quota = 0 },
 		"huge limit":      func(c *pgstore.CounterConfig) { c.Quota = 1 << 62 },
 		"short window":    func(c *pgstore.CounterConfig) { c.Window = time.Microsecond },
-		"huge bucket":     func(c *pgstore.CounterConfig) { c.Algorithm = ratekit.TokenBucket; c.Quota, c.Window = 1<<40, 1<<62 },
 		"probability > 1": func(c *pgstore.CounterConfig) { c.CleanupProbability = 1.5 },
 		"negative batch":  func(c *pgstore.CounterConfig) { c.CleanupBatch = -1 },
 		"prefix with ';'": func(c *pgstore.CounterConfig) { c.Prefix = "a;b" },
