@@ -64,15 +64,16 @@ const (
 	Open
 )
 
-// String returns the state's name: "closed", "half-open" or "open".
+// String returns the state's name as written in Go: "Closed", "HalfOpen" or
+// "Open", or "State(n)" for an unknown value.
 func (s State) String() string {
 	switch s {
 	case Closed:
-		return "closed"
+		return "Closed"
 	case HalfOpen:
-		return "half-open"
+		return "HalfOpen"
 	case Open:
-		return "open"
+		return "Open"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }

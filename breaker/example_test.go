@@ -35,5 +35,5 @@ func Example() {
 		Timeout:  100 * time.Millisecond,
 	})
 	fmt.Println(err, guarded.State())
-	// Output: <nil> closed
+	// Output: <nil> Closed
 }

@@ -165,12 +165,16 @@ const (
 	Logged
 )
 
-// String returns "unlogged" or "logged".
+// String returns the durability's name as written in Go, "Unlogged" or
+// "Logged", or "Durability(n)" for an unknown value.
 func (d Durability) String() string {
-	if d == Logged {
-		return "logged"
+	switch d {
+	case Unlogged:
+		return "Unlogged"
+	case Logged:
+		return "Logged"
 	}
-	return "unlogged"
+	return "Durability(" + strconv.Itoa(int(d)) + ")"
 }
 
 func (d Durability) table(name string) string {

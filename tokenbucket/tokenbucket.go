@@ -141,13 +141,14 @@ const (
 	Atomic
 )
 
-// String returns "eventual" or "atomic".
+// String returns the mode's name as written in Go, "Eventual" or "Atomic",
+// or "Mode(n)" for an unknown value.
 func (m Mode) String() string {
 	switch m {
 	case Eventual:
-		return "eventual"
+		return "Eventual"
 	case Atomic:
-		return "atomic"
+		return "Atomic"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
