@@ -113,16 +113,16 @@ var (
 // contact the database.
 func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: durable: nil Store", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
 		return nil, fmt.Errorf("durable: policy name: %w", err)
 	}
 	if cfg.Policy.Quota < 1 {
-		return nil, fmt.Errorf("%w: durable: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+		return nil, fmt.Errorf("durable: %w: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
 	}
 	if cfg.DeniedCacheSize < 0 {
-		return nil, fmt.Errorf("%w: durable: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
+		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {

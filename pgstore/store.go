@@ -69,7 +69,7 @@ type Store struct {
 // created by the first decision (or by [Store.Migrate]).
 func New(db DB, cfg Config) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgstore: nil DB", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("pgstore: %w: nil DB", ratekit.ErrInvalidConfig)
 	}
 	schema := cfg.Schema
 	if schema == "" {
@@ -311,25 +311,25 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		return nil, fmt.Errorf("pgstore: prefix: %w", err)
 	}
 	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
-		return nil, fmt.Errorf("%w: pgstore: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
+		return nil, fmt.Errorf("pgstore: %w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("%w: pgstore: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, fmt.Errorf("pgstore: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
 	}
 	if cfg.Quota < 1 {
-		return nil, fmt.Errorf("%w: pgstore: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
+		return nil, fmt.Errorf("pgstore: %w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Quota > maxMicros {
-		return nil, fmt.Errorf("%w: pgstore: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
+		return nil, fmt.Errorf("pgstore: %w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Millisecond {
-		return nil, fmt.Errorf("%w: pgstore: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
+		return nil, fmt.Errorf("pgstore: %w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
-		return nil, fmt.Errorf("%w: pgstore: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
+		return nil, fmt.Errorf("pgstore: %w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
 	}
 	if cfg.CleanupBatch < 0 {
-		return nil, fmt.Errorf("%w: pgstore: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
+		return nil, fmt.Errorf("pgstore: %w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
 	}
 	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
 	// Unlogged tables write no WAL, so there is no commit to make
@@ -341,7 +341,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		// than configured.
 		c.windowUS = (cfg.Window.Microseconds() + cfg.Quota - 1) / cfg.Quota
 		if c.quota > maxMicros/c.windowUS {
-			return nil, fmt.Errorf("%w: pgstore: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
+			return nil, fmt.Errorf("pgstore: %w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
 		}
 	}
 	switch {

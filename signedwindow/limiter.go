@@ -51,7 +51,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	kr, err := newKeyring(cfg.Keys, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signedwindow: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
 	}
 	l := &Limiter{
 		name:      cfg.Name,

@@ -242,7 +242,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("tokenbucket: %w", err)
 	}
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w: tokenbucket %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("tokenbucket: %w: policy %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
 	}
 	if cfg.Burst < 1 {
 		return nil, invalid("Burst %d is below 1", cfg.Burst)

@@ -146,7 +146,7 @@ var (
 // ratekit.ErrInvalidConfig when cfg.MaxKeys is negative.
 func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: memstore: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
+		return nil, fmt.Errorf("memstore: %w: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
