@@ -92,6 +92,7 @@ func TestTokenBucketBurst(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
+	start := time.Now()
 	for i := 0; i < 8; i++ {
 		d, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 		if err != nil {
@@ -106,9 +107,11 @@ func TestTokenBucketBurst(t *testing.T) {
 			t.Fatalf("RetryAfter %v; one unit refills in 100 ms", d.RetryAfter)
 		}
 	}
-	// Five at once, plus what refilled while the loop ran (10 per second).
-	if n < 5 || n > 6 {
-		t.Fatalf("admitted %d of 8 back-to-back requests with burst 5", n)
+	// Five at once, plus at most what refilled while the loop ran (10 per
+	// second, one unit every 100ms) on a machine of any load.
+	refilled := int(time.Since(start) / (100 * time.Millisecond))
+	if n < 5 || n > 5+refilled {
+		t.Fatalf("admitted %d of 8 requests with burst 5 in %v (%d refilled)", n, time.Since(start), refilled)
 	}
 }
 
