@@ -155,7 +155,7 @@ func (f *failingRefunder) Refund(ctx context.Context, req ratekit.Request) (rate
 func signed(t *testing.T, name string, quota int64, secret byte, now func() time.Time) *signedwindow.Limiter {
 	t.Helper()
 	l, err := signedwindow.New(signedwindow.Config{
-		Name: name, Limit: quota, Window: time.Minute, Now: now,
+		Name: name, Quota: quota, Window: time.Minute, Now: now,
 		Keys: []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{secret}, signedwindow.MinSecretLen)}},
 	})
 	if err != nil {

@@ -59,6 +59,11 @@ const (
 // set it also writes X-RateLimit-Limit, X-RateLimit-Remaining and
 // X-RateLimit-Reset.
 //
+// RateLimit-Policy carries q = d.Policy.Quota and w = d.Policy.Window
+// (draft-ietf-httpapi-ratelimit-headers-10, section 3.1), RateLimit carries
+// r = d.Remaining and t (section 4.1); the rule by which every strategy
+// fills in Policy, so that r never exceeds q, is on [Policy].
+//
 // Durations are advertised in whole seconds rounded up, so a client that waits
 // as long as it is told is never early. The RateLimit t parameter is the time
 // until more quota is available: RetryAfter on a denial (so Retry-After and t

@@ -40,7 +40,7 @@ func TestValidateParts(t *testing.T) {
 // parts of a composite request on the floor.
 func TestSinglePolicyRefusesParts(t *testing.T) {
 	sw, err := signedwindow.New(signedwindow.Config{
-		Name: "form", Limit: 5, Window: time.Minute,
+		Name: "form", Quota: 5, Window: time.Minute,
 		Keys: []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{7}, 32)}},
 	})
 	if err != nil {

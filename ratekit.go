@@ -14,6 +14,27 @@
 //     stores and exact where the store updates atomically.
 //   - durable keeps exact counters in PostgreSQL, for quotas that are money.
 //
+// # Vocabulary
+//
+// One word means one thing in every package:
+//
+//   - Quota: the units a policy grants per Window ([Policy.Quota], the
+//     Quota of signedwindow's and limitertest's Config, of durable's
+//     Policy and of pgstore.CounterConfig).
+//   - Window: the period a Quota applies to; for a token bucket, the time
+//     it takes to fill from empty.
+//   - Burst: the capacity of a token bucket, the most units a client can
+//     use at once (tokenbucket.Config.Burst). A bucket advertises its Burst
+//     as its Quota.
+//   - RefillRate: how fast a token bucket refills (tokenbucket.Config).
+//   - Limit: only [Decision.Limit], the capacity behind a decision (the
+//     Quota, or the Burst); it always equals Decision.Policy.Quota.
+//   - Cost: the units one request takes ([Request.Cost]).
+//   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
+//
+// [Policy] states how every strategy advertises its policy in the
+// RateLimit-Policy and RateLimit header fields.
+//
 // This package holds the contract ([Limiter], [Request], [Decision], the
 // optional [Peeker], [Refunder] and [Resetter] capabilities), the HTTP layer
 // shared by every adapter (the IETF RateLimit header fields, Retry-After and a
@@ -172,8 +193,9 @@ type Decision struct {
 	// Allowed reports whether the request's cost was admitted (and taken).
 	Allowed bool
 
-	// Limit is the most units the policy admits at once: the quota of a
-	// window strategy, the capacity (burst) of a token bucket.
+	// Limit is the capacity: the most units the policy admits at once,
+	// the quota of a window strategy, the burst of a token bucket. It
+	// equals Policy.Quota.
 	Limit int64
 
 	// Remaining is the number of units still available after this decision,
@@ -218,19 +240,36 @@ type Decision struct {
 }
 
 // Policy describes a quota policy: Quota units per Window, under a name that
-// clients see in the RateLimit-Policy header field
-// (draft-ietf-httpapi-ratelimit-headers-10, section 4).
+// clients see in the RateLimit-Policy header field.
+//
+// Every strategy advertises its policy by one rule, grounded in
+// draft-ietf-httpapi-ratelimit-headers-10: q is the quota the policy
+// allocates, in quota units, and w the time window it applies to (section
+// 3.1); r is the quota units that remain of it (section 4.1), so r never
+// exceeds q.
+//
+//   - A window (fixed, sliding, sliding log) advertises Quota = the units it
+//     grants per Window, and Window = its window.
+//   - A token bucket advertises Quota = its burst, the most units a client
+//     can use at once, and Window = the time an empty bucket takes to fill
+//     (burst ÷ refill rate, rounded up). A bucket of burst 20 refilled at 5
+//     per second is `q=20;w=4`, like a window of 20 per 4 seconds.
+//
+// So one logical policy renders the same RateLimit-Policy field through
+// every strategy, Decision.Limit equals Quota, and Decision.Remaining is at
+// most Quota. limitertest's AdvertisedPolicy check holds every strategy to it.
 type Policy struct {
 	// Name identifies the policy to clients, for example "contact-form".
 	// Strategies validate it with [ValidatePolicyName] at construction.
 	Name string
 
-	// Quota is the number of units the policy grants per Window (the
-	// draft's q parameter).
+	// Quota is the number of units the policy grants per Window, the
+	// burst of a token bucket (the draft's q parameter).
 	Quota int64
 
-	// Window is the time window the Quota applies to (the draft's w
-	// parameter, advertised in whole seconds, rounded up).
+	// Window is the time window the Quota applies to, the time a token
+	// bucket takes to fill from empty (the draft's w parameter,
+	// advertised in whole seconds, rounded up).
 	Window time.Duration
 }
 

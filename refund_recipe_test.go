@@ -19,7 +19,7 @@ import (
 func TestRefundRecipeThroughMiddleware(t *testing.T) {
 	const limit = 3
 	l, err := signedwindow.New(signedwindow.Config{
-		Name: "paid", Limit: limit, Window: time.Hour,
+		Name: "paid", Quota: limit, Window: time.Hour,
 		Keys: []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{7}, signedwindow.MinSecretLen)}},
 	})
 	if err != nil {

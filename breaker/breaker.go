@@ -64,15 +64,16 @@ const (
 	Open
 )
 
-// String returns the state's name: "closed", "half-open" or "open".
+// String returns the state's name as written in Go: "Closed", "HalfOpen" or
+// "Open", or "State(n)" for an unknown value.
 func (s State) String() string {
 	switch s {
 	case Closed:
-		return "closed"
+		return "Closed"
 	case HalfOpen:
-		return "half-open"
+		return "HalfOpen"
 	case Open:
-		return "open"
+		return "Open"
 	}
 	return fmt.Sprintf("State(%d)", int(s))
 }
@@ -127,11 +128,11 @@ type Limiter struct {
 func New(l ratekit.Limiter, cfg Config) (*Limiter, error) {
 	switch {
 	case l == nil:
-		return nil, fmt.Errorf("%w: breaker: the limiter is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("breaker: %w: the limiter is nil", ratekit.ErrInvalidConfig)
 	case cfg.Failures < 0 || cfg.Probes < 0 || cfg.OpenFor < 0:
-		return nil, fmt.Errorf("%w: breaker: Failures, Probes and OpenFor must not be negative", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("breaker: %w: Failures, Probes and OpenFor must not be negative", ratekit.ErrInvalidConfig)
 	case cfg.Failures > 1<<31 || cfg.Probes > 1<<31:
-		return nil, fmt.Errorf("%w: breaker: Failures and Probes must fit in 32 bits", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("breaker: %w: Failures and Probes must fit in 32 bits", ratekit.ErrInvalidConfig)
 	}
 	failures := uint32(DefaultFailures)
 	if cfg.Failures > 0 {

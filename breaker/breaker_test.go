@@ -127,7 +127,7 @@ func TestStates(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}
+	want := []string{"Closed>Open", "Open>HalfOpen", "HalfOpen>Open", "Open>HalfOpen", "HalfOpen>Closed"}
 	if len(changes) != len(want) {
 		t.Fatalf("state changes %v, want %v", changes, want)
 	}

@@ -25,7 +25,7 @@ func Example() {
 		panic(err)
 	}
 	fallback, _ := signedwindow.New(signedwindow.Config{
-		Name: "api", Limit: 100, Window: time.Minute,
+		Name: "api", Quota: 100, Window: time.Minute,
 		Keys: []signedwindow.Key{{ID: 1, Secret: []byte("an example secret of at least 32 bytes")}},
 	})
 	_, err = ratekit.NewGuard(ratekit.GuardConfig{
@@ -35,5 +35,5 @@ func Example() {
 		Timeout:  100 * time.Millisecond,
 	})
 	fmt.Println(err, guarded.State())
-	// Output: <nil> closed
+	// Output: <nil> Closed
 }

@@ -26,9 +26,9 @@ func BenchmarkComposite(b *testing.B) {
 		keys[i] = fmt.Sprintf("customer-%04d", i)
 	}
 	limiters := func(s *pgstore.Store) (single, burst, daily *durable.Limiter) {
-		return newLimiter(b, s, pgstore.FixedWindow, "single", p+"-s", 1<<40, farWindow),
-			newLimiter(b, s, pgstore.FixedWindow, "burst", p+"-b", 1<<40, farWindow),
-			newLimiter(b, s, pgstore.TokenBucket, "daily", p+"-d", 1<<40, farWindow)
+		return newLimiter(b, s, ratekit.FixedWindow, "single", p+"-s", 1<<40, farWindow),
+			newLimiter(b, s, ratekit.FixedWindow, "burst", p+"-b", 1<<40, farWindow),
+			newLimiter(b, s, ratekit.TokenBucket, "daily", p+"-d", 1<<40, farWindow)
 	}
 	// Create every row and ANALYZE, on a pool of its own: on a table
 	// without statistics the planner may pick the expiry index for key

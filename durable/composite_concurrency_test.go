@@ -106,8 +106,8 @@ func TestCompositeExact(t *testing.T) {
 			p := pgtest.Prefix(t)
 			cs := compositesOnPools(t, url, func(s *pgstore.Store) []*durable.Limiter {
 				return []*durable.Limiter{
-					newLimiter(t, s, pgstore.FixedWindow, "user", p+"-user", 40, farWindow),
-					newLimiter(t, s, pgstore.SlidingWindow, "org", p+"-org", 100, farWindow),
+					newLimiter(t, s, ratekit.FixedWindow, "user", p+"-user", 40, farWindow),
+					newLimiter(t, s, ratekit.SlidingWindow, "org", p+"-org", 100, farWindow),
 				}
 			})
 			parts := func(users ...string) func(int) ratekit.Request {
@@ -152,8 +152,8 @@ func TestCompositeNoDeadlock(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				a := newLimiter(t, s, pgstore.FixedWindow, "a", p+"-a", 1<<40, farWindow)
-				b := newLimiter(t, s, pgstore.TokenBucket, "b", p+"-b", 1<<30, farWindow)
+				a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 1<<40, farWindow)
+				b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 1<<30, farWindow)
 				fwd = append(fwd, newComposite(t, a, b))
 				rev = append(rev, newComposite(t, b, a))
 			}
@@ -201,8 +201,8 @@ func TestCompositeIdempotent(t *testing.T) {
 	s := newStore(t, url, 8)
 	ctx := ctxT(t)
 	p := pgtest.Prefix(t)
-	a := newLimiter(t, s, pgstore.FixedWindow, "a", p+"-a", 3, farWindow)
-	b := newLimiter(t, s, pgstore.SlidingLog, "b", p+"-b", 5, time.Hour)
+	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, farWindow)
+	b := newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 5, time.Hour)
 	c := newComposite(t, a, b)
 	req := ratekit.Request{Key: "k", Cost: 1, IdempotencyKey: "order-1"}
 	var wg sync.WaitGroup
@@ -279,8 +279,8 @@ func TestCompositeHistory(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := pgtest.Prefix(t)
-			a := newLimiter(t, s, pgstore.FixedWindow, "a", p+"-a", 5, 400*time.Millisecond)
-			b := newLimiter(t, s, pgstore.TokenBucket, "b", p+"-b", 8, time.Second)
+			a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 5, 400*time.Millisecond)
+			b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 8, time.Second)
 			c := newComposite(t, a, b)
 			var mu sync.Mutex
 			var opsA, opsB []limitertest.Op

@@ -17,7 +17,7 @@ import (
 // inside a test.
 const farWindow = 10000 * time.Hour
 
-func newLimiter(t testing.TB, s *pgstore.Store, alg pgstore.Algorithm, name, prefix string, quota int64, window time.Duration) *durable.Limiter {
+func newLimiter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, name, prefix string, quota int64, window time.Duration) *durable.Limiter {
 	t.Helper()
 	l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: ratekit.Policy{Name: name, Quota: quota, Window: window}, Prefix: prefix, Durability: pgstore.Logged})
 	if err != nil {
@@ -54,7 +54,7 @@ func TestCompositeContract(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			p := pgtest.Prefix(t)
 			small := newLimiter(t, s, alg, "burst", p+"-b", 3, time.Hour)
-			large := newLimiter(t, s, pgstore.FixedWindow, "daily", p+"-d", 5, 24*time.Hour)
+			large := newLimiter(t, s, ratekit.FixedWindow, "daily", p+"-d", 5, 24*time.Hour)
 			c := newComposite(t, small, large)
 			req := ratekit.Request{Key: "customer-7", Cost: 1}
 			for i := int64(0); i < 3; i++ {
@@ -101,8 +101,8 @@ func TestCompositeValidation(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	p := pgtest.Prefix(t)
-	a := newLimiter(t, s, pgstore.FixedWindow, "a", p+"-a", 3, time.Hour)
-	b := newLimiter(t, s, pgstore.TokenBucket, "b", p+"-b", 5, time.Hour)
+	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, time.Hour)
+	b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 5, time.Hour)
 	c := newComposite(t, a, b)
 	for _, tc := range []struct {
 		req  ratekit.Request
@@ -123,15 +123,15 @@ func TestCompositeValidation(t *testing.T) {
 			t.Errorf("Peek(%+v) = %v, want %v", tc.req, err, tc.want)
 		}
 	}
-	unlogged, err := durable.New(durable.Config{Store: s, Algorithm: pgstore.FixedWindow, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour}, Prefix: p + "-u"})
+	unlogged, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour}, Prefix: p + "-u"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := newStore(t, testenv.PostgresURL(t), 1)
-	elsewhere := newLimiter(t, other, pgstore.FixedWindow, "e", p+"-e", 1, time.Hour)
+	elsewhere := newLimiter(t, other, ratekit.FixedWindow, "e", p+"-e", 1, time.Hour)
 	many := make([]*durable.Limiter, 17)
 	for i := range many {
-		many[i] = newLimiter(t, s, pgstore.FixedWindow, "m", fmt.Sprintf("%s-m%d", p, i), 1, time.Hour)
+		many[i] = newLimiter(t, s, ratekit.FixedWindow, "m", fmt.Sprintf("%s-m%d", p, i), 1, time.Hour)
 	}
 	for name, ls := range map[string][]*durable.Limiter{
 		"none": nil, "nil": {a, nil}, "same prefix": {a, a}, "mixed durability": {a, unlogged},
@@ -154,8 +154,8 @@ func TestCompositeSimpleProtocol(t *testing.T) {
 	ctx := ctxT(t)
 	p := pgtest.Prefix(t)
 	c := newComposite(t,
-		newLimiter(t, s, pgstore.SlidingWindow, "a", p+"-a", 2, time.Hour),
-		newLimiter(t, s, pgstore.SlidingLog, "b", p+"-b", 3, time.Hour))
+		newLimiter(t, s, ratekit.SlidingWindow, "a", p+"-a", 2, time.Hour),
+		newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 3, time.Hour))
 	key := "k,\"}{\\ \xff'"
 	for i := int64(0); i < 3; i++ {
 		d, err := c.Allow(ctx, ratekit.Request{Key: key, Cost: 1, Parts: []ratekit.Part{{Key: key, Cost: 1}, {Key: key + "'", Cost: 1}}})

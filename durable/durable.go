@@ -8,13 +8,13 @@
 // decisions share one statement and one commit, each decided as if alone),
 // so it is exact however many processes share the database:
 //
-//   - pgstore.FixedWindow never admits more than the quota in one window.
-//   - pgstore.SlidingWindow (two-window weighted count) never admits more
+//   - ratekit.FixedWindow never admits more than the quota in one window.
+//   - ratekit.SlidingWindow (two-window weighted count) never admits more
 //     than the quota in one aligned window, so any rolling window holds at
 //     most twice the quota, and at most the quota when traffic is even.
-//   - pgstore.TokenBucket admits at most Burst + t×Quota/Window units in any
-//     interval t.
-//   - pgstore.SlidingLog never admits more than the quota in any rolling
+//   - ratekit.TokenBucket holds Quota units and refills Quota per Window:
+//     it admits at most Quota + t×Quota/Window units in any interval t.
+//   - ratekit.SlidingLog never admits more than the quota in any rolling
 //     window; it keeps one row per admitted request, for small quotas.
 //
 // Denied requests take nothing. [Limiter] implements [ratekit.Limiter],
@@ -43,17 +43,16 @@ type Config struct {
 
 	// Algorithm selects the counting algorithm (see package pgstore).
 	// Required.
-	Algorithm pgstore.Algorithm
+	Algorithm ratekit.Algorithm
 
-	// Policy is the quota: Policy.Quota units per Policy.Window (for
-	// TokenBucket, the refill rate), advertised to clients under
-	// Policy.Name. Name must pass [ratekit.ValidatePolicyName]; Quota must
+	// Policy is the quota, Policy.Quota units per Policy.Window, advertised
+	// to clients under Policy.Name exactly as given (see
+	// [ratekit.Policy]). For a TokenBucket, Quota is the burst (the bucket
+	// holds Quota units) and Window the time an empty bucket takes to
+	// fill: a bucket of burst 20 refilled at 5 per second is Quota 20,
+	// Window 4s. Name must pass [ratekit.ValidatePolicyName]; Quota must
 	// be at least 1 and Window at least 1 ms.
 	Policy ratekit.Policy
-
-	// Burst is the capacity of a TokenBucket; zero means Policy.Quota.
-	// Other algorithms refuse a non-zero Burst.
-	Burst int64
 
 	// Prefix separates this limiter's keys from other limiters' in the
 	// shared tables. Empty means Policy.Name. Two limiters with the same
@@ -86,7 +85,9 @@ type Config struct {
 	// reset elsewhere this process may keep denying the key until the
 	// cached RetryAfter ends. The cache only ever repeats a denial, so it
 	// never admits more than the database would. Requests with an
-	// IdempotencyKey bypass it. Zero disables the cache.
+	// IdempotencyKey bypass it. When full it evicts, as tokenbucket's
+	// does: among five sampled keys, the expired ones, or else the one
+	// whose RetryAfter ends first. Zero disables the cache.
 	DeniedCacheSize int
 
 	// Now is the clock of the denied cache (nil means time.Now). Decisions
@@ -114,16 +115,16 @@ var (
 // contact the database.
 func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("%w: durable: nil Store", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
 		return nil, fmt.Errorf("durable: policy name: %w", err)
 	}
 	if cfg.Policy.Quota < 1 {
-		return nil, fmt.Errorf("%w: durable: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+		return nil, fmt.Errorf("durable: %w: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
 	}
 	if cfg.DeniedCacheSize < 0 {
-		return nil, fmt.Errorf("%w: durable: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
+		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {
@@ -132,9 +133,8 @@ func New(cfg Config) (*Limiter, error) {
 	counter, err := cfg.Store.Counter(pgstore.CounterConfig{
 		Prefix:             prefix,
 		Algorithm:          cfg.Algorithm,
-		Limit:              cfg.Policy.Quota,
+		Quota:              cfg.Policy.Quota,
 		Window:             cfg.Policy.Window,
-		Burst:              cfg.Burst,
 		Durability:         cfg.Durability,
 		SynchronousCommit:  cfg.SynchronousCommit,
 		CleanupProbability: cfg.CleanupProbability,

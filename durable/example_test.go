@@ -27,7 +27,7 @@ func ExampleNew() {
 	}
 	limiter, err := durable.New(durable.Config{
 		Store:      store,
-		Algorithm:  pgstore.FixedWindow,
+		Algorithm:  ratekit.FixedWindow,
 		Policy:     ratekit.Policy{Name: "pro-daily", Quota: 1000, Window: 24 * time.Hour},
 		Durability: pgstore.Logged,
 	})
@@ -45,7 +45,7 @@ func ExampleNew_invalidPrefix() {
 	store, _ := pgstore.New(pool, pgstore.Config{})
 	_, err := durable.New(durable.Config{
 		Store:     store,
-		Algorithm: pgstore.SlidingLog,
+		Algorithm: ratekit.SlidingLog,
 		Policy:    ratekit.Policy{Name: "signup", Quota: 5, Window: time.Hour},
 		Prefix:    "signup'; DROP TABLE users; --",
 	})

@@ -26,9 +26,8 @@ func TestNewExtremes(t *testing.T) {
 	fields := map[string]func(*durable.Config, int64){
 		"Policy.Quota":    func(c *durable.Config, v int64) { c.Policy.Quota = v },
 		"Policy.Window":   func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
-		"Burst":           func(c *durable.Config, v int64) { c.Burst = v },
 		"DeniedCacheSize": func(c *durable.Config, v int64) { c.DeniedCacheSize = int(v) },
-		"Algorithm":       func(c *durable.Config, v int64) { c.Algorithm = pgstore.Algorithm(v) },
+		"Algorithm":       func(c *durable.Config, v int64) { c.Algorithm = ratekit.Algorithm(v) },
 		"Durability":      func(c *durable.Config, v int64) { c.Durability = pgstore.Durability(v) },
 	}
 	values := append([]int64{}, extremes.Ints...)

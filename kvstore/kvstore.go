@@ -87,6 +87,23 @@ type Atomic interface {
 	Update(ctx context.Context, key string, r Refill, op Op, n int64) (Result, error)
 }
 
+// Prefixer is implemented by stores that can give a key prefix a key space of
+// its own, cheaper than building prefix+key on every operation.
+//
+// Prefixed returns a Store whose key k stands for this store's key
+// prefix+k. The returned Store has the same semantics and errors as this
+// one, and implements [Atomic] when this store does. Every user of one
+// prefix must go through Prefixed: whether the returned Store's keys are
+// visible to this store's own methods under prefix+k is up to the
+// implementation. Calls with the same prefix return Stores that share their
+// keys; the empty prefix returns this store's own key space. Prefixed is
+// meant to be called once per user of a prefix (a limiter calls it at
+// construction) and is safe for concurrent use.
+type Prefixer interface {
+	Store
+	Prefixed(prefix string) Store
+}
+
 // Op is an operation of [Atomic.Update] and [Refill.Apply].
 type Op uint8
 

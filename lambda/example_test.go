@@ -20,7 +20,7 @@ import (
 func Example() {
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "api",
-		Limit:  2,
+		Quota:  2,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: []byte("an example secret of 32 bytes!!!")}},
 	})

@@ -32,7 +32,7 @@ func window(t testing.TB, limit int64, c *clock) *signedwindow.Limiter {
 	t.Helper()
 	l, err := signedwindow.New(signedwindow.Config{
 		Name:   "api",
-		Limit:  limit,
+		Quota:  limit,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: testSecret}},
 		Now:    c.Now,

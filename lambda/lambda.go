@@ -120,9 +120,9 @@ type Adapter struct {
 func New(cfg Config) (*Adapter, error) {
 	switch {
 	case cfg.Guard == nil:
-		return nil, fmt.Errorf("%w: lambda.Config.Guard is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("lambda: %w: Config.Guard is nil", ratekit.ErrInvalidConfig)
 	case cfg.Key == nil:
-		return nil, fmt.Errorf("%w: lambda.Config.Key is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("lambda: %w: Config.Key is nil", ratekit.ErrInvalidConfig)
 	}
 	return &Adapter{cfg: cfg}, nil
 }

@@ -12,7 +12,7 @@ import (
 
 // CompositeHarness describes a composite [ratekit.Limiter] under test: one
 // limiter over several policies, whose Decision carries one part per policy
-// (see [ratekit.Decision.Parts]). New and Family are required.
+// (see [ratekit.Decision.Parts]). New and ratekit.Algorithm are required.
 type CompositeHarness struct {
 	// New returns a new composite limiter over policies, in their order:
 	// Decision.Parts[i] and Request.Parts[i] belong to policies[i]. The
@@ -34,8 +34,8 @@ type CompositeHarness struct {
 	// [Harness.Advance] so that one clock serves both suites.
 	Advance func(d time.Duration)
 
-	// Family selects the counting rules of every policy, as in [Harness].
-	Family Family
+	// ratekit.Algorithm selects the counting rules of every policy, as in [Harness].
+	Algorithm ratekit.Algorithm
 
 	// ClientState reports that the limiter keeps its state in the client
 	// (Decision.State must come back as Request.State). The concurrency
@@ -90,8 +90,8 @@ type CompositeCheck struct {
 //	}
 func RunComposite(t *testing.T, h CompositeHarness) {
 	t.Helper()
-	if h.New == nil || h.Family < FixedWindow || h.Family > SlidingLog {
-		t.Fatal("limitertest: CompositeHarness.New and CompositeHarness.Family are required")
+	if h.New == nil || h.Algorithm < ratekit.FixedWindow || h.Algorithm > ratekit.SlidingLog {
+		t.Fatal("limitertest: CompositeHarness.New and CompositeHarness.Algorithm are required")
 	}
 	for _, c := range CompositeChecks() {
 		t.Run(c.Name, func(t *testing.T) {
@@ -121,8 +121,8 @@ func CompositeChecks() []CompositeCheck {
 // named after prefix.
 func twoPolicies(prefix string, small, large int64) []Config {
 	return []Config{
-		{Name: prefix + "-small", Limit: small, Window: longWindow},
-		{Name: prefix + "-large", Limit: large, Window: 2 * longWindow},
+		{Name: prefix + "-small", Quota: small, Window: longWindow},
+		{Name: prefix + "-large", Quota: large, Window: 2 * longWindow},
 	}
 }
 
@@ -201,7 +201,7 @@ func wantRemaining(what string, c *cclient, want ...int64) error {
 // single decision), wants each part's Allowed and Remaining as given, and
 // checks that the top-level Decision sums the parts up as
 // ratekit.Decision.Parts documents.
-func saneComposite(what string, d ratekit.Decision, policies []Config, fam Family, allowed []bool, remaining []int64) error {
+func saneComposite(what string, d ratekit.Decision, policies []Config, fam ratekit.Algorithm, allowed []bool, remaining []int64) error {
 	if len(d.Parts) != len(policies) {
 		return fmt.Errorf("%s: %d parts, want one per policy (%d): %+v", what, len(d.Parts), len(policies), d)
 	}
@@ -270,7 +270,7 @@ func checkEachQuota(t testing.TB, h CompositeHarness) error {
 		if err != nil {
 			return err
 		}
-		if err := saneComposite(fmt.Sprintf("step %d (part costs %v)", i+1, s.costs), d, pol, h.Family, s.allowed, s.remaining); err != nil {
+		if err := saneComposite(fmt.Sprintf("step %d (part costs %v)", i+1, s.costs), d, pol, h.Algorithm, s.allowed, s.remaining); err != nil {
 			return err
 		}
 	}
@@ -303,7 +303,7 @@ func checkDenialTakesFromNone(t testing.TB, h CompositeHarness) error {
 			return err
 		}
 		what := fmt.Sprintf("step %d (part costs %v)", i+1, s.costs)
-		if err := saneComposite(what, d, pol, h.Family, s.allowed, s.remaining); err != nil {
+		if err := saneComposite(what, d, pol, h.Algorithm, s.allowed, s.remaining); err != nil {
 			return err
 		}
 		if err := wantRemaining("after "+what, c, s.remaining...); err != nil {
@@ -353,7 +353,7 @@ func checkPartsValidation(t testing.TB, h CompositeHarness) error {
 	if err != nil {
 		return err
 	}
-	return saneComposite("parts of exactly each quota", d, pol, h.Family, []bool{true, true}, []int64{0, 0})
+	return saneComposite("parts of exactly each quota", d, pol, h.Algorithm, []bool{true, true}, []int64{0, 0})
 }
 
 func checkCompositePeek(t testing.TB, h CompositeHarness) error {
@@ -374,14 +374,14 @@ func checkCompositePeek(t testing.TB, h CompositeHarness) error {
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
-		if err := saneComposite("Peek of part costs [2 4] with [2 4] remaining", d, pol, h.Family, []bool{true, true}, []int64{2, 4}); err != nil {
+		if err := saneComposite("Peek of part costs [2 4] with [2 4] remaining", d, pol, h.Algorithm, []bool{true, true}, []int64{2, 4}); err != nil {
 			return err
 		}
 		d, err = p.Peek(ctx, c.req(1, 5))
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
-		if err := saneComposite("Peek of part costs [1 5] with [2 4] remaining", d, pol, h.Family, []bool{true, false}, []int64{2, 4}); err != nil {
+		if err := saneComposite("Peek of part costs [1 5] with [2 4] remaining", d, pol, h.Algorithm, []bool{true, false}, []int64{2, 4}); err != nil {
 			return err
 		}
 	}
@@ -392,7 +392,7 @@ func checkCompositePeek(t testing.TB, h CompositeHarness) error {
 	if err != nil {
 		return err
 	}
-	return saneComposite("after the peeks", d, pol, h.Family, []bool{true, true}, []int64{0, 0})
+	return saneComposite("after the peeks", d, pol, h.Algorithm, []bool{true, true}, []int64{0, 0})
 }
 
 func checkCompositeRefund(t testing.TB, h CompositeHarness) error {
@@ -414,7 +414,7 @@ func checkCompositeRefund(t testing.TB, h CompositeHarness) error {
 		return fmt.Errorf("refund: %w", err)
 	}
 	c.keep(d)
-	if err := saneComposite("Refund of part costs [1 3] with [1 1] remaining", d, pol, h.Family, []bool{true, true}, []int64{2, 4}); err != nil {
+	if err := saneComposite("Refund of part costs [1 3] with [1 1] remaining", d, pol, h.Algorithm, []bool{true, true}, []int64{2, 4}); err != nil {
 		return err
 	}
 	if err := wantRemaining("after the refund", c, 2, 4); err != nil {
@@ -426,14 +426,14 @@ func checkCompositeRefund(t testing.TB, h CompositeHarness) error {
 		return fmt.Errorf("refund: %w", err)
 	}
 	c.keep(d)
-	if err := saneComposite("oversized Refund", d, pol, h.Family, []bool{true, true}, []int64{3, 6}); err != nil {
+	if err := saneComposite("oversized Refund", d, pol, h.Algorithm, []bool{true, true}, []int64{3, 6}); err != nil {
 		return err
 	}
 	d, err = c.allow(3, 6)
 	if err != nil {
 		return err
 	}
-	if err := saneComposite("each full quota after an oversized refund", d, pol, h.Family, []bool{true, true}, []int64{0, 0}); err != nil {
+	if err := saneComposite("each full quota after an oversized refund", d, pol, h.Algorithm, []bool{true, true}, []int64{0, 0}); err != nil {
 		return err
 	}
 	if _, err := r.Refund(ctx, ratekit.Request{Key: c.key, Cost: 1, State: c.state, Parts: []ratekit.Part{{Key: c.key, Cost: 1}}}); !errors.Is(err, ratekit.ErrInvalidRequest) {
@@ -510,7 +510,7 @@ func checkPartKeys(t testing.TB, h CompositeHarness) error {
 		if err != nil {
 			return fmt.Errorf("step %d: %w", i+1, err)
 		}
-		if err := saneComposite(fmt.Sprintf("step %d (user %s, organisation org)", i+1, s.user), d, pol, h.Family, s.allowed, s.remaining); err != nil {
+		if err := saneComposite(fmt.Sprintf("step %d (user %s, organisation org)", i+1, s.user), d, pol, h.Algorithm, s.allowed, s.remaining); err != nil {
 			return err
 		}
 	}
@@ -538,8 +538,8 @@ func checkPartKeys(t testing.TB, h CompositeHarness) error {
 func checkCompositeConcurrency(t testing.TB, h CompositeHarness) error {
 	const small, large = 100, 200
 	pol := []Config{
-		{Name: "concurrency-small", Limit: small, Window: 24 * time.Hour},
-		{Name: "concurrency-large", Limit: large, Window: 24 * time.Hour},
+		{Name: "concurrency-small", Quota: small, Window: 24 * time.Hour},
+		{Name: "concurrency-large", Quota: large, Window: 24 * time.Hour},
 	}
 	var ls []ratekit.Limiter
 	if h.NewClients != nil {

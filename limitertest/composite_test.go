@@ -109,7 +109,7 @@ func compositeHarness(t testing.TB, fl compFlaw) limitertest.CompositeHarness {
 		f.Limiter = all
 		return f
 	}
-	return limitertest.CompositeHarness{New: build, Advance: clock.Add, Family: limitertest.FixedWindow}
+	return limitertest.CompositeHarness{New: build, Advance: clock.Add, Algorithm: ratekit.FixedWindow}
 }
 
 // TestCompositeReferencePasses: ratekit.All over correct limiters passes

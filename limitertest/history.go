@@ -99,7 +99,7 @@ func TokenBucketBound(burst, tokens int64, per, skew time.Duration) Bound {
 // units in each window aligned to the Unix epoch (window start = t − t mod
 // window, the store's clock): limit times the number of aligned windows the
 // span, widened by skew on each side, touches. It is also the guarantee of
-// the two-window weighted sliding window (pgstore.SlidingWindow), which
+// the two-window weighted sliding window (ratekit.SlidingWindow), which
 // never admits more than limit in one aligned window.
 func FixedWindowBound(limit int64, window, skew time.Duration) Bound {
 	return func(a, b time.Time) int64 {

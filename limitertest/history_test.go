@@ -89,7 +89,7 @@ func TestHistorySlidingLog(t *testing.T) {
 
 // TestHistoryRecordsRealIntervals: History.Allow measures the call.
 func TestHistoryRecordsRealIntervals(t *testing.T) {
-	l := harness(none).New(t, limitertest.Config{Name: "h", Limit: 1, Window: time.Minute})
+	l := harness(none).New(t, limitertest.Config{Name: "h", Quota: 1, Window: time.Minute})
 	var h limitertest.History
 	for i := 0; i < 3; i++ {
 		if _, err := h.Allow(context.Background(), l, ratekit.Request{Key: "k", Cost: 1}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,42 +15,27 @@ import (
 )
 
 // Config is the policy the suite asks a [Harness] to build a limiter for:
-// Limit units per Window. For a token bucket, Limit is the burst and the
-// refill rate is Limit per Window.
+// Quota units per Window, in the terms of [ratekit.Policy]. A window
+// strategy grants Quota units per Window. A token bucket has a burst of
+// Quota and refills Quota units per Window (tokenbucket.Config{Burst:
+// Quota, RefillRate: tokenbucket.Rate{Tokens: Quota, Per: Window}}), so
+// that it empties and refills like a window of the same Quota and
+// advertises the same policy.
 type Config struct {
 	// Name is a valid policy name (see ratekit.ValidatePolicyName).
 	Name string
 
-	// Limit is the quota (or burst), at least 1.
-	Limit int64
+	// Quota is the quota of a window, the burst of a token bucket; at
+	// least 1.
+	Quota int64
 
 	// Window is the quota's window, or the time a token bucket takes to
 	// refill from empty. The suite uses whole seconds.
 	Window time.Duration
 }
 
-// Family names the counting algorithm whose boundary rules apply to a
-// limiter under test.
-type Family int
-
-const (
-	// FixedWindow counts in fixed windows; the full Limit is back when a
-	// window ends.
-	FixedWindow Family = iota + 1
-
-	// SlidingWindow is the two-window weighted estimate; its RetryAfter may
-	// exceed its ResetAfter, which the suite then does not require.
-	SlidingWindow
-
-	// TokenBucket refills Limit units per Window, continuously.
-	TokenBucket
-
-	// SlidingLog counts every unit over the last Window.
-	SlidingLog
-)
-
-// Harness describes a [ratekit.Limiter] under test. New and Family are
-// required.
+// Harness describes a [ratekit.Limiter] under test. New and Algorithm
+// are required.
 type Harness struct {
 	// New returns a new limiter for cfg. Each call must return a limiter
 	// whose keys are separate from those of every limiter New returned
@@ -62,8 +48,9 @@ type Harness struct {
 	// boundaries with short windows and sleeps, with margins.
 	Advance func(d time.Duration)
 
-	// Family selects the boundary rules.
-	Family Family
+	// Algorithm is the limiter's counting algorithm; it selects the
+	// boundary rules.
+	Algorithm ratekit.Algorithm
 
 	// ClientState reports that the limiter keeps its state in the client
 	// (Decision.State must come back as Request.State). The suite then
@@ -71,7 +58,7 @@ type Harness struct {
 	ClientState bool
 
 	// MaxAdmitted, when not nil, is the most that workers goroutines
-	// making requests of cost 1 at once on one fresh key of Limit limit
+	// making requests of cost 1 at once on one fresh key of quota limit
 	// may be admitted (with no refill during the burst): the strategy's
 	// documented bound. Nil means the limiter documents exact counting:
 	// exactly limit.
@@ -92,13 +79,13 @@ const Workers = 64
 //	func TestConformance(t *testing.T) {
 //		limitertest.Run(t, limitertest.Harness{
 //			New:    func(t testing.TB, cfg limitertest.Config) ratekit.Limiter { return newMyLimiter(cfg) },
-//			Family: limitertest.TokenBucket,
+//			Algorithm: ratekit.TokenBucket,
 //		})
 //	}
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.New == nil || h.Family < FixedWindow || h.Family > SlidingLog {
-		t.Fatal("limitertest: Harness.New and Harness.Family are required")
+	if h.New == nil || h.Algorithm < ratekit.FixedWindow || h.Algorithm > ratekit.SlidingLog {
+		t.Fatal("limitertest: Harness.New and Harness.Algorithm are required")
 	}
 	for _, c := range Checks() {
 		t.Run(c.Name, func(t *testing.T) {
@@ -125,6 +112,7 @@ type Check struct {
 func Checks() []Check {
 	return []Check{
 		{"FreshKey", checkFreshKey},
+		{"AdvertisedPolicy", checkAdvertisedPolicy},
 		{"CostN", checkCostN},
 		{"ExhaustExactly", checkExhaust},
 		{"DenialTakesNothing", checkDenialTakesNothing},
@@ -164,10 +152,23 @@ func (c *client) req(cost int64) ratekit.Request {
 	return ratekit.Request{Key: c.key, Cost: cost, State: c.state}
 }
 
-func (c *client) keep(d ratekit.Decision) {
+// keep takes the client state of d and returns the error of advertised.
+func (c *client) keep(what string, d ratekit.Decision) error {
 	if c.carry && d.State != "" {
 		c.state = d.State
 	}
+	return advertised(what, d)
+}
+
+// advertised returns an error when d breaks the rule every strategy
+// advertises its policy by (see ratekit.Policy): the capacity Limit is the
+// policy's Quota (the RateLimit-Policy q), and Remaining (the RateLimit r)
+// is between 0 and it. The suite checks it on every decision it gets.
+func advertised(what string, d ratekit.Decision) error {
+	if d.Limit != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
+		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Limit, d.Remaining, d.Policy.Quota)
+	}
+	return nil
 }
 
 func (c *client) allow(cost int64) (ratekit.Decision, error) {
@@ -177,8 +178,7 @@ func (c *client) allow(cost int64) (ratekit.Decision, error) {
 	if err != nil {
 		return d, fmt.Errorf("Allow(key %.40q, cost %d): %w", c.key, cost, err)
 	}
-	c.keep(d)
-	return d, nil
+	return d, c.keep("Allow", d)
 }
 
 // want returns an error when d does not have the given outcome and
@@ -190,10 +190,10 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 	return nil
 }
 
-func sane(what string, d ratekit.Decision, cfg Config, fam Family) error {
+func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
-	case d.Limit != cfg.Limit:
-		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Limit)
+	case d.Limit != cfg.Quota:
+		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Quota)
 	case d.Remaining < 0 || d.Remaining > d.Limit:
 		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Limit)
 	case d.RetryAfter < 0 || d.ResetAfter < 0:
@@ -204,17 +204,17 @@ func sane(what string, d ratekit.Decision, cfg Config, fam Family) error {
 		return fmt.Errorf("%s: denied with RetryAfter %v, want > 0", what, d.RetryAfter)
 	case d.RetryAfter > 2*cfg.Window || d.ResetAfter > 2*cfg.Window:
 		return fmt.Errorf("%s: RetryAfter %v or ResetAfter %v beyond two windows of %v", what, d.RetryAfter, d.ResetAfter, cfg.Window)
-	case fam != SlidingWindow && d.RetryAfter > d.ResetAfter:
+	case alg != ratekit.SlidingWindow && d.RetryAfter > d.ResetAfter:
 		return fmt.Errorf("%s: RetryAfter %v after ResetAfter %v", what, d.RetryAfter, d.ResetAfter)
-	case d.Policy.Name != cfg.Name || d.Policy.Quota != cfg.Limit || d.Policy.Window != cfg.Window:
-		return fmt.Errorf("%s: Policy %+v, want name %q, quota %d, window %v", what, d.Policy, cfg.Name, cfg.Limit, cfg.Window)
+	case d.Policy.Name != cfg.Name || d.Policy.Quota != cfg.Quota || d.Policy.Window != cfg.Window:
+		return fmt.Errorf("%s: Policy %+v, want name %q, quota %d, window %v", what, d.Policy, cfg.Name, cfg.Quota, cfg.Window)
 	}
 	return nil
 }
 
 // take makes n requests of cost 1 and wants each admitted with the
 // remaining count going down from start.
-func take(c *client, n int, start int64, cfg Config, fam Family) error {
+func take(c *client, n int, start int64, cfg Config, alg ratekit.Algorithm) error {
 	for i := 0; i < n; i++ {
 		d, err := c.allow(1)
 		if err != nil {
@@ -223,7 +223,7 @@ func take(c *client, n int, start int64, cfg Config, fam Family) error {
 		if err := want(fmt.Sprintf("request %d", i+1), d, true, start-int64(i)-1); err != nil {
 			return err
 		}
-		if err := sane(fmt.Sprintf("request %d", i+1), d, cfg, fam); err != nil {
+		if err := sane(fmt.Sprintf("request %d", i+1), d, cfg, alg); err != nil {
 			return err
 		}
 	}
@@ -231,7 +231,7 @@ func take(c *client, n int, start int64, cfg Config, fam Family) error {
 }
 
 func checkFreshKey(t testing.TB, h Harness) error {
-	cfg := Config{Name: "fresh", Limit: 5, Window: longWindow}
+	cfg := Config{Name: "fresh", Quota: 5, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "fresh-key")
 	d, err := c.allow(1)
 	if err != nil {
@@ -240,11 +240,37 @@ func checkFreshKey(t testing.TB, h Harness) error {
 	if err := want("first request", d, true, 4); err != nil {
 		return err
 	}
-	return sane("first request", d, cfg, h.Family)
+	return sane("first request", d, cfg, h.Algorithm)
+}
+
+// advertisedPolicy is the RateLimit-Policy field that every limiter built
+// for the Config {Name: "advertised", Quota: 20, Window: 4s} must send,
+// whatever its algorithm: for a token bucket that is a burst of 20 refilled
+// at 5 units a second (see [ratekit.Policy] for the rule).
+const advertisedPolicy = `"advertised";q=20;w=4`
+
+// checkAdvertisedPolicy: one logical policy renders one RateLimit-Policy
+// field byte for byte, and the first request of cost 1 leaves r=19.
+func checkAdvertisedPolicy(t testing.TB, h Harness) error {
+	cfg := Config{Name: "advertised", Quota: 20, Window: 4 * time.Second}
+	c := newClient(h, h.New(t, cfg), "advertised-key")
+	d, err := c.allow(1)
+	if err != nil {
+		return err
+	}
+	hdr := http.Header{}
+	ratekit.SetHeaders(hdr, d, false)
+	if got := hdr.Get(ratekit.HeaderRateLimitPolicy); got != advertisedPolicy {
+		return fmt.Errorf("RateLimit-Policy %q, want %q (decision %+v)", got, advertisedPolicy, d)
+	}
+	if got, want := hdr.Get(ratekit.HeaderRateLimit), `"advertised";r=19;t=`; !strings.HasPrefix(got, want) {
+		return fmt.Errorf("RateLimit %q, want %q followed by t (decision %+v)", got, want, d)
+	}
+	return nil
 }
 
 func checkCostN(t testing.TB, h Harness) error {
-	cfg := Config{Name: "cost", Limit: 10, Window: longWindow}
+	cfg := Config{Name: "cost", Quota: 10, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "cost-key")
 	for _, step := range []struct {
 		cost, remaining int64
@@ -257,7 +283,7 @@ func checkCostN(t testing.TB, h Harness) error {
 		if err := want(fmt.Sprintf("cost %d", step.cost), d, step.allowed, step.remaining); err != nil {
 			return err
 		}
-		if err := sane(fmt.Sprintf("cost %d", step.cost), d, cfg, h.Family); err != nil {
+		if err := sane(fmt.Sprintf("cost %d", step.cost), d, cfg, h.Algorithm); err != nil {
 			return err
 		}
 	}
@@ -265,9 +291,9 @@ func checkCostN(t testing.TB, h Harness) error {
 }
 
 func checkExhaust(t testing.TB, h Harness) error {
-	cfg := Config{Name: "exhaust", Limit: 7, Window: longWindow}
+	cfg := Config{Name: "exhaust", Quota: 7, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "exhaust-key")
-	if err := take(c, 7, 7, cfg, h.Family); err != nil {
+	if err := take(c, 7, 7, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	for i := 0; i < 3; i++ {
@@ -278,7 +304,7 @@ func checkExhaust(t testing.TB, h Harness) error {
 		if err := want("request past the limit", d, false, 0); err != nil {
 			return err
 		}
-		if err := sane("request past the limit", d, cfg, h.Family); err != nil {
+		if err := sane("request past the limit", d, cfg, h.Algorithm); err != nil {
 			return err
 		}
 	}
@@ -286,9 +312,9 @@ func checkExhaust(t testing.TB, h Harness) error {
 }
 
 func checkDenialTakesNothing(t testing.TB, h Harness) error {
-	cfg := Config{Name: "denial", Limit: 5, Window: longWindow}
+	cfg := Config{Name: "denial", Quota: 5, Window: longWindow}
 	c := newClient(h, h.New(t, cfg), "denial-key")
-	if err := take(c, 3, 5, cfg, h.Family); err != nil {
+	if err := take(c, 3, 5, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	for i := 0; i < 3; i++ {
@@ -309,8 +335,8 @@ func checkDenialTakesNothing(t testing.TB, h Harness) error {
 
 // exhaust takes the whole limit of c's key and returns the denial that
 // follows.
-func exhaust(c *client, cfg Config, fam Family) (ratekit.Decision, error) {
-	if err := take(c, int(cfg.Limit), cfg.Limit, cfg, fam); err != nil {
+func exhaust(c *client, cfg Config, alg ratekit.Algorithm) (ratekit.Decision, error) {
+	if err := take(c, int(cfg.Quota), cfg.Quota, cfg, alg); err != nil {
 		return ratekit.Decision{}, err
 	}
 	d, err := c.allow(1)
@@ -320,7 +346,7 @@ func exhaust(c *client, cfg Config, fam Family) (ratekit.Decision, error) {
 	if err := want("request past the limit", d, false, 0); err != nil {
 		return d, err
 	}
-	return d, sane("request past the limit", d, cfg, fam)
+	return d, sane("request past the limit", d, cfg, alg)
 }
 
 // wait moves time forward by d: on the harness's clock, or by sleeping.
@@ -336,9 +362,9 @@ func wait(h Harness, d time.Duration) {
 // controlled clock, two seconds on a real one.
 func boundaryConfig(h Harness, name string) Config {
 	if h.Advance != nil {
-		return Config{Name: name, Limit: 4, Window: time.Minute}
+		return Config{Name: name, Quota: 4, Window: time.Minute}
 	}
-	return Config{Name: name, Limit: 2, Window: 2 * time.Second}
+	return Config{Name: name, Quota: 2, Window: 2 * time.Second}
 }
 
 // checkBoundary: a denied key is still denied shortly before RetryAfter
@@ -346,7 +372,7 @@ func boundaryConfig(h Harness, name string) Config {
 func checkBoundary(t testing.TB, h Harness) error {
 	cfg := boundaryConfig(h, "boundary")
 	c := newClient(h, h.New(t, cfg), "boundary-key")
-	d, err := exhaust(c, cfg, h.Family)
+	d, err := exhaust(c, cfg, h.Algorithm)
 	if err != nil {
 		return err
 	}
@@ -381,14 +407,14 @@ func checkBoundary(t testing.TB, h Harness) error {
 	if !d.Allowed {
 		return fmt.Errorf("denied once RetryAfter %v had passed: %+v", retry, d)
 	}
-	return sane("request after RetryAfter", d, cfg, h.Family)
+	return sane("request after RetryAfter", d, cfg, h.Algorithm)
 }
 
 // checkFullReset: once ResetAfter has passed, the full limit is back.
 func checkFullReset(t testing.TB, h Harness) error {
 	cfg := boundaryConfig(h, "reset-after")
 	c := newClient(h, h.New(t, cfg), "reset-after-key")
-	d, err := exhaust(c, cfg, h.Family)
+	d, err := exhaust(c, cfg, h.Algorithm)
 	if err != nil {
 		return err
 	}
@@ -396,11 +422,11 @@ func checkFullReset(t testing.TB, h Harness) error {
 	if h.Advance == nil {
 		wait(h, 50*time.Millisecond)
 	}
-	return take(c, int(cfg.Limit), cfg.Limit, cfg, h.Family)
+	return take(c, int(cfg.Quota), cfg.Quota, cfg, h.Algorithm)
 }
 
 func checkPeek(t testing.TB, h Harness) error {
-	cfg := Config{Name: "peek", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "peek", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	p, ok := l.(ratekit.Peeker)
 	if !ok {
@@ -408,13 +434,16 @@ func checkPeek(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "peek-key")
-	if err := take(c, 1, 3, cfg, h.Family); err != nil {
+	if err := take(c, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
 	defer cancel()
 	for i := 0; i < 3; i++ {
 		d, err := p.Peek(ctx, c.req(1))
+		if err == nil {
+			err = advertised("Peek", d)
+		}
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
@@ -422,6 +451,9 @@ func checkPeek(t testing.TB, h Harness) error {
 			return err
 		}
 		d, err = p.Peek(ctx, c.req(3))
+		if err == nil {
+			err = advertised("Peek", d)
+		}
 		if err != nil {
 			return fmt.Errorf("peek: %w", err)
 		}
@@ -432,11 +464,11 @@ func checkPeek(t testing.TB, h Harness) error {
 	if _, err := p.Peek(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {
 		return fmt.Errorf("peek with an empty key: %v, want ErrEmptyKey", err)
 	}
-	return take(c, 2, 2, cfg, h.Family)
+	return take(c, 2, 2, cfg, h.Algorithm)
 }
 
 func checkRefund(t testing.TB, h Harness) error {
-	cfg := Config{Name: "refund", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "refund", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Refunder)
 	if !ok {
@@ -444,7 +476,7 @@ func checkRefund(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "refund-key")
-	if _, err := exhaust(c, cfg, h.Family); err != nil {
+	if _, err := exhaust(c, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
@@ -453,27 +485,31 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err != nil {
 		return fmt.Errorf("refund: %w", err)
 	}
-	c.keep(d)
+	if err := c.keep("Refund", d); err != nil {
+		return err
+	}
 	if err := want("Refund of 2", d, true, 2); err != nil {
 		return err
 	}
-	if err := take(c, 2, 2, cfg, h.Family); err != nil {
+	if err := take(c, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after a refund of 2: %w", err)
 	}
 	// Refunds never raise the quota above the limit.
 	fresh := newClient(h, l, "refund-fresh-key")
-	if err := take(fresh, 1, 3, cfg, h.Family); err != nil {
+	if err := take(fresh, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	d, err = r.Refund(ctx, fresh.req(3))
 	if err != nil {
 		return fmt.Errorf("refund: %w", err)
 	}
-	fresh.keep(d)
+	if err := fresh.keep("Refund", d); err != nil {
+		return err
+	}
 	if err := want("Refund of 3 with 1 used", d, true, 3); err != nil {
 		return err
 	}
-	if err := take(fresh, 3, 3, cfg, h.Family); err != nil {
+	if err := take(fresh, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after an oversized refund: %w", err)
 	}
 	d, err = fresh.allow(1)
@@ -515,7 +551,9 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 	if err != nil {
 		return d, fmt.Errorf("refund: %w", err)
 	}
-	c.keep(d)
+	if err := c.keep("Refund", d); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 
@@ -523,7 +561,7 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 // recipe of ratekit.RequestFromContext leave exactly one unit used, and
 // alternating refunded and kept calls admit exactly Limit kept calls.
 func checkRefundRecipe(t testing.TB, h Harness) error {
-	cfg := Config{Name: "refund-recipe", Limit: 4, Window: longWindow}
+	cfg := Config{Name: "refund-recipe", Quota: 4, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Refunder)
 	if !ok {
@@ -550,7 +588,7 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 	if err := want("refund of the second charge", d, true, 3); err != nil {
 		return err
 	}
-	if err := take(c, 3, 3, cfg, h.Family); err != nil {
+	if err := take(c, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after charge, charge, refund (one unit used): %w", err)
 	}
 	d, err = c.allow(1)
@@ -565,7 +603,7 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 	// charge only.
 	alt := newClient(h, l, "recipe-alternating-key")
 	kept := int64(0)
-	for round := 0; round < 4*int(cfg.Limit); round++ {
+	for round := 0; round < 4*int(cfg.Quota); round++ {
 		charged, d, err := charge(alt)
 		if err != nil {
 			return err
@@ -581,14 +619,14 @@ func checkRefundRecipe(t testing.TB, h Harness) error {
 		}
 		kept++
 	}
-	if kept != cfg.Limit {
-		return fmt.Errorf("alternating kept and refunded calls: %d kept calls admitted on a limit of %d", kept, cfg.Limit)
+	if kept != cfg.Quota {
+		return fmt.Errorf("alternating kept and refunded calls: %d kept calls admitted on a limit of %d", kept, cfg.Quota)
 	}
 	return nil
 }
 
 func checkReset(t testing.TB, h Harness) error {
-	cfg := Config{Name: "reset", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "reset", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	r, ok := l.(ratekit.Resetter)
 	if !ok {
@@ -596,11 +634,11 @@ func checkReset(t testing.TB, h Harness) error {
 		return nil
 	}
 	c := newClient(h, l, "reset-key")
-	if _, err := exhaust(c, cfg, h.Family); err != nil {
+	if _, err := exhaust(c, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	other := newClient(h, l, "reset-other-key")
-	if err := take(other, 1, 3, cfg, h.Family); err != nil {
+	if err := take(other, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
 	}
 	ctx, cancel := ctxFor()
@@ -609,10 +647,10 @@ func checkReset(t testing.TB, h Harness) error {
 		return fmt.Errorf("reset: %w", err)
 	}
 	c.state = ""
-	if err := take(c, 3, 3, cfg, h.Family); err != nil {
+	if err := take(c, 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after Reset: %w", err)
 	}
-	if err := take(other, 1, 2, cfg, h.Family); err != nil {
+	if err := take(other, 1, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("another key after Reset: %w", err)
 	}
 	if err := r.Reset(ctx, "never-seen-key"); err != nil {
@@ -639,7 +677,7 @@ func isolationKeys() []string {
 }
 
 func checkKeyIsolation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "keys", Limit: 2, Window: longWindow}
+	cfg := Config{Name: "keys", Quota: 2, Window: longWindow}
 	l := h.New(t, cfg)
 	keys := isolationKeys()
 	// Each key takes one unit more than the one before it, up to the
@@ -647,7 +685,7 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 	for i, k := range keys {
 		c := newClient(h, l, k)
 		n := i%2 + 1
-		if err := take(c, n, 2, cfg, h.Family); err != nil {
+		if err := take(c, n, 2, cfg, h.Algorithm); err != nil {
 			return fmt.Errorf("key %d: %w", i, err)
 		}
 	}
@@ -658,7 +696,7 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 		if len(k2) > ratekit.MaxKeyLen {
 			k2 = "2" + k[1:]
 		}
-		if err := take(newClient(h, l, k2), 1, 2, cfg, h.Family); err != nil {
+		if err := take(newClient(h, l, k2), 1, 2, cfg, h.Algorithm); err != nil {
 			return fmt.Errorf("key %d derived: %w", i, err)
 		}
 	}
@@ -666,20 +704,20 @@ func checkKeyIsolation(t testing.TB, h Harness) error {
 }
 
 func checkPrefixIsolation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "prefix", Limit: 2, Window: longWindow}
+	cfg := Config{Name: "prefix", Quota: 2, Window: longWindow}
 	a := newClient(h, h.New(t, cfg), "shared-key")
 	b := newClient(h, h.New(t, cfg), "shared-key")
-	if _, err := exhaust(a, cfg, h.Family); err != nil {
+	if _, err := exhaust(a, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("first limiter: %w", err)
 	}
-	if err := take(b, 2, 2, cfg, h.Family); err != nil {
+	if err := take(b, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("second limiter, same config and key: %w", err)
 	}
 	return nil
 }
 
 func checkValidation(t testing.TB, h Harness) error {
-	cfg := Config{Name: "validation", Limit: 3, Window: longWindow}
+	cfg := Config{Name: "validation", Quota: 3, Window: longWindow}
 	l := h.New(t, cfg)
 	tooLong := strings.Repeat("k", ratekit.MaxKeyLen+1)
 	ctx, cancel := ctxFor()
@@ -703,30 +741,30 @@ func checkValidation(t testing.TB, h Harness) error {
 	}
 	// The invalid requests took nothing, and a key of exactly MaxKeyLen
 	// bytes is valid.
-	if err := take(newClient(h, l, "v"), 3, 3, cfg, h.Family); err != nil {
+	if err := take(newClient(h, l, "v"), 3, 3, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after invalid requests: %w", err)
 	}
-	return take(newClient(h, l, tooLong[1:]), 1, 3, cfg, h.Family)
+	return take(newClient(h, l, tooLong[1:]), 1, 3, cfg, h.Algorithm)
 }
 
 // checkConcurrency: Workers goroutines, each a client of its own, make
 // requests of cost 1 on one fresh key until 10 × Limit requests were made;
 // the admissions are counted exactly.
 func checkConcurrency(t testing.TB, h Harness) error {
-	cfg := Config{Name: "concurrency", Limit: 100, Window: longWindow}
+	cfg := Config{Name: "concurrency", Quota: 100, Window: longWindow}
 	l := h.New(t, cfg)
 	admitted, err := Burst(l, "hot-key", Workers, 10, h.ClientState)
 	if err != nil {
 		return err
 	}
 	if h.MaxAdmitted == nil {
-		if admitted != cfg.Limit {
-			return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want exactly %d", Workers, admitted, cfg.Limit, cfg.Limit)
+		if admitted != cfg.Quota {
+			return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want exactly %d", Workers, admitted, cfg.Quota, cfg.Quota)
 		}
 		return nil
 	}
-	if bound := h.MaxAdmitted(Workers, cfg.Limit); admitted < cfg.Limit || admitted > bound {
-		return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want between %d and the documented bound %d", Workers, admitted, cfg.Limit, cfg.Limit, bound)
+	if bound := h.MaxAdmitted(Workers, cfg.Quota); admitted < cfg.Quota || admitted > bound {
+		return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want between %d and the documented bound %d", Workers, admitted, cfg.Quota, cfg.Quota, bound)
 	}
 	return nil
 }
@@ -758,7 +796,10 @@ func Burst(l ratekit.Limiter, key string, workers, perWorker int, clientState bo
 					once.Do(func() { first = err })
 					return
 				}
-				c.keep(d)
+				if err := c.keep("Allow", d); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
 				if d.Allowed {
 					admitted.Add(1)
 				}

@@ -33,6 +33,8 @@ const (
 	peekTakes             // Peek takes the cost
 	stuckWindow           // the window never ends
 	refundsTwice          // Refund gives back twice the cost
+	rateAsPolicy          // advertises the refill rate per second, not the quota
+	longWindow            // advertises a window one second too long
 )
 
 var shared = struct {
@@ -69,7 +71,7 @@ func (f *fixed) validate(req ratekit.Request) error {
 	if err := req.Validate(); err != nil {
 		return err
 	}
-	if req.Cost > f.cfg.Limit {
+	if req.Cost > f.cfg.Quota {
 		return ratekit.ErrCostExceedsLimit
 	}
 	return nil
@@ -92,10 +94,16 @@ func (f *fixed) decision(w *window, allowed bool) ratekit.Decision {
 	reset := w.start.Add(f.cfg.Window).Sub(f.now())
 	d := ratekit.Decision{
 		Allowed:    allowed,
-		Limit:      f.cfg.Limit,
-		Remaining:  f.cfg.Limit - w.used,
+		Limit:      f.cfg.Quota,
+		Remaining:  f.cfg.Quota - w.used,
 		ResetAfter: reset,
-		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Limit, Window: f.cfg.Window},
+		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Quota, Window: f.cfg.Window},
+	}
+	switch f.flaw {
+	case rateAsPolicy:
+		d.Policy.Quota, d.Policy.Window = f.cfg.Quota*int64(time.Second)/int64(f.cfg.Window), time.Second
+	case longWindow:
+		d.Policy.Window += time.Second
 	}
 	if !allowed {
 		d.RetryAfter = reset
@@ -140,9 +148,9 @@ func (f *fixed) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decisio
 		runtime.Gosched()
 		unlock = f.lock()
 	}
-	allowed := used+cost <= f.cfg.Limit || f.flaw == neverDenies
+	allowed := used+cost <= f.cfg.Quota || f.flaw == neverDenies
 	if allowed || f.flaw == denialTakes {
-		w.used = min(used+cost, f.cfg.Limit)
+		w.used = min(used+cost, f.cfg.Quota)
 	}
 	return f.decision(w, allowed), nil
 }
@@ -154,7 +162,7 @@ func (f *fixed) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision
 	unlock := f.lock()
 	defer unlock()
 	w := f.win(req.Key)
-	allowed := w.used+req.Cost <= f.cfg.Limit
+	allowed := w.used+req.Cost <= f.cfg.Quota
 	if f.flaw == peekTakes && allowed {
 		w.used += req.Cost
 	}
@@ -196,8 +204,8 @@ func harness(fl flaw) limitertest.Harness {
 		New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
 			return &fixed{cfg: cfg, now: clock.Now, flaw: fl, state: map[string]*window{}}
 		},
-		Advance: clock.Add,
-		Family:  limitertest.FixedWindow,
+		Advance:   clock.Add,
+		Algorithm: ratekit.FixedWindow,
 	}
 }
 
@@ -232,6 +240,9 @@ func TestChecksCatchFlaws(t *testing.T) {
 		{peekTakes, "Peek"},
 		{stuckWindow, "FullReset"},
 		{refundsTwice, "RefundRecipe"},
+		{rateAsPolicy, "FreshKey"},
+		{rateAsPolicy, "AdvertisedPolicy"},
+		{longWindow, "AdvertisedPolicy"},
 	} {
 		t.Run(fmt.Sprintf("%s/flaw-%d", tc.check, tc.flaw), func(t *testing.T) {
 			c, ok := checks[tc.check]

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/ratekit/ratekit"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -415,7 +416,7 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 	a.prefix = append(a.prefix, c.cfg.Prefix)
 	a.key = append(a.key, []byte(key))
 	a.cost = append(a.cost, cost)
-	a.limit = append(a.limit, c.limit)
+	a.limit = append(a.limit, c.quota)
 	a.window = append(a.window, c.windowUS)
 	a.lock = append(a.lock, lock)
 	a.idem = append(a.idem, idem)
@@ -424,10 +425,10 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 	a.sync = append(a.sync, sync)
 }
 
-var batchAlgorithms = []Algorithm{FixedWindow, SlidingWindow, TokenBucket, SlidingLog}
+var batchAlgorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
-func functionIndex(d Durability, a Algorithm) int32 {
-	return int32(d)*int32(len(batchAlgorithms)) + int32(a-FixedWindow)
+func functionIndex(d Durability, a ratekit.Algorithm) int32 {
+	return int32(d)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
 }
 
 // batchSQL returns the statement that calls the decision function of each

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"github.com/ratekit/ratekit"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func TestBatchRefusedAsAWhole(t *testing.T) {
 		if err := s.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
-		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: FixedWindow, Limit: 10, Window: time.Hour, CleanupProbability: -1})
+		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratekit/ratekit"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,7 @@ func TestCoalescedDecisionsAreExact(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := 0; g < 48; g++ {
 				limit := int64(3 + g)
-				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: limit,
+				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: limit,
 					Durability: pgstore.Durability(g % 2), SynchronousCommit: g%3 == 0})
 				wg.Add(1)
 				go func() {
@@ -113,7 +114,7 @@ func TestCoalescedExactness(t *testing.T) {
 						var admitted, denied, dups atomic.Int64
 						var wg sync.WaitGroup
 						for si, s := range stores {
-							c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Limit: 100, CleanupProbability: 0.05})
+							c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05})
 							for g := 0; g < 64; g++ {
 								for i := 0; i < 3; i++ {
 									idem := ""
@@ -172,7 +173,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 			pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 			s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 10})
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 10})
 			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +183,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback(ctx)
-			if alg == pgstore.SlidingLog {
+			if alg == ratekit.SlidingLog {
 				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgstore.SlidingLogLockID(pgstore.Unlogged, c.Config().Prefix, "held")); err != nil {
 					t.Fatal(err)
 				}
@@ -234,7 +235,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 func TestLoneDecisionsAreNotBatched(t *testing.T) {
 	s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 100})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)

@@ -80,7 +80,7 @@ func NewComposite(counters ...*Counter) (*Composite, error) {
 		}
 		m.algs = append(m.algs, int64(c.cfg.Algorithm))
 		m.prefixes = append(m.prefixes, c.cfg.Prefix)
-		m.limits = append(m.limits, c.limit)
+		m.limits = append(m.limits, c.quota)
 		m.windows = append(m.windows, c.windowUS)
 		m.ttls = append(m.ttls, c.ttlUS)
 		m.idemTTL = max(m.idemTTL, c.ttlUS)
@@ -182,11 +182,11 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 		if parts != nil {
 			k, n = parts[i].Key, parts[i].Cost
 		}
-		if op != opRefund && n > c.limit {
-			return nil, fmt.Errorf("%w: part %d: cost %d, limit %d", ratekit.ErrCostExceedsLimit, i, n, c.limit)
+		if op != opRefund && n > c.quota {
+			return nil, fmt.Errorf("%w: part %d: cost %d, limit %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
 		}
 		keys[i], costs[i] = []byte(k), n
-		if c.cfg.Algorithm == SlidingLog {
+		if c.cfg.Algorithm == ratekit.SlidingLog {
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
 		}
 	}

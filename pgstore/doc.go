@@ -19,7 +19,7 @@
 // locks nothing, reads it after the state). So the decisions on a key see
 // non-decreasing times in the order they commit, and Result.Remaining is
 // exact: the takes of a concurrent burst on a fresh key report the distinct
-// values Limit-1 … 0 when no unit frees up during the burst.
+// values Quota-1 … 0 when no unit frees up during the burst.
 //
 // # Several policies, one decision
 //

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/extremes"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -21,13 +22,12 @@ func TestCounterExtremes(t *testing.T) {
 	s := newStore(t, pool)
 	prefix := pgtest.Prefix(t)
 	fields := map[string]func(*pgstore.CounterConfig, int64){
-		"Limit":        func(c *pgstore.CounterConfig, v int64) { c.Limit = v },
+		"Quota":        func(c *pgstore.CounterConfig, v int64) { c.Quota = v },
 		"Window":       func(c *pgstore.CounterConfig, v int64) { c.Window = time.Duration(v) },
-		"Burst":        func(c *pgstore.CounterConfig, v int64) { c.Burst = v },
 		"CleanupBatch": func(c *pgstore.CounterConfig, v int64) { c.CleanupBatch = int(v) },
-		"Algorithm":    func(c *pgstore.CounterConfig, v int64) { c.Algorithm = pgstore.Algorithm(v) },
+		"Algorithm":    func(c *pgstore.CounterConfig, v int64) { c.Algorithm = ratekit.Algorithm(v) },
 		"Durability":   func(c *pgstore.CounterConfig, v int64) { c.Durability = pgstore.Durability(v) },
-		"Limit=Burst":  func(c *pgstore.CounterConfig, v int64) { c.Limit, c.Burst = v, v },
+		"Quota=Window": func(c *pgstore.CounterConfig, v int64) { c.Quota, c.Window = v, time.Duration(v) },
 	}
 	values := append([]int64{}, extremes.Ints...)
 	for _, d := range extremes.Durations {
@@ -48,7 +48,7 @@ func TestCounterExtremes(t *testing.T) {
 	}
 	for _, alg := range algorithms {
 		for _, c := range cases {
-			cfg := pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Limit: 5, Window: time.Minute, CleanupProbability: -1}
+			cfg := pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 5, Window: time.Minute, CleanupProbability: -1}
 			c.set(&cfg)
 			var ctr *pgstore.Counter
 			if !extremes.Check(t, fmt.Sprintf("%v/%s", alg, c.name), func() (err error) {

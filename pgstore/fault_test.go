@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -28,7 +29,7 @@ func TestTerminateMidDecision(t *testing.T) {
 	admin := pgtest.Pool(t, url, 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 10})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 10})
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestInjectedLatency(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 100})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestServerOutage(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.TokenBucket, Limit: 100})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: 100})
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -57,7 +58,7 @@ func TestRemainingExact(t *testing.T) {
 					var counters []*pgstore.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Limit: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						}))
 					}
 					warmUp(ctx, t, counters)
@@ -67,7 +68,7 @@ func TestRemainingExact(t *testing.T) {
 							checkRemaining(t, remaining, denied, burstPools*burstGoroutines-burstLimit)
 						}
 					})
-					if alg == pgstore.SlidingLog {
+					if alg == ratekit.SlidingLog {
 						return
 					}
 					t.Run("stalled", func(t *testing.T) {
@@ -80,7 +81,7 @@ func TestRemainingExact(t *testing.T) {
 							t.Fatal(err)
 						}
 						inTx := newCounter(t, newStore(t, tx), pgstore.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Limit: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						})
 						var first pgstore.Result
 						remaining, denied := burst(ctx, t, counters, "stalled", func() {

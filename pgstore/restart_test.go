@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/pgstore"
 )
@@ -123,8 +124,8 @@ func TestServerCrashAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	logged := newCounter(t, s, pgstore.CounterConfig{Prefix: "billing", Algorithm: pgstore.FixedWindow, Limit: 10, Durability: pgstore.Logged, SynchronousCommit: true})
-	unlogged := newCounter(t, s, pgstore.CounterConfig{Prefix: "abuse", Algorithm: pgstore.FixedWindow, Limit: 10, Durability: pgstore.Unlogged})
+	logged := newCounter(t, s, pgstore.CounterConfig{Prefix: "billing", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgstore.Logged, SynchronousCommit: true})
+	unlogged := newCounter(t, s, pgstore.CounterConfig{Prefix: "abuse", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgstore.Unlogged})
 	for i := 0; i < 3; i++ {
 		for _, c := range []*pgstore.Counter{logged, unlogged} {
 			if _, err := c.Take(ctx, "k", 1, ""); err != nil {

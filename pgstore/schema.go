@@ -31,7 +31,7 @@ const maxSchemaNameLen = 63
 // still double-quotes them. The error matches [ratekit.ErrInvalidConfig].
 func ValidateSchemaName(name string) error {
 	if name == "" || len(name) > maxSchemaNameLen {
-		return fmt.Errorf("%w: pgstore: schema name must be 1 to %d bytes, got %d", ratekit.ErrInvalidConfig, maxSchemaNameLen, len(name))
+		return fmt.Errorf("pgstore: %w: schema name must be 1 to %d bytes, got %d", ratekit.ErrInvalidConfig, maxSchemaNameLen, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -39,7 +39,7 @@ func ValidateSchemaName(name string) error {
 		case 'a' <= c && c <= 'z', c == '_':
 		case '0' <= c && c <= '9' && i > 0:
 		default:
-			return fmt.Errorf("%w: pgstore: schema name %q has byte %q at %d; use lower-case letters, digits and '_'", ratekit.ErrInvalidConfig, name, c, i)
+			return fmt.Errorf("pgstore: %w: schema name %q has byte %q at %d; use lower-case letters, digits and '_'", ratekit.ErrInvalidConfig, name, c, i)
 		}
 	}
 	return nil
@@ -84,10 +84,10 @@ func SchemaSQL(schema string) (string, error) {
 			LogRaw:      d.table("log"),
 			Idem:        data.Schema + "." + d.table("idempotency"),
 			IdemRaw:     d.table("idempotency"),
-			Fixed:       data.Schema + "." + d.function(FixedWindow),
-			Sliding:     data.Schema + "." + d.function(SlidingWindow),
-			Bucket:      data.Schema + "." + d.function(TokenBucket),
-			SlidingLog:  data.Schema + "." + d.function(SlidingLog),
+			Fixed:       data.Schema + "." + d.function(ratekit.FixedWindow),
+			Sliding:     data.Schema + "." + d.function(ratekit.SlidingWindow),
+			Bucket:      data.Schema + "." + d.function(ratekit.TokenBucket),
+			SlidingLog:  data.Schema + "." + d.function(ratekit.SlidingLog),
 			Composite:   data.Schema + "." + d.table("composite"),
 		})
 	}

@@ -99,7 +99,7 @@ type Store struct {
 // created by the first decision (or by [Store.Migrate]).
 func New(db DB, cfg Config) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgstore: nil DB", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("pgstore: %w: nil DB", ratekit.ErrInvalidConfig)
 	}
 	schema := cfg.Schema
 	if schema == "" {
@@ -187,60 +187,6 @@ func (s *Store) ensureSchema(ctx context.Context) error {
 	return nil
 }
 
-// Algorithm selects how a [Counter] counts.
-type Algorithm int
-
-const (
-	// FixedWindow admits Limit units per window; windows are aligned to
-	// the Unix epoch in the database clock. Exact: the units admitted in
-	// one window never exceed Limit. A client can get up to 2×Limit
-	// through in any rolling interval of one window length that spans a
-	// window boundary.
-	FixedWindow Algorithm = iota + 1
-
-	// SlidingWindow is the two-window weighted count: the estimate of the
-	// units in the rolling window is the previous window's count weighted
-	// by the part of it still inside the rolling window, plus the current
-	// window's count. The units admitted in one aligned window never
-	// exceed Limit, so any rolling interval of one window length (which
-	// overlaps at most two aligned windows) holds at most 2×Limit; when the
-	// previous window's admissions were spread evenly it holds at most
-	// Limit.
-	SlidingWindow
-
-	// TokenBucket is a token bucket of capacity Burst refilled at Limit
-	// units per Window, computed as the generic cell rate algorithm (GCRA,
-	// ITU-T I.371) on a theoretical arrival time in integer microseconds.
-	// Exact: in any interval of length t it admits at most
-	// Burst + t/interval units, where interval is Window/Limit rounded up
-	// to a whole microsecond (the rounding only ever slows the refill).
-	TokenBucket
-
-	// SlidingLog keeps one row per admitted request and admits a request
-	// only when the units in the preceding Window plus its cost are at
-	// most Limit: exact for every rolling window. Decisions for one key
-	// are serialised by a transaction-level advisory lock inside the
-	// server-side function, so it suits small quotas ("5 sign-ups per
-	// hour") rather than hot keys.
-	SlidingLog
-)
-
-// String returns the algorithm's name as used in function names:
-// "fixed_window", "sliding_window", "token_bucket" or "sliding_log".
-func (a Algorithm) String() string {
-	switch a {
-	case FixedWindow:
-		return "fixed_window"
-	case SlidingWindow:
-		return "sliding_window"
-	case TokenBucket:
-		return "token_bucket"
-	case SlidingLog:
-		return "sliding_log"
-	}
-	return fmt.Sprintf("Algorithm(%d)", int(a))
-}
-
 // Durability selects the table a [Counter] stores its rows in.
 type Durability int
 
@@ -257,12 +203,16 @@ const (
 	Logged
 )
 
-// String returns "unlogged" or "logged".
+// String returns the durability's name as written in Go, "Unlogged" or
+// "Logged", or "Durability(n)" for an unknown value.
 func (d Durability) String() string {
-	if d == Logged {
-		return "logged"
+	switch d {
+	case Unlogged:
+		return "Unlogged"
+	case Logged:
+		return "Logged"
 	}
-	return "unlogged"
+	return "Durability(" + strconv.Itoa(int(d)) + ")"
 }
 
 func (d Durability) table(name string) string {
@@ -272,8 +222,17 @@ func (d Durability) table(name string) string {
 	return name + "_unlogged"
 }
 
-func (d Durability) function(a Algorithm) string {
-	return d.table(a.String())
+// function returns the name of the server-side function of a with d.
+func (d Durability) function(a ratekit.Algorithm) string {
+	switch a {
+	case ratekit.FixedWindow:
+		return d.table("fixed_window")
+	case ratekit.SlidingWindow:
+		return d.table("sliding_window")
+	case ratekit.TokenBucket:
+		return d.table("token_bucket")
+	}
+	return d.table("sliding_log")
 }
 
 // DefaultCleanupProbability is the probability with which a decision also
@@ -299,22 +258,37 @@ type CounterConfig struct {
 	// of letters, digits, '-', '_', '.', ':').
 	Prefix string
 
-	// Algorithm selects the counting algorithm. Required.
-	Algorithm Algorithm
+	// Algorithm selects the counting algorithm. Required. Each is exact,
+	// computed in the database on its clock in integer microseconds:
+	//
+	//   - ratekit.FixedWindow: windows aligned to the Unix epoch; the units
+	//     admitted in one window never exceed Quota, so a rolling interval
+	//     of one Window that spans a boundary holds at most 2×Quota.
+	//   - ratekit.SlidingWindow: the units admitted in one aligned window
+	//     never exceed Quota, so any rolling Window holds at most 2×Quota,
+	//     and at most Quota when the previous window's admissions were
+	//     spread evenly.
+	//   - ratekit.TokenBucket: the generic cell rate algorithm (GCRA,
+	//     ITU-T I.371) on a theoretical arrival time; in any interval of
+	//     length t it admits at most Quota + t/interval units, where
+	//     interval is Window/Quota rounded up to a whole microsecond (the rounding only ever slows the refill).
+	//   - ratekit.SlidingLog: one row per admitted request; a request is
+	//     admitted only when the units of the preceding Window plus its
+	//     cost are at most Quota, so every rolling Window is exact.
+	//     Decisions for one key are serialised by a transaction-level
+	//     advisory lock, so it suits small quotas ("5 sign-ups per hour")
+	//     rather than hot keys.
+	Algorithm ratekit.Algorithm
 
-	// Limit is the quota: units per Window for the window algorithms and
-	// the sliding log, the refill amount per Window for TokenBucket. At
-	// least 1.
-	Limit int64
+	// Quota is the number of units granted per Window, at least 1, and the
+	// most the counter admits at once (its capacity). For a TokenBucket it
+	// is the burst: the bucket holds Quota units and refills Quota per
+	// Window, one unit every Window/Quota.
+	Quota int64
 
-	// Window is the window length (the refill period for TokenBucket). At
-	// least 1 ms; stored in microseconds.
+	// Window is the window length, for a TokenBucket the time an empty
+	// bucket takes to fill. At least 1 ms; stored in microseconds.
 	Window time.Duration
-
-	// Burst is the capacity of a TokenBucket (the most units it admits at
-	// once); zero means Limit. The other algorithms refuse a non-zero
-	// Burst.
-	Burst int64
 
 	// Durability selects UNLOGGED (the zero value) or logged tables.
 	Durability Durability
@@ -326,7 +300,7 @@ type CounterConfig struct {
 	// commit record is flushed to disk: a crash of the database server
 	// (not of the client) can lose the decisions of roughly the last
 	// 3×wal_writer_delay (600 ms by default), which come back as unused
-	// quota; it never corrupts data or admits more than the limit before
+	// quota; it never corrupts data or admits more than the quota before
 	// the crash. When true, the server's own synchronous_commit setting
 	// (on by default) applies: every decision is durable (and replicated,
 	// as configured) when it returns. The setting makes no difference for
@@ -357,7 +331,7 @@ type CounterConfig struct {
 type Counter struct {
 	store    *Store
 	cfg      CounterConfig
-	limit    int64 // Burst for TokenBucket, Limit otherwise
+	quota    int64
 	windowUS int64 // window, or emission interval for TokenBucket
 	ttlUS    int64 // idempotency record lifetime
 	cleanupP float64
@@ -375,44 +349,38 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("pgstore: prefix: %w", err)
 	}
-	if cfg.Algorithm < FixedWindow || cfg.Algorithm > SlidingLog {
-		return nil, fmt.Errorf("%w: pgstore: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
+	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
+		return nil, fmt.Errorf("pgstore: %w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("%w: pgstore: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, fmt.Errorf("pgstore: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
 	}
-	if cfg.Limit < 1 {
-		return nil, fmt.Errorf("%w: pgstore: limit must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota < 1 {
+		return nil, fmt.Errorf("pgstore: %w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
-	if cfg.Limit > maxMicros {
-		return nil, fmt.Errorf("%w: pgstore: limit %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota > maxMicros {
+		return nil, fmt.Errorf("pgstore: %w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Millisecond {
-		return nil, fmt.Errorf("%w: pgstore: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
-	}
-	if cfg.Burst < 0 || (cfg.Burst != 0 && cfg.Algorithm != TokenBucket) {
-		return nil, fmt.Errorf("%w: pgstore: burst %d: only a token bucket has a burst, and it must not be negative", ratekit.ErrInvalidConfig, cfg.Burst)
+		return nil, fmt.Errorf("pgstore: %w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
-		return nil, fmt.Errorf("%w: pgstore: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
+		return nil, fmt.Errorf("pgstore: %w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
 	}
 	if cfg.CleanupBatch < 0 {
-		return nil, fmt.Errorf("%w: pgstore: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
+		return nil, fmt.Errorf("pgstore: %w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
 	}
-	c := &Counter{store: s, cfg: cfg, limit: cfg.Limit, windowUS: cfg.Window.Microseconds()}
+	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
 	// Unlogged tables write no WAL, so there is no commit to make
 	// asynchronous: skip the set_config call.
 	c.keepSyncCommit = cfg.SynchronousCommit || cfg.Durability == Unlogged
 	c.ttlUS = c.windowUS
-	if cfg.Algorithm == TokenBucket {
-		if cfg.Burst != 0 {
-			c.limit = cfg.Burst
-		}
+	if cfg.Algorithm == ratekit.TokenBucket {
 		// The emission interval, rounded up so the refill is never faster
 		// than configured.
-		c.windowUS = (cfg.Window.Microseconds() + cfg.Limit - 1) / cfg.Limit
-		if c.limit > maxMicros/c.windowUS {
-			return nil, fmt.Errorf("%w: pgstore: burst %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.limit, c.windowUS)
+		c.windowUS = (cfg.Window.Microseconds() + cfg.Quota - 1) / cfg.Quota
+		if c.quota > maxMicros/c.windowUS {
+			return nil, fmt.Errorf("pgstore: %w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
 		}
 	}
 	switch {
@@ -432,9 +400,8 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 // Config returns the configuration c was created with.
 func (c *Counter) Config() CounterConfig { return c.cfg }
 
-// Capacity returns the most units the counter admits at once: Limit, or the
-// Burst of a TokenBucket.
-func (c *Counter) Capacity() int64 { return c.limit }
+// Capacity returns the most units the counter admits at once: its Quota.
+func (c *Counter) Capacity() int64 { return c.quota }
 
 // Result is the outcome of one [Counter] operation, computed in the database
 // from the database clock.
@@ -444,7 +411,7 @@ type Result struct {
 	Allowed bool
 
 	// Remaining is the number of units available after the operation,
-	// between 0 and the capacity. For SlidingWindow it is the limit minus
+	// between 0 and the capacity. For SlidingWindow it is the quota minus
 	// the weighted estimate, rounded down.
 	Remaining int64
 
@@ -508,8 +475,8 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
-	if op != opRefund && cost > c.limit {
-		return Result{}, fmt.Errorf("%w: cost %d, limit %d", ratekit.ErrCostExceedsLimit, cost, c.limit)
+	if op != opRefund && cost > c.quota {
+		return Result{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return Result{}, err
@@ -531,7 +498,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		cleanup = c.batch
 	}
 	var lock int64
-	if c.cfg.Algorithm == SlidingLog {
+	if c.cfg.Algorithm == ratekit.SlidingLog {
 		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 	}
 	out, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
@@ -558,7 +525,7 @@ func (s *Store) sendOne(ctx context.Context, d *decision) ([5]int64, error) {
 		// pgx's generic array codec, which costs most of a decision's
 		// allocations.
 		err = s.db.QueryRow(ctx, c.query, s.mode,
-			d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.limit, c.windowUS,
+			d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
 			d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit,
 		).Scan(&raw)
 		// Retry only what never reached the server (a dead pooled

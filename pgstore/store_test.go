@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var algorithms = []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
+var algorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
 func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	t.Helper()
@@ -72,7 +72,7 @@ func TestTakePeekRefundReset(t *testing.T) {
 	for _, alg := range algorithms {
 		for _, dur := range []pgstore.Durability{pgstore.Unlogged, pgstore.Logged} {
 			t.Run(alg.String()+"/"+dur.String(), func(t *testing.T) {
-				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 5, Durability: dur})
+				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 5, Durability: dur})
 				const key = "user-1"
 				steps := []struct {
 					op        string
@@ -141,7 +141,7 @@ func TestRetryAfterAndWindowRollover(t *testing.T) {
 			// Long enough that a busy machine makes the four takes
 			// that reach a denial within one window.
 			window := time.Second
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 3, Window: window})
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 3, Window: window})
 			var denied pgstore.Result
 			for i := 0; i < 10; i++ {
 				r, err := c.Take(ctx, "k", 1, "")
@@ -178,7 +178,7 @@ func TestIdempotencyKey(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 3})
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 3})
 			r, err := c.Take(ctx, "k", 2, "invocation-1")
 			if err != nil || !r.Allowed || r.Duplicate || r.Remaining != 1 {
 				t.Fatalf("first: %+v, %v", r, err)
@@ -221,7 +221,7 @@ func TestIdempotencyAfterRefund(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 5})
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 5})
 			step := func(name string, op func(context.Context, string, int64, string) (pgstore.Result, error), wantDup bool, wantRemaining int64) {
 				t.Helper()
 				r, err := op(ctx, "k", 1, "call-7")
@@ -247,7 +247,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 10})
+			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 10})
 			var wg sync.WaitGroup
 			var fresh, dup atomic.Int64
 			for i := 0; i < 32; i++ {
@@ -298,7 +298,7 @@ func TestExactness(t *testing.T) {
 					var counters []*pgstore.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Limit: 100, CleanupProbability: 0.05,
+							Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05,
 						}))
 					}
 					const perGoroutine = 3
@@ -346,7 +346,7 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	const limit, window = 5, 400 * time.Millisecond
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.SlidingLog, Limit: limit, Window: window})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.SlidingLog, Quota: limit, Window: window})
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
@@ -416,7 +416,7 @@ func TestSynchronousCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := newStore(t, tx)
-		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
+		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: 1})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1})
 	keys := []string{
 		"o'brien", `back\slash`, `"double"`, "a\x00b", "a", "a\x00", "\xff\xfe\xfd", "\xc3\x28",
 		"'); DROP TABLE counters; --", "$1", "日本語", strings.Repeat("k", ratekit.MaxKeyLen),
@@ -479,7 +479,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("reset 10 kB key: %v", err)
 	}
 	for _, p := range []string{"x'; DROP TABLE ratekit.counters; --", "a b", "", strings.Repeat("p", 65), "ü"} {
-		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("prefix %q: %v, want ErrInvalidConfig", p, err)
 		}
 	}
@@ -488,16 +488,13 @@ func TestBadInput(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
 	s := newStore(t, pool)
-	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second}
+	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}
 	bad := map[string]func(*pgstore.CounterConfig){
 		"no algorithm":    func(c *pgstore.CounterConfig) { c.Algorithm = 0 },
 		"bad durability":  func(c *pgstore.CounterConfig) { c.Durability = 7 },
-		"zero limit":      func(c *pgstore.CounterConfig) { c.Limit = 0 },
-		"huge limit":      func(c *pgstore.CounterConfig) { c.Limit = 1 << 62 },
+		"zero limit":      func(c *pgstore.CounterConfig) { c.Quota = 0 },
+		"huge limit":      func(c *pgstore.CounterConfig) { c.Quota = 1 << 62 },
 		"short window":    func(c *pgstore.CounterConfig) { c.Window = time.Microsecond },
-		"burst on window": func(c *pgstore.CounterConfig) { c.Burst = 3 },
-		"negative burst":  func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = -1 },
-		"huge burst":      func(c *pgstore.CounterConfig) { c.Algorithm = pgstore.TokenBucket; c.Burst = 1 << 60 },
 		"probability > 1": func(c *pgstore.CounterConfig) { c.CleanupProbability = 1.5 },
 		"negative batch":  func(c *pgstore.CounterConfig) { c.CleanupBatch = -1 },
 		"prefix with ';'": func(c *pgstore.CounterConfig) { c.Prefix = "a;b" },
@@ -544,7 +541,7 @@ func TestMigrateRace(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: pgstore.SlidingLog, Limit: 100, Window: time.Hour})
+			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Quota: 100, Window: time.Hour})
 			if err != nil {
 				t.Error(err)
 				return
@@ -572,7 +569,7 @@ func TestDisableAutoMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: pgstore.FixedWindow, Limit: 1, Window: time.Second})
+	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -603,9 +600,9 @@ func TestCleanup(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := pgtest.Prefix(t)
-			c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Limit: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
+			c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
 			// Another prefix with a long window must survive.
-			other := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 2})
+			other := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 2})
 			for i := 0; i < 10; i++ {
 				if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, fmt.Sprint("i", i)); err != nil {
 					t.Fatal(err)
@@ -638,7 +635,7 @@ func TestInlineCleanup(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	prefix := pgtest.Prefix(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: pgstore.FixedWindow, Limit: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
+	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
 			t.Fatal(err)
@@ -662,7 +659,7 @@ func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
-		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Limit: 2})
+		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 2})
 		for i, want := range []bool{true, true, false} {
 			r, err := c.Take(ctx, "o'k\x00\xff", 1, "")
 			if err != nil || r.Allowed != want {

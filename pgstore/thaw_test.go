@@ -86,7 +86,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
 	const limit = 1_000_000
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: pgstore.FixedWindow, Limit: limit})
+	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
 	take := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -117,7 +117,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	time.Sleep(1500 * time.Millisecond)
 	decide := func() error { return take(timeout) }
 	if guard {
-		l, err := durable.New(durable.Config{Store: s, Algorithm: pgstore.FixedWindow, Prefix: pgtest.Prefix(t),
+		l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Prefix: pgtest.Prefix(t),
 			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour}})
 		if err != nil {
 			t.Fatal(err)

@@ -15,7 +15,7 @@ func benchLimiter(b *testing.B, cacheSize int) (*Limiter, string) {
 	b.Helper()
 	clock := newClock(t0)
 	cfg := testConfig(clock)
-	cfg.Limit = math.MaxInt64 / 2
+	cfg.Quota = math.MaxInt64 / 2
 	cfg.ReplayCacheSize = cacheSize
 	l := mustNew(b, cfg)
 	d, err := l.Allow(context.Background(), ratekit.Request{Key: "203.0.113.7", Cost: 1})

@@ -99,7 +99,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	var set strings.Builder
 	set.WriteString("composite")
 	for i, p := range cfg.Policies {
-		one, err := Config{Name: p.Name, Limit: p.Quota, Window: p.Window, Keys: cfg.Keys, Now: cfg.Now, MaxSkew: cfg.MaxSkew}.withDefaults()
+		one, err := Config{Name: p.Name, Quota: p.Quota, Window: p.Window, Keys: cfg.Keys, Now: cfg.Now, MaxSkew: cfg.MaxSkew}.withDefaults()
 		if err != nil {
 			return nil, fmt.Errorf("policy %d: %w", i, err)
 		}

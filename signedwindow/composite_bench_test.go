@@ -16,7 +16,7 @@ func BenchmarkCompositeAllow(b *testing.B) {
 	at := func() time.Time { return t0 }
 	keys := []Key{{ID: 1, Secret: secret(1)}}
 	ctx := context.Background()
-	single := mustNew(b, Config{Name: "burst", Limit: math.MaxInt64 / 2, Window: time.Second, Keys: keys, Now: at})
+	single := mustNew(b, Config{Name: "burst", Quota: math.MaxInt64 / 2, Window: time.Second, Keys: keys, Now: at})
 	comp, err := NewComposite(CompositeConfig{
 		Policies: []ratekit.Policy{
 			{Name: "burst", Quota: math.MaxInt64 / 2, Window: time.Second},

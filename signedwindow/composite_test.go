@@ -104,7 +104,7 @@ func TestCompositeTokenBinding(t *testing.T) {
 	token := d.State
 	other := dailyP
 	other.Quota = 6
-	single := mustNew(t, Config{Name: "burst", Limit: 2, Window: time.Second, Keys: keys, Now: clock.Now})
+	single := mustNew(t, Config{Name: "burst", Quota: 2, Window: time.Second, Keys: keys, Now: clock.Now})
 	sd, err := single.Allow(ctx, ratekit.Request{Key: "ip", Cost: 1})
 	if err != nil {
 		t.Fatal(err)

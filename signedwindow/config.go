@@ -56,7 +56,7 @@ type Key struct {
 	Secret []byte
 }
 
-// Config configures a [Limiter]. Zero-valued fields other than Name, Limit,
+// Config configures a [Limiter]. Zero-valued fields other than Name, Quota,
 // Window and Keys take the defaults documented on each field.
 type Config struct {
 	// Name is the policy name, checked with [ratekit.ValidatePolicyName].
@@ -64,13 +64,13 @@ type Config struct {
 	// token of one policy is worthless against another.
 	Name string
 
-	// Limit is the number of units (requests, when every Cost is 1) that a
+	// Quota is the number of units (requests, when every Cost is 1) that a
 	// client may use per window. At least 1.
-	Limit int64
+	Quota int64
 
 	// Window is the length of a window: a whole number of seconds, from 1
 	// second to MaxWindow. A client's window starts at its first request
-	// without a valid token (rounded down to the second), and its full Limit
+	// without a valid token (rounded down to the second), and its full Quota
 	// is available again when the window ends.
 	Window time.Duration
 
@@ -178,13 +178,13 @@ func (p DifficultyPolicy) Bits(used int64) int {
 func (p DifficultyPolicy) validate() error {
 	switch {
 	case p.Max < 0 || p.Max > MaxDifficulty:
-		return fmt.Errorf("%w: signedwindow: Difficulty.Max must be 0 to %d, got %d", ratekit.ErrInvalidConfig, MaxDifficulty, p.Max)
+		return fmt.Errorf("signedwindow: %w: Difficulty.Max must be 0 to %d, got %d", ratekit.ErrInvalidConfig, MaxDifficulty, p.Max)
 	case p.Base < 0 || p.Base > p.Max:
-		return fmt.Errorf("%w: signedwindow: Difficulty.Base must be 0 to Max (%d), got %d", ratekit.ErrInvalidConfig, p.Max, p.Base)
+		return fmt.Errorf("signedwindow: %w: Difficulty.Base must be 0 to Max (%d), got %d", ratekit.ErrInvalidConfig, p.Max, p.Base)
 	case p.Free < 0:
-		return fmt.Errorf("%w: signedwindow: Difficulty.Free must not be negative, got %d", ratekit.ErrInvalidConfig, p.Free)
+		return fmt.Errorf("signedwindow: %w: Difficulty.Free must not be negative, got %d", ratekit.ErrInvalidConfig, p.Free)
 	case p.Step < 0:
-		return fmt.Errorf("%w: signedwindow: Difficulty.Step must not be negative, got %d", ratekit.ErrInvalidConfig, p.Step)
+		return fmt.Errorf("signedwindow: %w: Difficulty.Step must not be negative, got %d", ratekit.ErrInvalidConfig, p.Step)
 	}
 	return nil
 }
@@ -195,23 +195,23 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
 		return cfg, fmt.Errorf("signedwindow: %w", err)
 	}
-	if cfg.Limit < 1 {
-		return cfg, fmt.Errorf("%w: signedwindow: Limit must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Limit)
+	if cfg.Quota < 1 {
+		return cfg, fmt.Errorf("signedwindow: %w: Quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Second || cfg.Window > MaxWindow || cfg.Window%time.Second != 0 {
-		return cfg, fmt.Errorf("%w: signedwindow: Window must be a whole number of seconds from 1s to %v, got %v", ratekit.ErrInvalidConfig, MaxWindow, cfg.Window)
+		return cfg, fmt.Errorf("signedwindow: %w: Window must be a whole number of seconds from 1s to %v, got %v", ratekit.ErrInvalidConfig, MaxWindow, cfg.Window)
 	}
 	if len(cfg.Keys) == 0 || len(cfg.Keys) > 256 {
-		return cfg, fmt.Errorf("%w: signedwindow: need 1 to 256 Keys, got %d", ratekit.ErrInvalidConfig, len(cfg.Keys))
+		return cfg, fmt.Errorf("signedwindow: %w: need 1 to 256 Keys, got %d", ratekit.ErrInvalidConfig, len(cfg.Keys))
 	}
 	var seen [256]bool
 	for i, k := range cfg.Keys {
 		if seen[k.ID] {
-			return cfg, fmt.Errorf("%w: signedwindow: key ID %d appears twice in Keys", ratekit.ErrInvalidConfig, k.ID)
+			return cfg, fmt.Errorf("signedwindow: %w: key ID %d appears twice in Keys", ratekit.ErrInvalidConfig, k.ID)
 		}
 		seen[k.ID] = true
 		if len(k.Secret) < MinSecretLen {
-			return cfg, fmt.Errorf("%w: signedwindow: Keys[%d] (ID %d) secret is %d bytes; need at least %d", ratekit.ErrInvalidConfig, i, k.ID, len(k.Secret), MinSecretLen)
+			return cfg, fmt.Errorf("signedwindow: %w: Keys[%d] (ID %d) secret is %d bytes; need at least %d", ratekit.ErrInvalidConfig, i, k.ID, len(k.Secret), MinSecretLen)
 		}
 	}
 	if cfg.Now == nil {
@@ -224,19 +224,19 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.MaxSkew = 0
 	}
 	if cfg.ReplayCacheSize < 0 {
-		return cfg, fmt.Errorf("%w: signedwindow: ReplayCacheSize must not be negative, got %d", ratekit.ErrInvalidConfig, cfg.ReplayCacheSize)
+		return cfg, fmt.Errorf("signedwindow: %w: ReplayCacheSize must not be negative, got %d", ratekit.ErrInvalidConfig, cfg.ReplayCacheSize)
 	}
 	if cfg.NonceLifetime == 0 {
 		cfg.NonceLifetime = DefaultNonceLifetime
 	}
 	if cfg.NonceLifetime < time.Millisecond {
-		return cfg, fmt.Errorf("%w: signedwindow: NonceLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.NonceLifetime)
+		return cfg, fmt.Errorf("signedwindow: %w: NonceLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.NonceLifetime)
 	}
 	if cfg.ChallengeLifetime == 0 {
 		cfg.ChallengeLifetime = DefaultChallengeLifetime
 	}
 	if cfg.ChallengeLifetime < time.Millisecond {
-		return cfg, fmt.Errorf("%w: signedwindow: ChallengeLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.ChallengeLifetime)
+		return cfg, fmt.Errorf("signedwindow: %w: ChallengeLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.ChallengeLifetime)
 	}
 	if cfg.Difficulty == nil {
 		cfg.Difficulty = &DefaultDifficulty

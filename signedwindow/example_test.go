@@ -19,7 +19,7 @@ func Example() {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "contact-form",
-		Limit:  2,
+		Quota:  2,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: exampleSecret}},
 		Now:    func() time.Time { return now },
@@ -51,7 +51,7 @@ func Example() {
 func ExampleLimiter_NewChallenge() {
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "contact-form",
-		Limit:  5,
+		Quota:  5,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: exampleSecret}},
 		// Small numbers so that the example runs fast; see DefaultDifficulty.
@@ -118,7 +118,7 @@ func ExampleLimiter_NewNonce() {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "newsletter",
-		Limit:  3,
+		Quota:  3,
 		Window: time.Hour,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: exampleSecret}},
 		Now:    func() time.Time { return now },
@@ -145,7 +145,7 @@ func ExampleLimiter_Refund() {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "render",
-		Limit:  10,
+		Quota:  10,
 		Window: time.Hour,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: exampleSecret}},
 		Now:    func() time.Time { return now },
@@ -167,7 +167,7 @@ func ExampleLimiter_Refund() {
 func ExampleConfig_keys() {
 	oldKey := signedwindow.Key{ID: 1, Secret: exampleSecret}
 	newKey := signedwindow.Key{ID: 2, Secret: []byte("the next secret, also 32 bytes!!")}
-	cfg := signedwindow.Config{Name: "api", Limit: 100, Window: time.Minute, Keys: []signedwindow.Key{oldKey}}
+	cfg := signedwindow.Config{Name: "api", Quota: 100, Window: time.Minute, Keys: []signedwindow.Key{oldKey}}
 	before, _ := signedwindow.New(cfg)
 	cfg.Keys = []signedwindow.Key{newKey, oldKey}
 	during, _ := signedwindow.New(cfg)

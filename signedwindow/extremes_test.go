@@ -29,7 +29,7 @@ func TestNewExtremes(t *testing.T) {
 		set   func(*Config, int64)
 	}
 	setters := []setter{
-		{"Limit", func(c *Config, v int64) { c.Limit = v }},
+		{"Limit", func(c *Config, v int64) { c.Quota = v }},
 		{"Window", func(c *Config, v int64) { c.Window = time.Duration(v) }},
 		{"MaxSkew", func(c *Config, v int64) { c.MaxSkew = time.Duration(v) }},
 		{"ReplayCacheSize", func(c *Config, v int64) { c.ReplayCacheSize = int(v) }},

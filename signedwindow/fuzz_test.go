@@ -23,7 +23,7 @@ import (
 func fuzzLimiters(f testing.TB) (l, old *Limiter) {
 	f.Helper()
 	at := func() time.Time { return t0 }
-	cfg := Config{Name: "contact-form", Limit: 5, Window: time.Minute, Now: at,
+	cfg := Config{Name: "contact-form", Quota: 5, Window: time.Minute, Now: at,
 		Keys: []Key{{ID: 8, Secret: secret(8)}, {ID: 7, Secret: secret(7)}}}
 	l = mustNew(f, cfg)
 	cfg.Keys = cfg.Keys[1:]

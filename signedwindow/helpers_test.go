@@ -23,7 +23,7 @@ func secret(b byte) []byte { return bytes.Repeat([]byte{b}, MinSecretLen) }
 func testConfig(clock *fakeClock) Config {
 	return Config{
 		Name:   "contact-form",
-		Limit:  3,
+		Quota:  3,
 		Window: time.Minute,
 		Keys:   []Key{{ID: 1, Secret: secret(1)}},
 		Now:    clock.Now,

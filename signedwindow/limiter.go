@@ -51,11 +51,11 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	kr, err := newKeyring(cfg.Keys, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signedwindow: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
 	}
 	l := &Limiter{
 		name:      cfg.Name,
-		limit:     cfg.Limit,
+		limit:     cfg.Quota,
 		window:    cfg.Window,
 		windowSec: int64(cfg.Window / time.Second),
 		now:       cfg.Now,
@@ -72,7 +72,7 @@ func New(cfg Config) (*Limiter, error) {
 	return l, nil
 }
 
-// Policy returns the limiter's policy: its name, Limit as the quota and
+// Policy returns the limiter's policy: its name, its Quota and
 // Window.
 func (l *Limiter) Policy() ratekit.Policy {
 	return ratekit.Policy{Name: l.name, Quota: l.limit, Window: l.window}
@@ -91,7 +91,7 @@ func (l *Limiter) Policy() ratekit.Policy {
 //
 // Allow returns an error, and no decision, when req is invalid (a
 // [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], or
-// [ratekit.ErrCostExceedsLimit] when req.Cost is above Limit), when ctx is
+// [ratekit.ErrCostExceedsLimit] when req.Cost is above Quota), when ctx is
 // done (the error wraps ctx.Err()), or when the clock reads a time before
 // 1970. req.IdempotencyKey is ignored: the strategy keeps no record of past
 // requests.
@@ -155,7 +155,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
 	}
 	if req.Cost > l.limit {
-		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, limit %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
+		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
 	}
 	if err := ctx.Err(); err != nil {
 		return ratekit.Decision{}, fmt.Errorf("signedwindow: %w", err)

@@ -453,7 +453,7 @@ func TestNewConfig(t *testing.T) {
 	}{
 		{"empty name", func(c *Config) { c.Name = "" }},
 		{"bad name", func(c *Config) { c.Name = "contact form" }},
-		{"zero limit", func(c *Config) { c.Limit = 0 }},
+		{"zero limit", func(c *Config) { c.Quota = 0 }},
 		{"zero window", func(c *Config) { c.Window = 0 }},
 		{"sub-second window", func(c *Config) { c.Window = 500 * time.Millisecond }},
 		{"fractional window", func(c *Config) { c.Window = 1500 * time.Millisecond }},
@@ -480,7 +480,7 @@ func TestNewConfig(t *testing.T) {
 		}
 	}
 
-	l, err := New(Config{Name: "api", Limit: 1, Window: time.Second, Keys: []Key{{ID: 0, Secret: secret(7)}}})
+	l, err := New(Config{Name: "api", Quota: 1, Window: time.Second, Keys: []Key{{ID: 0, Secret: secret(7)}}})
 	if err != nil {
 		t.Fatal(err)
 	}

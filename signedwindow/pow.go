@@ -75,7 +75,7 @@ func (l *Limiter) NewChallenge(subject string, difficulty int) (Challenge, error
 		return Challenge{}, err
 	}
 	if difficulty < 0 || difficulty > MaxDifficulty {
-		return Challenge{}, fmt.Errorf("%w: signedwindow: difficulty must be 0 to %d, got %d", ratekit.ErrInvalidRequest, MaxDifficulty, difficulty)
+		return Challenge{}, fmt.Errorf("signedwindow: %w: difficulty must be 0 to %d, got %d", ratekit.ErrInvalidRequest, MaxDifficulty, difficulty)
 	}
 	st, text, err := l.newStamp(purposeChallenge, challengeV1, challengePayload, subject, l.chalTTL, func(p []byte) {
 		p[0] = byte(difficulty)

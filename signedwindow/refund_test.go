@@ -46,7 +46,7 @@ func TestRefundFailingCallsWithoutToken(t *testing.T) {
 		t.Run(fmt.Sprintf("state=%q", failState), func(t *testing.T) {
 			clock := newClock(t0)
 			cfg := testConfig(clock)
-			cfg.Limit = 5
+			cfg.Quota = 5
 			cfg.ReplayCacheSize = 64
 			l := mustNew(t, cfg)
 			ocfg := cfg

@@ -134,7 +134,7 @@ func TestReplayCacheBound(t *testing.T) {
 func TestConcurrentReplayExact(t *testing.T) {
 	clock := newClock(t0)
 	cfg := testConfig(clock)
-	cfg.Limit = 25
+	cfg.Quota = 25
 	cfg.ReplayCacheSize = 128
 	l := mustNew(t, cfg)
 	tok := tokenAt(l, t0.Unix(), 0, alice)
@@ -166,7 +166,7 @@ func TestConcurrentReplayExact(t *testing.T) {
 func TestConcurrentChains(t *testing.T) {
 	clock := newClock(t0)
 	cfg := testConfig(clock)
-	cfg.Limit = 7
+	cfg.Quota = 7
 	cfg.Keys = []Key{{ID: 2, Secret: secret(2)}, {ID: 1, Secret: secret(1)}}
 	l := mustNew(t, cfg)
 	old := mustNew(t, testConfig(clock)) // key 1 only: rotation in flight
@@ -216,7 +216,7 @@ func TestReplayCacheJoinsWindow(t *testing.T) {
 	first := allow(t, l, alice, "") // count 1, window starting at t0
 	clock.Add(1500 * time.Millisecond)
 	d := allow(t, l, alice, "") // dropped token: joins, count 2
-	if !d.Allowed || d.Remaining != cfg.Limit-2 || !errors.Is(d.StateError, ErrTokenMissing) {
+	if !d.Allowed || d.Remaining != cfg.Quota-2 || !errors.Is(d.StateError, ErrTokenMissing) {
 		t.Fatalf("tokenless request: %+v", d)
 	}
 	tok, err := l.VerifyToken(d.State, alice)
@@ -224,16 +224,16 @@ func TestReplayCacheJoinsWindow(t *testing.T) {
 		t.Fatalf("its token: %+v, %v; want the window of %v with count 2", tok, err, t0)
 	}
 	// The first token is from the same window with a lower count: a replay.
-	if d := allow(t, l, alice, first.State); !errors.Is(d.StateError, ErrTokenReplayed) || d.Remaining != cfg.Limit-3 {
+	if d := allow(t, l, alice, first.State); !errors.Is(d.StateError, ErrTokenReplayed) || d.Remaining != cfg.Quota-3 {
 		t.Fatalf("first token after the join: %+v", d)
 	}
 	// Another subject is unaffected.
-	if d := allow(t, l, "198.51.100.1", ""); d.Remaining != cfg.Limit-1 {
+	if d := allow(t, l, "198.51.100.1", ""); d.Remaining != cfg.Quota-1 {
 		t.Fatalf("other subject: %+v", d)
 	}
 	// After the window ends, a tokenless request starts a new one.
 	clock.Add(cfg.Window)
-	if d := allow(t, l, alice, ""); d.Remaining != cfg.Limit-1 {
+	if d := allow(t, l, alice, ""); d.Remaining != cfg.Quota-1 {
 		t.Fatalf("after the window: %+v", d)
 	}
 }
@@ -245,7 +245,7 @@ func TestReplayCacheJoinsWindow(t *testing.T) {
 func TestConcurrentTokenlessExact(t *testing.T) {
 	clock := newClock(t0.Add(900 * time.Millisecond))
 	cfg := testConfig(clock)
-	cfg.Limit = 100
+	cfg.Quota = 100
 	cfg.Window = time.Hour
 	cfg.ReplayCacheSize = 128
 	l := mustNew(t, cfg)

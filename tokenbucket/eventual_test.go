@@ -175,5 +175,5 @@ func TestEventualOvershoot(t *testing.T) {
 
 func ExampleMode() {
 	fmt.Println(tokenbucket.Eventual, tokenbucket.Atomic)
-	// Output: eventual atomic
+	// Output: Eventual Atomic
 }

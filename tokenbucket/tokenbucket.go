@@ -121,7 +121,10 @@
 // # Policy
 //
 // Decisions carry Policy{Name, Quota: Burst, Window: the time to refill an
-// empty bucket (Burst × RefillRate.Per / RefillRate.Tokens)}.
+// empty bucket (Burst × RefillRate.Per / RefillRate.Tokens, rounded up to
+// the nanosecond)}, the rule of [ratekit.Policy]: a bucket of Burst 20
+// refilled at 5 per second advertises `q=20;w=4`, as durable's TokenBucket of
+// Quota 20 per 4s does.
 package tokenbucket
 
 import (
@@ -132,7 +135,6 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
-	"github.com/ratekit/ratekit/kvstore/memstore"
 )
 
 // Mode selects how a Limiter updates the store. The zero Mode is invalid, so
@@ -149,13 +151,14 @@ const (
 	Atomic
 )
 
-// String returns "eventual" or "atomic".
+// String returns the mode's name as written in Go, "Eventual" or "Atomic",
+// or "Mode(n)" for an unknown value.
 func (m Mode) String() string {
 	switch m {
 	case Eventual:
-		return "eventual"
+		return "Eventual"
 	case Atomic:
-		return "atomic"
+		return "Atomic"
 	}
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
@@ -205,7 +208,7 @@ type Config struct {
 	Now func() time.Time
 
 	// DeniedCacheSize, when positive, enables the in-process cache of denied
-	// keys and bounds its number of keys. When full it evicts as memstore
+	// keys and bounds its number of keys. When full it evicts, as durable's
 	// does: among five sampled keys, the expired ones, or else the one whose
 	// retry time comes first. Zero disables the cache; negative is invalid.
 	DeniedCacheSize int
@@ -214,9 +217,9 @@ type Config struct {
 // Limiter is a token-bucket limiter. It implements ratekit.Limiter,
 // ratekit.Peeker, ratekit.Refunder and ratekit.Resetter in both modes (see
 // the package doc for what each guarantees in Eventual mode). It keeps its
-// buckets in the store under the key Name + ":" + Request.Key (in a
-// memstore.Store, under Request.Key in the store's scope of the prefix
-// Name + ":"; see memstore.Store.Prefixed), and ignores Request.State and
+// buckets in the store under the key Name + ":" + Request.Key (in a store
+// that implements kvstore.Prefixer, such as memstore's, under Request.Key in
+// the store's key space of the prefix Name + ":"), and ignores Request.State and
 // Request.IdempotencyKey. It is safe for concurrent use.
 type Limiter struct {
 	mode   Mode
@@ -249,7 +252,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("tokenbucket: %w", err)
 	}
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w: tokenbucket %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("tokenbucket: %w: policy %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
 	}
 	if cfg.Burst < 1 {
 		return nil, invalid("Burst %d is below 1", cfg.Burst)
@@ -283,9 +286,9 @@ func New(cfg Config) (*Limiter, error) {
 		burst:  cfg.Burst,
 		prefix: cfg.Name + ":",
 	}
-	if m, ok := cfg.Store.(*memstore.Store); ok {
+	if p, ok := cfg.Store.(kvstore.Prefixer); ok {
 		// The prefix's own key space: no decision builds prefix+key.
-		l.store, l.prefix = m.Prefixed(l.prefix), ""
+		l.store, l.prefix = p.Prefixed(l.prefix), ""
 	}
 	switch cfg.Mode {
 	case Eventual:
@@ -433,7 +436,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // storeKey returns the store's key for the bucket of key: key itself in a
-// memstore scope, which is the prefix's own key space, prefix+key otherwise.
+// kvstore.Prefixer's key space, which is the prefix's own key space, prefix+key otherwise.
 func (l *Limiter) storeKey(key string) string {
 	if l.prefix == "" {
 		return key

@@ -552,7 +552,7 @@ func tokenContenders(e *env) []contender {
 	rand.Read(secret)
 	sw := func(replay int) func(limit, string) (decide, error) {
 		return func(lim limit, tag string) (decide, error) {
-			l, err := signedwindow.New(signedwindow.Config{Name: tag, Limit: lim.n, Window: lim.period,
+			l, err := signedwindow.New(signedwindow.Config{Name: tag, Quota: lim.n, Window: lim.period,
 				Keys: []signedwindow.Key{{ID: 1, Secret: secret}}, ReplayCacheSize: replay})
 			if err != nil {
 				return nil, err
@@ -728,7 +728,7 @@ func (e *env) openPostgres(ctx context.Context, maxConns int) error {
 }
 
 func pgContenders(e *env) []contender {
-	alg := func(a pgstore.Algorithm) func(limit, string) (decide, error) {
+	alg := func(a ratekit.Algorithm) func(limit, string) (decide, error) {
 		return func(lim limit, tag string) (decide, error) {
 			l, err := durable.New(durable.Config{Store: e.pgStore, Algorithm: a,
 				Policy: ratekit.Policy{Name: "compare", Quota: lim.n, Window: lim.period},
@@ -740,7 +740,7 @@ func pgContenders(e *env) []contender {
 		}
 	}
 	var cs []contender
-	for _, a := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+	for _, a := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 		cs = append(cs, contender{"ratekit durable " + a.String(), pgBackend, ours, alg(a)})
 	}
 	q := `INSERT INTO "` + e.schema + `".floor AS f (prefix, key, count) VALUES ($1, $2, 1)

@@ -95,7 +95,7 @@ func main() {
 
 func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 
-	algs := []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog}
+	algs := []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 	fmt.Printf("PostgreSQL limiter throughput vs the floor (bare upsert): %d keys, quota 1000 per %v, cleanup probability %v, MaxInFlight %d, pool min(concurrency, %d), %v per cell, median of %d run(s)\n\n",
 		keys, b.window, b.cleanup, b.maxInFlight, b.maxConns, b.duration, runs)
 	fmt.Println("| table | synchronous_commit | concurrency | subject | ops/s | p50 | p99 | % of floor |")
@@ -276,7 +276,7 @@ func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, c
 	return b.measure(ctx, conc, op)
 }
 
-func (b *bench) runLimiter(ctx context.Context, alg pgstore.Algorithm, d pgstore.Durability, sync bool, conc, maxInFlight int) (harness.Result, error) {
+func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d pgstore.Durability, sync bool, conc, maxInFlight int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, false)
 	if err != nil {
 		return harness.Result{}, err

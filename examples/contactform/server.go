@@ -125,7 +125,7 @@ func newServer(cfg config) (http.Handler, error) {
 	}
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   policyName,
-		Limit:  cfg.limit,
+		Quota:  cfg.limit,
 		Window: cfg.window,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: cfg.secret}},
 		// Catches a replayed token or a reused proof-of-work solution

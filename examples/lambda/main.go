@@ -48,7 +48,7 @@ func main() {
 func newHandler(getenv func(string) string, metrics io.Writer) (lambda.FunctionURLHandler, error) {
 	limiter, err := signedwindow.New(signedwindow.Config{
 		Name:   "hello",
-		Limit:  10,
+		Quota:  10,
 		Window: time.Minute,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: []byte(getenv("RATEKIT_SECRET"))}},
 	})

@@ -80,7 +80,7 @@ func newAPI(cfg config) (*api, error) {
 	// its own, so its counts never mix with the daily ones.
 	burst, err := durable.New(durable.Config{
 		Store:     cfg.store,
-		Algorithm: pgstore.TokenBucket,
+		Algorithm: ratekit.TokenBucket,
 		Policy:    ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
 		Prefix:    cfg.prefix + "-burst",
 	})
@@ -91,7 +91,7 @@ func newAPI(cfg config) (*api, error) {
 		Store: cfg.store,
 		// A fixed window aligned to the epoch in the database clock: the
 		// quota renews at 00:00 UTC, and no day ever admits more than 1000.
-		Algorithm: pgstore.FixedWindow,
+		Algorithm: ratekit.FixedWindow,
 		Policy:    ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour},
 		Prefix:    cfg.prefix,
 		// Calls are money: logged tables, and a decision is on disk when

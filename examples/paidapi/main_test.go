@@ -83,14 +83,14 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 	}
 	t.Cleanup(func() {
 		daily, err := durable.New(durable.Config{
-			Store: store, Algorithm: pgstore.FixedWindow, Prefix: prefix, Durability: pgstore.Logged,
+			Store: store, Algorithm: ratekit.FixedWindow, Prefix: prefix, Durability: pgstore.Logged,
 			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour},
 		})
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 		burst, err := durable.New(durable.Config{
-			Store: store, Algorithm: pgstore.TokenBucket, Prefix: prefix + "-burst",
+			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst",
 			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second},
 		})
 		if err != nil {

@@ -42,7 +42,7 @@ func TestCoalescedFaults(t *testing.T) {
 			if err := store.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			l, err := durable.New(durable.Config{Store: store, Algorithm: pgstore.FixedWindow,
+			l, err := durable.New(durable.Config{Store: store, Algorithm: ratekit.FixedWindow,
 				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour}, Prefix: pgtest.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)

@@ -62,8 +62,8 @@ func TestAllMemory(t *testing.T) {
 			}
 			return out
 		},
-		Advance: clock.Add,
-		Family:  limitertest.TokenBucket,
+		Advance:   clock.Add,
+		Algorithm: ratekit.TokenBucket,
 	})
 }
 
@@ -113,7 +113,7 @@ func TestAllRedis(t *testing.T) {
 			}
 			return out
 		},
-		Family: limitertest.TokenBucket,
+		Algorithm: ratekit.TokenBucket,
 	})
 }
 
@@ -128,7 +128,7 @@ func TestSignedWindowComposite(t *testing.T) {
 			secret++
 			ps := make([]ratekit.Policy, len(policies))
 			for i, p := range policies {
-				ps[i] = ratekit.Policy{Name: p.Name, Quota: p.Limit, Window: p.Window}
+				ps[i] = ratekit.Policy{Name: p.Name, Quota: p.Quota, Window: p.Window}
 			}
 			l, err := signedwindow.NewComposite(signedwindow.CompositeConfig{
 				Policies: ps,
@@ -141,7 +141,7 @@ func TestSignedWindowComposite(t *testing.T) {
 			return l
 		},
 		Advance:      clock.Add,
-		Family:       limitertest.FixedWindow,
+		Algorithm:    ratekit.FixedWindow,
 		ClientState:  true,
 		SameKeyParts: true,
 	})

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestSignedWindow(t *testing.T) {
 					secret++ // a key of its own: tokens of one limiter mean nothing to another
 					l, err := signedwindow.New(signedwindow.Config{
 						Name:            cfg.Name,
-						Limit:           cfg.Limit,
+						Quota:           cfg.Quota,
 						Window:          cfg.Window,
 						Keys:            []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{secret}, signedwindow.MinSecretLen)}},
 						Now:             clock.Now,
@@ -56,7 +58,7 @@ func TestSignedWindow(t *testing.T) {
 					return l
 				},
 				Advance:     clock.Add,
-				Family:      limitertest.FixedWindow,
+				Algorithm:   ratekit.FixedWindow,
 				ClientState: true,
 			}
 			if cache == 0 {
@@ -73,8 +75,8 @@ func tokenBucket(t testing.TB, cfg limitertest.Config, mode tokenbucket.Mode, st
 	t.Helper()
 	l, err := tokenbucket.New(tokenbucket.Config{
 		Name:       cfg.Name,
-		Burst:      cfg.Limit,
-		RefillRate: tokenbucket.Rate{Tokens: cfg.Limit, Per: cfg.Window},
+		Burst:      cfg.Quota,
+		RefillRate: tokenbucket.Rate{Tokens: cfg.Quota, Per: cfg.Window},
 		Mode:       mode,
 		Store:      store,
 		Now:        now,
@@ -97,8 +99,8 @@ func TestTokenBucketMemory(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, clock.Now)
 				},
-				Advance: clock.Add,
-				Family:  limitertest.TokenBucket,
+				Advance:   clock.Add,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -125,7 +127,7 @@ func TestTokenBucketRedis(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, nil)
 				},
-				Family: limitertest.TokenBucket,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -159,7 +161,7 @@ func TestTokenBucketRedisCluster(t *testing.T) {
 					}
 					return tokenBucket(t, cfg, mode, store, nil)
 				},
-				Family: limitertest.TokenBucket,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = upTo
@@ -187,9 +189,9 @@ func TestDurable(t *testing.T) {
 				t.Errorf("%s: no batch formed: the suite did not cover coalescing", srv.name)
 			}
 		})
-		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 			durabilities := []pgstore.Durability{pgstore.Unlogged}
-			if srv.name == "postgres" && alg == pgstore.TokenBucket {
+			if srv.name == "postgres" && alg == ratekit.TokenBucket {
 				durabilities = append(durabilities, pgstore.Logged)
 			}
 			for _, dur := range durabilities {
@@ -200,7 +202,7 @@ func TestDurable(t *testing.T) {
 							l, err := durable.New(durable.Config{
 								Store:      store,
 								Algorithm:  alg,
-								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Limit, Window: cfg.Window},
+								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Quota, Window: cfg.Window},
 								Prefix:     pgtest.Prefix(t),
 								Durability: dur,
 							})
@@ -209,24 +211,12 @@ func TestDurable(t *testing.T) {
 							}
 							return l
 						},
-						Family: family(alg),
+						Algorithm: alg,
 					})
 				})
 			}
 		}
 	}
-}
-
-func family(alg pgstore.Algorithm) limitertest.Family {
-	switch alg {
-	case pgstore.SlidingWindow:
-		return limitertest.SlidingWindow
-	case pgstore.TokenBucket:
-		return limitertest.TokenBucket
-	case pgstore.SlidingLog:
-		return limitertest.SlidingLog
-	}
-	return limitertest.FixedWindow
 }
 
 func randHex() string {
@@ -242,4 +232,84 @@ func deleteKeys(c redis.UniversalClient, prefix string) {
 	for iter.Next(ctx) {
 		c.Del(ctx, iter.Val())
 	}
+}
+
+// TestOnePolicyOneHeader builds the bucket of burst 20 refilled at 5 units a
+// second in every strategy that has a token bucket, in each one's own
+// configuration terms, and the windows of quota 20 per 4s, and checks that
+// all of them advertise the same RateLimit-Policy field byte for byte, and
+// r=19 after the first request: r never exceeds q.
+func TestOnePolicyOneHeader(t *testing.T) {
+	const want = `"same";q=20;w=4`
+	key := func(t *testing.T) string { return "one-policy:" + randHex() }
+	limiters := map[string]func(t *testing.T) ratekit.Limiter{
+		"tokenbucket/memory": func(t *testing.T) ratekit.Limiter {
+			store, err := memstore.New(memstore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return newBucket(t, store)
+		},
+		"tokenbucket/redis": func(t *testing.T) ratekit.Limiter {
+			client := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
+			t.Cleanup(func() { client.Close() })
+			prefix := "ratekit-test:one-policy:" + randHex() + ":"
+			t.Cleanup(func() { deleteKeys(client, prefix) })
+			store, err := redisstore.New(client, redisstore.Config{Prefix: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return newBucket(t, store)
+		},
+		"signedwindow": func(t *testing.T) ratekit.Limiter {
+			l, err := signedwindow.New(signedwindow.Config{Name: "same", Quota: 20, Window: 4 * time.Second,
+				Keys: []signedwindow.Key{{ID: 1, Secret: bytes.Repeat([]byte{7}, signedwindow.MinSecretLen)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+	}
+	store, err := pgstore.New(pgtest.Pool(t, testenv.PostgresURL(t), 2, ""), pgstore.Config{Schema: pgtest.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.SlidingLog} {
+		limiters["durable/"+alg.String()] = func(t *testing.T) ratekit.Limiter {
+			l, err := durable.New(durable.Config{Store: store, Algorithm: alg, Prefix: pgtest.Prefix(t),
+				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+	}
+	for name, newLimiter := range limiters {
+		t.Run(name, func(t *testing.T) {
+			l := newLimiter(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d, err := l.Allow(ctx, ratekit.Request{Key: key(t), Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := http.Header{}
+			ratekit.SetHeaders(h, d, false)
+			if got := h.Get(ratekit.HeaderRateLimitPolicy); got != want {
+				t.Errorf("RateLimit-Policy %q, want %q", got, want)
+			}
+			if got := h.Get(ratekit.HeaderRateLimit); !strings.HasPrefix(got, `"same";r=19;t=`) {
+				t.Errorf("RateLimit %q, want r=19", got)
+			}
+		})
+	}
+}
+
+// newBucket is tokenbucket's bucket of burst 20 refilled at 5 a second.
+func newBucket(t *testing.T, store kvstore.Store) ratekit.Limiter {
+	l, err := tokenbucket.New(tokenbucket.Config{Name: "same", Burst: 20, RefillRate: tokenbucket.PerSecond(5), Mode: tokenbucket.Atomic, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

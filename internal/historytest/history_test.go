@@ -183,7 +183,7 @@ func TestDurable(t *testing.T) {
 		{"postgres", testenv.PostgresURL(t)},
 		{"pgbouncer", testenv.PgBouncerURL(t)},
 	} {
-		for _, alg := range []pgstore.Algorithm{pgstore.FixedWindow, pgstore.SlidingWindow, pgstore.TokenBucket, pgstore.SlidingLog} {
+		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 			t.Run(srv.name+"/"+alg.String(), func(t *testing.T) {
 				t.Parallel()
 				u, err := url.Parse(srv.url)
@@ -220,11 +220,11 @@ func TestDurable(t *testing.T) {
 				}
 				var bound limitertest.Bound
 				switch alg {
-				case pgstore.FixedWindow, pgstore.SlidingWindow:
+				case ratekit.FixedWindow, ratekit.SlidingWindow:
 					bound = limitertest.FixedWindowBound(limit, window, skew)
-				case pgstore.TokenBucket:
+				case ratekit.TokenBucket:
 					bound = limitertest.TokenBucketBound(limit, limit, window, skew)
-				case pgstore.SlidingLog:
+				case ratekit.SlidingLog:
 					bound = limitertest.SlidingLogBound(limit, window, skew)
 				}
 				// Keep going until a batch formed, up to the run's limit.

@@ -35,15 +35,15 @@ func TestLimiterConformance(t *testing.T) {
 					store := newStore(t, client, dynamostore.Config{Now: clock.Now})
 					return newLimiter(t, tokenbucket.Config{
 						Name:       cfg.Name,
-						Burst:      cfg.Limit,
-						RefillRate: tokenbucket.Rate{Tokens: cfg.Limit, Per: cfg.Window},
+						Burst:      cfg.Quota,
+						RefillRate: tokenbucket.Rate{Tokens: cfg.Quota, Per: cfg.Window},
 						Mode:       mode,
 						Store:      store,
 						Now:        clock.Now,
 					})
 				},
-				Advance: clock.Add,
-				Family:  limitertest.TokenBucket,
+				Advance:   clock.Add,
+				Algorithm: ratekit.TokenBucket,
 			}
 			if mode == tokenbucket.Eventual {
 				h.MaxAdmitted = func(workers int, limit int64) int64 { return int64(workers) * limit }

@@ -132,7 +132,7 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 		r := kvstore.Refill{Max: 50, Rate: 1}
 		// The keys go to the store itself and to two scopes, which share
 		// its bound and eviction.
-		spaces := []*Scope{&s.Scope, s.Prefixed("p:"), s.Prefixed("q:")}
+		spaces := []*Scope{&s.Scope, s.Prefixed("p:").(*Scope), s.Prefixed("q:").(*Scope)}
 		var wg sync.WaitGroup
 		for w := range 16 {
 			wg.Add(1)

@@ -104,7 +104,8 @@ type Store struct {
 // A key written through a Scope is held in that Scope only: the Store's own
 // methods (the scope of the empty prefix) do not see it under prefix+k, and
 // the same holds between scopes whose prefixes overlap. Every user of one
-// prefix must therefore go through [Store.Prefixed] (tokenbucket does).
+// prefix must therefore go through [Store.Prefixed] (tokenbucket does, through
+// [kvstore.Prefixer]).
 type Scope struct {
 	s     *Store
 	index *xsync.Map[string, *entry]
@@ -137,13 +138,15 @@ var (
 	_ kvstore.Atomic = (*Store)(nil)
 	_ kvstore.Store  = (*Scope)(nil)
 	_ kvstore.Atomic = (*Scope)(nil)
+
+	_ kvstore.Prefixer = (*Store)(nil)
 )
 
 // New returns an empty Store. It returns an error matching
 // ratekit.ErrInvalidConfig when cfg.MaxKeys is negative.
 func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("%w: memstore: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
+		return nil, fmt.Errorf("memstore: %w: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
@@ -178,11 +181,14 @@ func (s *Store) clock() int64 {
 	return s.now().UnixNano()
 }
 
-// Prefixed returns the key space of prefix (see [Scope]). Every call with the
+// Prefixed returns the key space of prefix, a *[Scope] (which implements
+// [kvstore.Atomic]), implementing [kvstore.Prefixer]. Every call with the
 // same prefix returns the same Scope; the empty prefix gives the Store's own
 // keys. A Scope lives as long as its Store: it is meant to be taken once
 // per user of a prefix, such as a limiter at construction.
-func (s *Store) Prefixed(prefix string) *Scope {
+func (s *Store) Prefixed(prefix string) kvstore.Store { return s.scope(prefix) }
+
+func (s *Store) scope(prefix string) *Scope {
 	if prefix == "" {
 		return &s.Scope
 	}

@@ -298,7 +298,7 @@ func TestScopes(t *testing.T) {
 		}
 	}
 	r := kvstore.Refill{Max: 10, Rate: 1}
-	if res, err := b.Update(ctx, "k", r, kvstore.OpTake, 3); err != nil || !res.OK || res.Value != 7 {
+	if res, err := b.(kvstore.Atomic).Update(ctx, "k", r, kvstore.OpTake, 3); err != nil || !res.OK || res.Value != 7 {
 		t.Fatalf("b.Update(k) = %+v, %v; want a fresh bucket at 7", res, err)
 	}
 	for i := range 8 {

@@ -164,10 +164,10 @@ var (
 // ratekit.ErrInvalidConfig for a nil client or a prefix with braces.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: redisstore: nil client", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("redisstore: %w: nil client", ratekit.ErrInvalidConfig)
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("%w: redisstore: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
+		return nil, fmt.Errorf("redisstore: %w: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
