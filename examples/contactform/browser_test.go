@@ -451,8 +451,7 @@ func TestBrowserReplacesRefusedChallenge(t *testing.T) {
 // TestBrowserHashRate measures the proof-of-work rate of headless Chromium:
 // pow.js's synchronous SHA-256 in a worker, against crypto.subtle.digest in
 // batches of 1024 in a worker, and checks that the first is the faster and
-// at least browserHashRate's calibration on this machine's order of
-// magnitude.
+// at least of the order of browserHashRate's calibration.
 func TestBrowserHashRate(t *testing.T) {
 	ctx := browser(t)
 	base := start(t, "-pow=false")
