@@ -214,7 +214,7 @@ func (a *all) Allow(ctx context.Context, req Request) (Decision, error) {
 			return a.sum(parts)
 		}
 	}
-	s := sumParts(parts)
+	s := Combine(parts)
 	if !withState(&s, parts) {
 		if err := a.rollback(ctx, req, parts, len(parts)); err != nil {
 			return Decision{}, errors.Join(errTwoStates, err)
@@ -267,7 +267,7 @@ func (a *all) fill(ctx context.Context, req Request, parts []Decision, i int) {
 }
 
 func (a *all) sum(parts []Decision) (Decision, error) {
-	s := sumParts(parts)
+	s := Combine(parts)
 	if !withState(&s, parts) {
 		return Decision{}, errTwoStates
 	}
@@ -314,47 +314,4 @@ func (a *all) reset(ctx context.Context, key string) error {
 		}
 	}
 	return nil
-}
-
-// sumParts is internal/compose.Sum, which this package cannot import (it
-// imports this package); TestSumPartsIsComposeSum holds them equal.
-func sumParts(parts []Decision) Decision {
-	if len(parts) == 0 {
-		return Decision{}
-	}
-	allowed := true
-	for i := range parts {
-		if !parts[i].Allowed {
-			allowed = false
-			break
-		}
-	}
-	pick := -1
-	var retry time.Duration
-	for i := range parts {
-		p := &parts[i]
-		if !allowed && p.Allowed {
-			continue
-		}
-		if !p.Allowed && p.RetryAfter > retry {
-			retry = p.RetryAfter
-		}
-		if pick < 0 || p.Remaining < parts[pick].Remaining ||
-			p.Remaining == parts[pick].Remaining && p.ResetAfter > parts[pick].ResetAfter {
-			pick = i
-		}
-	}
-	m := &parts[pick]
-	d := Decision{
-		Allowed:    allowed,
-		Limit:      m.Limit,
-		Remaining:  m.Remaining,
-		ResetAfter: m.ResetAfter,
-		Policy:     m.Policy,
-		Parts:      parts,
-	}
-	if !allowed {
-		d.RetryAfter = retry
-	}
-	return d
 }

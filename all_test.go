@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"math/rand"
-	"reflect"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/compose"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/signedwindow"
@@ -208,24 +205,5 @@ func TestAllClientState(t *testing.T) {
 	}
 	if _, err := two.Allow(ctx, ratekit.Request{Key: "ip", Cost: 1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Fatalf("All of two signed windows: Allow = %v, want ErrInvalidConfig", err)
-	}
-}
-
-// TestSumPartsIsComposeSum: the root package's copy of the summing rule
-// (it cannot import internal/compose) answers as compose.Sum does.
-func TestSumPartsIsComposeSum(t *testing.T) {
-	rng := rand.New(rand.NewSource(1))
-	for i := 0; i < 10000; i++ {
-		parts := make([]ratekit.Decision, rng.Intn(4))
-		for j := range parts {
-			parts[j] = ratekit.Decision{
-				Allowed: rng.Intn(3) > 0, Limit: int64(rng.Intn(5) + 5), Remaining: int64(rng.Intn(4)),
-				RetryAfter: time.Duration(rng.Intn(4)) * time.Second, ResetAfter: time.Duration(rng.Intn(3)) * time.Second,
-				Policy: ratekit.Policy{Name: string(rune('a' + j)), Quota: int64(j)},
-			}
-		}
-		if got, want := ratekit.SumParts(parts), compose.Sum(parts); !reflect.DeepEqual(got, want) {
-			t.Fatalf("parts %+v: sumParts = %+v, compose.Sum = %+v", parts, got, want)
-		}
 	}
 }

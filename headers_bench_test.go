@@ -29,6 +29,6 @@ func BenchmarkSetHeaders(b *testing.B) {
 		benchHeaders(b, d)
 	})
 	parts := []Decision{single, {Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 51000 * time.Second, Policy: daily}}
-	composite := sumParts(parts)
+	composite := Combine(parts)
 	b.Run("composite", func(b *testing.B) { benchHeaders(b, composite) })
 }

@@ -73,7 +73,7 @@ func TestSetHeadersComposite(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{"Ratelimit": {"stale"}, "Ratelimit-Policy": {"stale"}}
-			SetHeaders(h, sumParts(tc.parts), tc.legacy)
+			SetHeaders(h, Combine(tc.parts), tc.legacy)
 			if !reflect.DeepEqual(h, tc.want) {
 				t.Errorf("SetHeaders:\n got %v\nwant %v", h, tc.want)
 			}
@@ -83,7 +83,7 @@ func TestSetHeadersComposite(t *testing.T) {
 
 func TestDeniedProblemComposite(t *testing.T) {
 	org := Policy{Name: "org", Quota: 5000, Window: time.Minute}
-	d := sumParts([]Decision{
+	d := Combine([]Decision{
 		{Allowed: false, Limit: 10, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second, Policy: burstPolicy},
 		{Allowed: true, Limit: 1000, Remaining: 5, ResetAfter: time.Hour, Policy: dailyPolicy},
 		{Allowed: false, Limit: 5000, Remaining: 1, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Policy: org},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/compose"
 	"github.com/ratekit/ratekit/pgstore"
 )
 
@@ -144,5 +143,5 @@ func (c *Composite) decision(r []pgstore.Result) ratekit.Decision {
 	for i := range r {
 		parts[i] = c.limiters[i].decision(r[i])
 	}
-	return compose.Sum(parts)
+	return ratekit.Combine(parts)
 }

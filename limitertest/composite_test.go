@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/compose"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/limitertest"
 )
@@ -57,7 +56,7 @@ func (f *flawed) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 			}
 			ds[i] = d
 		}
-		return compose.Sum(ds), nil
+		return ratekit.Combine(ds), nil
 	}
 	d, err := f.Limiter.Allow(ctx, req)
 	if f.flaw == firstRetry && !d.Allowed {
@@ -83,7 +82,7 @@ func (f *flawed) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decis
 		}
 		p, err := f.parts[0].Refund(ctx, ratekit.Request{Key: req.Parts[0].Key, Cost: req.Parts[0].Cost})
 		d.Parts[0] = p
-		return compose.Sum(d.Parts), err
+		return ratekit.Combine(d.Parts), err
 	}
 	return f.Limiter.(ratekit.Refunder).Refund(ctx, req)
 }

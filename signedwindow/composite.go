@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/compose"
 )
 
 // MaxCompositePolicies is the most policies a [Composite] takes.
@@ -274,7 +273,7 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 			parts[i].RetryAfter = reset
 		}
 	}
-	d := compose.Sum(parts)
+	d := ratekit.Combine(parts)
 	d.StateError = stateErr
 	if changed {
 		d.State = c.signToken(sc, cs, ws[:n], req.Key)

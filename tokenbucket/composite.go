@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/compose"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -203,7 +202,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 	for i, b := range c.buckets {
 		b.decide(&parts[i], res[i].OK || op == kvstore.OpRefund, res[i].Value, upd[i].N)
 	}
-	return compose.Sum(parts), nil
+	return ratekit.Combine(parts), nil
 }
 
 // Allow takes each part's cost from its policy's bucket when every bucket

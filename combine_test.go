@@ -1,4 +1,4 @@
-package compose
+package ratekit_test
 
 import (
 	"reflect"
@@ -8,7 +8,7 @@ import (
 	"github.com/ratekit/ratekit"
 )
 
-func TestSum(t *testing.T) {
+func TestCombine(t *testing.T) {
 	burst := ratekit.Policy{Name: "burst", Quota: 10, Window: time.Second}
 	daily := ratekit.Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}
 	org := ratekit.Policy{Name: "org", Quota: 5000, Window: time.Minute}
@@ -35,14 +35,14 @@ func TestSum(t *testing.T) {
 		{"one part", []ratekit.Decision{part(daily, false, 0, time.Minute, time.Hour)}, 0, false, time.Minute},
 	}
 	for _, tc := range tests {
-		d := Sum(tc.parts)
+		d := ratekit.Combine(tc.parts)
 		m := tc.parts[tc.want]
 		if d.Allowed != tc.allow || d.RetryAfter != tc.retry || d.Limit != m.Limit || d.Remaining != m.Remaining ||
 			d.ResetAfter != m.ResetAfter || d.Policy != m.Policy || !reflect.DeepEqual(d.Parts, tc.parts) {
-			t.Errorf("%s: Sum = %+v", tc.name, d)
+			t.Errorf("%s: Combine = %+v", tc.name, d)
 		}
 	}
-	if d := Sum(nil); !reflect.DeepEqual(d, ratekit.Decision{}) {
-		t.Errorf("Sum(nil) = %+v, want the zero Decision", d)
+	if d := ratekit.Combine(nil); !reflect.DeepEqual(d, ratekit.Decision{}) {
+		t.Errorf("ratekit.Combine(nil) = %+v, want the zero Decision", d)
 	}
 }

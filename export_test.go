@@ -1,4 +1,0 @@
-package ratekit
-
-// SumParts exposes sumParts to the external tests.
-var SumParts = sumParts
