@@ -197,6 +197,9 @@ func (tb *tab) send(t *testing.T, i int) (string, time.Duration) {
 		chromedp.SetValue(chromedp.ID("name"), "Ada"),
 		chromedp.SetValue(chromedp.ID("email"), "ada@example.com"),
 		chromedp.SetValue(chromedp.ID("message"), fmt.Sprintf("Hello, message %d", i)),
+		// A click on a button the page has not enabled yet (still
+		// preparing) is lost, and the poll below would wait for ever.
+		chromedp.WaitEnabled(chromedp.ID("send")),
 		chromedp.Click(chromedp.ID("send")),
 	)
 	var text string

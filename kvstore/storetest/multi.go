@@ -12,12 +12,10 @@ import (
 	"github.com/ratekit/ratekit/kvstore"
 )
 
-// runMulti checks the [kvstore.MultiAtomic] contract. On a partitioned store
+// runMulti checks the [kvstore.MultiAtomic] contract of a store that
+// implements it. On a partitioned store
 // every call names a group, so that its keys share a partition.
 func runMulti(t *testing.T, newStore func(t *testing.T) kvstore.Store) {
-	if _, ok := newStore(t).(kvstore.MultiAtomic); !ok {
-		t.Skip("storetest: store does not implement kvstore.MultiAtomic")
-	}
 	multiStore := func(t *testing.T) kvstore.MultiAtomic { return newStore(t).(kvstore.MultiAtomic) }
 	t.Run("AllOrNothing", func(t *testing.T) { testMultiAllOrNothing(t, multiStore(t)) })
 	t.Run("InvalidArguments", func(t *testing.T) { testMultiInvalid(t, multiStore(t)) })
