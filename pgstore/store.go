@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -641,26 +640,5 @@ func wrapErr(ctx context.Context, op string, err error) error {
 // bigints such as "{1,4,0,123,0}", into out, and reports whether raw was
 // exactly that.
 func parseResult(raw []byte, out *[5]int64) bool {
-	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
-		return false
-	}
-	rest := raw[1 : len(raw)-1]
-	for i := range out {
-		end := bytes.IndexByte(rest, ',')
-		if (i < len(out)-1) != (end >= 0) {
-			return false
-		}
-		if end < 0 {
-			end = len(rest)
-		}
-		n, err := strconv.ParseInt(string(rest[:end]), 10, 64)
-		if err != nil {
-			return false
-		}
-		out[i] = n
-		if end < len(rest) {
-			rest = rest[end+1:]
-		}
-	}
-	return true
+	return parseInts(raw, out[:])
 }
