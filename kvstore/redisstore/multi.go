@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -31,7 +32,7 @@ func (s *Store) multiKey(group, key string) string {
 	if group == "" {
 		return s.Key(key)
 	}
-	return s.prefix + "g" + kvstore.GroupKey(group, key)
+	return redisscript.MultiKey(s.prefix, group, key)
 }
 
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of a Lua
@@ -113,66 +114,8 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	return nil
 }
 
-// multiSource is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
-// arithmetic of updateSource. KEYS are the records' keys; ARGV[1] is the op
-// (t, p or r) and ARGV[3i-1], ARGV[3i], ARGV[3i+1] are key i's max, rate
-// and n. TIME is read once. Every key is read and refilled first; a take
-// writes only when every key holds its n. The reply is one integer per key,
-// in KEYS order, encoded as updateSource's: the level after the op when key
-// i's n units were available (or refunded), and -(level+1) when they were
-// not; when a take is refused, a key that held its units reports the level
-// it keeps.
-const multiSource = `
-local t = redis.call('TIME')
-local clock = t[1] * 1000000 + t[2]
-local op = ARGV[1]
-local k = #KEYS
-local lv, at, mx, rt, ns, all = {}, {}, {}, {}, {}, true
-for i = 1, k do
-  local max, rate, n = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
-  mx[i], rt[i], ns[i] = max, rate, n
-  local now, v = clock, max
-  local s = redis.call('GET', KEYS[i])
-  if s then
-    local j, b = string.find(s, ' ', 1, true)
-    if j then v, b = tonumber(string.sub(s, 1, j - 1)), tonumber(string.sub(s, j + 1)) end
-    if not (j and v and b) then return redis.error_reply('` + malformedMsg + `') end
-    if v > max then v = max elseif v < 0 then v = 0 end
-    if now <= b then
-      now = b
-    else
-      v = v + (now - b) * rate
-      if v > max then v = max end
-    end
-  end
-  lv[i], at[i] = v, now
-  if v < n then all = false end
-end
-local out = {}
-for i = 1, k do
-  local max, rate, n = mx[i], rt[i], ns[i]
-  local v, now = lv[i], at[i]
-  local write = false
-  if op == 'r' then
-    v = v + n
-    if v > max then v = max end
-    write = true
-  elseif op == 't' and all then
-    v = v - n
-    write = true
-  end
-  if write then
-    if v >= max then
-      redis.call('DEL', KEYS[i])
-    else
-      local ttl = (now - clock + (max - v) / rate) / 1000
-      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', ttl - ttl % 1 + 1)
-    end
-  end
-  if op ~= 'r' and lv[i] < n then out[i] = -v - 1 else out[i] = v end
-end
-return out
-`
+// multiSource is the multi-key update script, redisscript.Multi.
+const multiSource = redisscript.Multi
 
 var (
 	multiSHAOnce sync.Once
@@ -185,25 +128,5 @@ func multiSHA() string {
 	return multiSHAHex
 }
 
-// keySlot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
-// hash tag (the bytes between the first '{' and the first '}' after it, when
-// not empty) or of the whole key, modulo 16384.
-func keySlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
+// keySlot returns the Redis Cluster hash slot of key (redisscript.Slot).
+func keySlot(key string) int { return redisscript.Slot(key) }
