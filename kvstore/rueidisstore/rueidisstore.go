@@ -1,13 +1,15 @@
-// Package rueidisstore is a [kvstore.Store] and [kvstore.Atomic] on Redis
-// through rueidis (github.com/redis/rueidis), in a module of its own so that
-// ratekit's main module does not depend on it. A single server, Sentinel and
-// Redis Cluster all work, as rueidis.NewClient connects to them.
+// Package rueidisstore is a [kvstore.Store], [kvstore.Atomic] and
+// [kvstore.MultiAtomic] on Redis through rueidis (github.com/redis/rueidis),
+// in a module of its own so that ratekit's main module does not depend on
+// it. A single server, Sentinel and Redis Cluster all work, as
+// rueidis.NewClient connects to them.
 //
-// It runs the same update script as kvstore/redisstore and writes the same
-// records under the same keys (Prefix + "{" + key + "}", a Redis Cluster hash
-// tag), so the two stores can share a database and read each other's keys;
-// everything redisstore's documentation says about atomicity, replication
-// and failover holds here too.
+// It runs the same update scripts as kvstore/redisstore (the multi-key one
+// of token-bucket composites included) and writes the same records under
+// the same keys (Prefix + "{" + key + "}", a Redis Cluster hash tag), so the
+// two stores can share a database and read each other's keys; everything
+// redisstore's documentation says about atomicity, replication and failover
+// holds here too.
 //
 // What rueidis adds is auto-pipelining: concurrent commands on one
 // connection are written together and their replies read together, by a

@@ -34,7 +34,7 @@ const big = 1e12
 func near(level, want int64) bool { return level >= want && level < want+1e9 }
 
 // prefix returns a key prefix no other test or package uses.
-func prefix(t *testing.T) string {
+func prefix(t testing.TB) string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
@@ -55,7 +55,7 @@ func newClient(t *testing.T, addrs ...string) rueidis.Client {
 
 // goRedis returns a go-redis client of the shared test Redis that deletes
 // every key under p at cleanup.
-func goRedis(t *testing.T, p string) *redis.Client {
+func goRedis(t testing.TB, p string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() {

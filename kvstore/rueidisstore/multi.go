@@ -1,0 +1,124 @@
+package rueidisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratekit/ratekit/internal/redisscript"
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+var _ kvstore.MultiAtomic = (*Store)(nil)
+
+// Partitioned implements [kvstore.MultiAtomic]: it reports whether the
+// client is a Redis Cluster client (rueidis.ClientModeCluster), whose keys
+// live in hash slots that one script cannot span. A single server and a
+// Sentinel group are not partitioned.
+func (s *Store) Partitioned() bool {
+	return s.client.Mode() == rueidis.ClientModeCluster
+}
+
+// multiKey returns the Redis key of key in group: Key(key) in the empty
+// group, and otherwise the grouped key kvstore/redisstore uses, whose hash
+// tag depends on the group alone; the two stores share grouped records too.
+func (s *Store) multiKey(group, key string) string {
+	if group == "" {
+		return s.Key(key)
+	}
+	return redisscript.MultiKey(s.prefix, group, key)
+}
+
+var (
+	multiSHAOnce sync.Once
+	multiSHAHex  string
+)
+
+// multiSHA returns the SHA-1 of the multi-key script in hex, computed on
+// first use.
+func multiSHA() string {
+	multiSHAOnce.Do(func() {
+		sum := sha1.Sum([]byte(redisscript.Multi))
+		multiSHAHex = hex.EncodeToString(sum[:])
+	})
+	return multiSHAHex
+}
+
+// UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of the
+// multi-key script that kvstore/redisstore runs: it reads TIME once,
+// refills and checks every key, and writes only when the operation applies
+// to all of them, so Redis runs the whole step atomically. A server that
+// answers NOSCRIPT gets the call again with EVAL.
+//
+// It returns the errors of [kvstore.CheckMulti] and kvstore.ErrDuplicateKey
+// before contacting Redis, and, on a Redis Cluster client (see
+// Partitioned), a call in the empty group whose keys are in different hash
+// slots fails with kvstore.ErrCrossPartition before contacting Redis. A key
+// holding something no ratekit store wrote gives kvstore.ErrMalformedRecord,
+// and nothing changes.
+func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.Result) error {
+	if err := kvstore.CheckMulti(op, updates, results); err != nil {
+		return err
+	}
+	n := len(updates)
+	keys := make([]string, n)
+	for i := range updates {
+		keys[i] = s.multiKey(group, updates[i].Key)
+		for j := range i {
+			if keys[i] == keys[j] {
+				return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[i].Key)
+			}
+		}
+	}
+	if group == "" && n > 1 && s.Partitioned() {
+		// rueidis's command builder panics on keys of several slots in
+		// cluster mode: the check must come first.
+		slot := redisscript.Slot(keys[0])
+		for i := 1; i < n; i++ {
+			if redisscript.Slot(keys[i]) != slot {
+				return fmt.Errorf("%w: rueidisstore: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
+			}
+		}
+	}
+	args := make([]string, 1, 1+3*n)
+	switch op {
+	case kvstore.OpTake:
+		args[0] = "t"
+	case kvstore.OpPeek:
+		args[0] = "p"
+	default:
+		args[0] = "r"
+	}
+	for i := range updates {
+		u := &updates[i]
+		args = append(args, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(u.Refill.Rate, 10), strconv.FormatInt(u.N, 10))
+	}
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(multiSHA()).Numkeys(int64(n)).Key(keys...).Arg(args...).Build())
+	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(redisscript.Multi).Numkeys(int64(n)).Key(keys...).Arg(args...).Build())
+	}
+	vals, err := res.AsIntSlice()
+	if err != nil {
+		if strings.Contains(err.Error(), redisscript.Malformed) {
+			return kvstore.ErrMalformedRecord
+		}
+		return wrap(ctx, "EVALSHA", err)
+	}
+	if len(vals) != n {
+		return wrap(ctx, "EVALSHA", fmt.Errorf("%d results for %d keys", len(vals), n))
+	}
+	for i, v := range vals {
+		if v < 0 {
+			results[i] = kvstore.Result{OK: false, Value: -v - 1}
+		} else {
+			results[i] = kvstore.Result{OK: true, Value: v}
+		}
+	}
+	return nil
+}
