@@ -75,14 +75,18 @@ func newAPI(cfg config) (*api, error) {
 	if cfg.burstWindow == 0 {
 		cfg.burstWindow = time.Second
 	}
-	// The burst: a token bucket of cfg.burst calls refilled over a second,
-	// in UNLOGGED tables (it is abuse control, not billing). Its prefix is
-	// its own, so its counts never mix with the daily ones.
+	// The burst: a token bucket of cfg.burst calls refilled over a second.
+	// Its prefix is its own, so its counts never mix with the daily ones.
+	// It lives in logged tables like the daily quota: a composite decides
+	// in one transaction over tables of one durability, and that
+	// transaction commits synchronously for the daily row anyway, so
+	// logging the burst's row costs little more.
 	burst, err := durable.New(durable.Config{
-		Store:     cfg.store,
-		Algorithm: ratekit.TokenBucket,
-		Policy:    ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
-		Prefix:    cfg.prefix + "-burst",
+		Store:      cfg.store,
+		Algorithm:  ratekit.TokenBucket,
+		Policy:     ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
+		Prefix:     cfg.prefix + "-burst",
+		Durability: pgstore.Logged,
 	})
 	if err != nil {
 		return nil, err
@@ -102,18 +106,13 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Both policies decide each call: the burst first, so that a call the
-	// daily quota denies only gives back a burst unit, and the daily
-	// quota, which is money, is never taken and given back. ratekit.All
-	// asks them in turn (two round trips); a backend composite
-	// (durable.NewComposite) would decide both in one.
-	all, err := ratekit.All(burst, daily)
+	// Both policies decide each call together, in one statement (one round
+	// trip, one transaction, row locks in a fixed order): a call counts
+	// against both or against neither, so the daily quota, which is money,
+	// is never taken and given back.
+	limiter, err := durable.NewComposite(burst, daily)
 	if err != nil {
 		return nil, err
-	}
-	limiter, ok := all.(quotaLimiter)
-	if !ok {
-		return nil, fmt.Errorf("the composite of two durable limiters is a %T, not a Peeker, Refunder and Resetter", all)
 	}
 	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
 		Limiter: limiter,

@@ -1,8 +1,9 @@
 // Command paidapi is a paid API tier on AWS Lambda behind an API Gateway HTTP
 // API: each API key may make 1000 calls a day (UTC), counted exactly in
 // PostgreSQL by ratekit's durable strategy, and at most 10 a second (a token
-// bucket in front of the daily quota; both policies decide every call
-// through ratekit.All, and both show in the RateLimit fields). A call whose
+// bucket next to the daily quota; both policies decide every call together
+// in one statement through durable.NewComposite, and both show in the
+// RateLimit fields). A call whose
 // downstream work fails is refunded, and a retried call that sends the same
 // Idempotency-Key header is charged once.
 //

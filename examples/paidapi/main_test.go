@@ -21,6 +21,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratekit/ratekit"
@@ -90,18 +91,23 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 			t.Errorf("cleanup: %v", err)
 		}
 		burst, err := durable.New(durable.Config{
-			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst",
+			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst", Durability: pgstore.Logged,
 			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second},
 		})
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
-		for _, l := range []*durable.Limiter{daily, burst} {
-			for _, k := range apiKeys {
-				key, _ := ratekit.APIKey(k)
-				if err := l.Reset(context.Background(), key); err != nil {
-					t.Errorf("cleanup: %v", err)
-				}
+		// The API's composite: its Reset forgets both policies' counters
+		// and its own idempotency records, in one statement.
+		c, err := durable.NewComposite(burst, daily)
+		if err != nil {
+			t.Errorf("cleanup: %v", err)
+			return
+		}
+		for _, k := range apiKeys {
+			key, _ := ratekit.APIKey(k)
+			if err := c.Reset(context.Background(), key); err != nil {
+				t.Errorf("cleanup: %v", err)
 			}
 		}
 		pool.Close()
@@ -483,3 +489,60 @@ func mustEvent(t *testing.T, apiKey string) []byte {
 	payload, _ := json.Marshal(ev)
 	return payload
 }
+
+// Each call is decided in one statement, both policies together: the
+// composite's single round trip, where two limiters asked in turn took two.
+func TestOneStatementPerCall(t *testing.T) {
+	prefix := unique(t)
+	customer := "customer-" + prefix
+	store := testStore(t, prefix, 5, customer) // forgets the key afterwards
+	tr := &statementCounter{}
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tr
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	traced, err := pgstore.New(pool, pgstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAPI(config{
+		store: traced, prefix: prefix, quota: 5, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
+		quote: func(context.Context, string) (float64, error) { return 1, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := awslambda.NewHandler(a.handler)
+	if r := call(t, h, customer, "ACME", ""); r.status != 200 { // the first call checks the schema
+		t.Fatalf("first call: %d %s", r.status, r.body)
+	}
+	tr.Statements.Store(0)
+	for i := 0; i < 3; i++ {
+		if r := call(t, h, customer, "ACME", fmt.Sprint("idem-", i)); r.status != 200 ||
+			!strings.Contains(r.headers.Get("RateLimit"), fmt.Sprintf(`, "paid-tier";r=%d;t=`, 3-i)) {
+			t.Fatalf("call %d: %d %v %s", i+2, r.status, r.headers, r.body)
+		}
+	}
+	if n := tr.Statements.Load(); n != 3 {
+		t.Fatalf("3 calls sent %d statements, want 3 (one per call for both policies)", n)
+	}
+}
+
+// statementCounter is a pgx.QueryTracer that counts statements.
+type statementCounter struct{ Statements atomic.Int64 }
+
+func (c *statementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.Statements.Add(1)
+	return ctx
+}
+
+func (c *statementCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
