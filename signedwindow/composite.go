@@ -217,60 +217,62 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 	cs := c.scratch.Get().(*cscratch)
 	defer c.scratch.Put(cs)
 
-	var ws, olds [MaxCompositePolicies]cwin
-	kid, stateErr := c.readToken(sc, cs, req.State, req.Key, now, olds[:len(c.policies)])
-	valid := stateErr == nil
 	n := len(c.policies)
+	// ws holds each policy's window: read from the token, then updated in
+	// place. Arrays sized for MaxCompositePolicies stay on the stack.
+	var wsBuf [MaxCompositePolicies]cwin
+	ws := wsBuf[:n]
+	kid, stateErr := c.readToken(sc, cs, req.State, req.Key, now, ws)
+	valid := stateErr == nil
 	changed := !valid || kid != signer.id
-	var live [MaxCompositePolicies]bool
-	for i := 0; i < n; i++ {
-		w := olds[i]
-		live[i] = valid && nowSec < w.start+c.windows[i] && nowSec < w.start+w.ttl
-		if !live[i] {
+	// The parts are the Decision's own (one allocation), filled in place.
+	parts := make([]ratekit.Decision, n)
+	var (
+		costs [MaxCompositePolicies]int64
+		live  [MaxCompositePolicies]bool // policy i's window in the token is still running
+	)
+	all := true
+	for i := range ws {
+		w := &ws[i]
+		if valid && nowSec < w.start+c.windows[i] && nowSec < w.start+w.ttl {
+			live[i] = true
+		} else {
 			// No window, or this policy's window has ended: a fresh one.
-			w = cwin{start: nowSec, ttl: c.windows[i]}
+			*w = cwin{start: nowSec, ttl: c.windows[i]}
 			changed = true
 		}
-		ws[i] = w
-	}
-	cost := func(i int) int64 {
+		cost := req.Cost
 		if req.Parts != nil {
-			return req.Parts[i].Cost
+			cost = req.Parts[i].Cost
 		}
-		return req.Cost
-	}
-	all := true
-	var allowed [MaxCompositePolicies]bool
-	for i := 0; i < n; i++ {
-		allowed[i] = op == opRefund || ws[i].count <= c.policies[i].Quota-cost(i)
-		all = all && allowed[i]
+		costs[i] = cost
+		ok := op == opRefund || w.count <= c.policies[i].Quota-cost
+		parts[i].Allowed = ok
+		all = all && ok
 	}
 	switch {
 	case op == opAllow && all:
-		for i := 0; i < n; i++ {
-			ws[i].count += cost(i)
+		for i := range ws {
+			ws[i].count += costs[i]
 		}
 		changed = true
 	case op == opRefund:
-		for i := 0; i < n; i++ {
+		for i := range ws {
 			if live[i] && ws[i].count > 0 {
-				ws[i].count = max(ws[i].count-cost(i), 0)
+				ws[i].count = max(ws[i].count-costs[i], 0)
 				changed = true
 			}
 		}
 	}
-	parts := make([]ratekit.Decision, n)
-	for i, p := range c.policies {
+	for i := range parts {
+		p, d := &c.policies[i], &parts[i]
 		reset := time.Unix(ws[i].start+c.windows[i], 0).Sub(now)
-		parts[i] = ratekit.Decision{
-			Allowed:    allowed[i],
-			Limit:      p.Quota,
-			Remaining:  min(max(p.Quota-ws[i].count, 0), p.Quota),
-			ResetAfter: reset,
-			Policy:     p,
-		}
-		if !allowed[i] {
-			parts[i].RetryAfter = reset
+		d.Limit = p.Quota
+		d.Remaining = min(max(p.Quota-ws[i].count, 0), p.Quota)
+		d.ResetAfter = reset
+		d.Policy = *p
+		if !d.Allowed {
+			d.RetryAfter = reset
 		}
 	}
 	d := ratekit.Combine(parts)

@@ -33,7 +33,7 @@ type CompositeConfig struct {
 	Mode Mode
 
 	// Store keeps the buckets; it must implement kvstore.MultiAtomic
-	// (memstore and redisstore do).
+	// (memstore, redisstore and rueidisstore do).
 	Store kvstore.Store
 
 	// Group, when true, keeps every bucket of a decision in the group of

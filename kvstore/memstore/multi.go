@@ -65,10 +65,21 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		keys = append(keys, k)
 		order = append(order, i)
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-	for j := 1; j < n; j++ {
-		if keys[order[j]] == keys[order[j-1]] {
-			return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[order[j]].Key)
+	if n == 2 {
+		// The common composite ("per second and per day"): one
+		// comparison orders the keys and finds a duplicate.
+		switch strings.Compare(keys[0], keys[1]) {
+		case 0:
+			return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[1].Key)
+		case 1:
+			order[0], order[1] = 1, 0
+		}
+	} else {
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+		for j := 1; j < n; j++ {
+			if keys[order[j]] == keys[order[j-1]] {
+				return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[order[j]].Key)
+			}
 		}
 	}
 	held = held[:n]
