@@ -43,7 +43,7 @@ func TestLimiterContract(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour}
-			l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t), Durability: pgstore.Logged})
+			l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Logged})
 			if err != nil {
 				t.Fatal(err)
 			}

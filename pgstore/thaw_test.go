@@ -86,11 +86,13 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
 	const limit = 1_000_000
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
+	cfg := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Prefix: pgtest.Prefix(t), CleanupProbability: -1,
+		Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: 24 * time.Hour}}
+	c := newLimiter(t, cfg)
 	take := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		_, err := c.Take(ctx, "k", 1, "")
+		_, err := c.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 		return err
 	}
 	if err := take(10 * time.Second); err != nil { // creates the schema if needed
@@ -177,8 +179,8 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 		return
 	}
 	// Exactly the successful takes reached the server.
-	direct := newCounter(t, newStore(t, directPool(t)), c.Config())
-	r, err := direct.Peek(ctxT(t), "k", 1)
+	cfg.Store = newStore(t, directPool(t))
+	r, err := newLimiter(t, cfg).Peek(ctxT(t), ratekit.Request{Key: "k", Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,4 +247,28 @@ func TestServerlessPoolConfig(t *testing.T) {
 	if userClose != 1 {
 		t.Fatalf("the config's own BeforeClose ran %d times for one connection, want 1", userClose)
 	}
+}
+
+func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
+	t.Helper()
+	s, err := pgstore.New(db, pgstore.Config{Schema: pgtest.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newLimiter(t testing.TB, cfg durable.Config) *durable.Limiter {
+	t.Helper()
+	l, err := durable.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

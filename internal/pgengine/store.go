@@ -1,7 +1,9 @@
-package pgstore
+package pgengine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -16,16 +18,16 @@ import (
 	"github.com/ratekit/ratekit"
 )
 
-// DB is the part of a pgx connection that a [Store] uses. *pgxpool.Pool
-// satisfies it, and so do *pgx.Conn and pgx.Tx (a Store over a transaction
-// makes every decision part of that transaction).
+// DB is the part of a pgx connection that a [Store] uses; pgstore.DB has the
+// same methods.
 type DB interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Config configures a [Store]. The zero value is valid: schema "ratekit",
-// created on first use, queries in pgx's exec mode.
+// Config configures a [Store]: pgstore.Config, field for field (its
+// documentation is the one users read). The zero value is valid: schema
+// "ratekit", created on first use, queries in pgx's exec mode.
 type Config struct {
 	// Schema is the PostgreSQL schema that holds the tables and functions
 	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
@@ -402,9 +404,9 @@ func (c *Counter) Config() CounterConfig { return c.cfg }
 // Capacity returns the most units the counter admits at once: its Quota.
 func (c *Counter) Capacity() int64 { return c.quota }
 
-// Result is the outcome of one [Counter] operation, computed in the database
+// Outcome is what one [Counter] operation decided, computed in the database
 // from the database clock.
-type Result struct {
+type Outcome struct {
 	// Allowed reports whether the cost was admitted (Take), would be
 	// admitted (Peek), or was given back (Refund, always true).
 	Allowed bool
@@ -447,13 +449,13 @@ const (
 // ended, ctx.Err(). After an error that is not bad input, the decision may
 // or may not have been applied: a retry with the same idempotency key
 // counts once.
-func (c *Counter) Take(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+func (c *Counter) Take(ctx context.Context, key string, cost int64, idempotencyKey string) (Outcome, error) {
 	return c.do(ctx, opTake, key, cost, idempotencyKey)
 }
 
 // Peek reports what Take would decide for cost units now, without taking
 // anything or writing anything. It returns the same errors as Take.
-func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Outcome, error) {
 	return c.do(ctx, opPeek, key, cost, "")
 }
 
@@ -465,20 +467,20 @@ func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Result, err
 // refund count once within Window (refunds and takes have separate
 // idempotency records). It returns the same errors as Take, except that a
 // cost above the capacity is allowed.
-func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotencyKey string) (Outcome, error) {
 	return c.do(ctx, opRefund, key, cost, idempotencyKey)
 }
 
-func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Result, error) {
+func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem}
 	if err := req.Validate(); err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
 	if op != opRefund && cost > c.quota {
-		return Result{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
+		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
@@ -502,9 +504,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	}
 	out, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
 	if err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
-	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
+	r := Outcome{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
 	retryUS, resetUS := out[2], out[3]
 	r.RetryAfter = microseconds(retryUS)
 	r.ResetAfter = microseconds(resetUS)
@@ -618,6 +620,14 @@ func logLockID(d Durability, prefix, key string) int64 {
 	b = appendLenPrefixed(b, prefix)
 	b = appendLenPrefixed(b, key)
 	return hashBytes(b)
+}
+
+// hashBytes returns the first 8 bytes of SHA-256(b), big-endian, as a signed
+// integer: the 64-bit advisory lock key of b, as pglock.HashKey computes it
+// for a name.
+func hashBytes(b []byte) int64 {
+	sum := sha256.Sum256(b)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 func appendLenPrefixed(b []byte, s string) []byte {
