@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/internal/pgengine"
 )
 
 func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, simple bool) (*pgengine.Store, *pgtest.BatchCounter) {

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/pgengine"
+	"github.com/ratekit/ratekit/internal/pgtest"
 )
 
 // pgBinDir holds the PostgreSQL server programs of the CI image (Debian's
