@@ -123,6 +123,8 @@ func TestConfigErrors(t *testing.T) {
 	good := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second}}
 	for name, mutate := range map[string]func(*durable.Config){
 		"nil store":      func(c *durable.Config) { c.Store = nil },
+		"zero store":     func(c *durable.Config) { c.Store = &pgstore.Store{} },
+		"durability":     func(c *durable.Config) { c.Durability = durable.Logged + 1 },
 		"bad name":       func(c *durable.Config) { c.Policy.Name = "a b" },
 		"zero quota":     func(c *durable.Config) { c.Policy.Quota = 0 },
 		"zero window":    func(c *durable.Config) { c.Policy.Window = 0 },
