@@ -445,7 +445,7 @@ func (l *Limiter) storeKey(key string) string {
 }
 
 // apply runs op on the bucket of key in the Limiter's mode.
-func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.Result, err error) {
+func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.OpResult, err error) {
 	key = l.storeKey(key)
 	switch {
 	case l.atomic != nil:
@@ -454,7 +454,7 @@ func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64)
 		res, err = l.eventual(ctx, key, op, n)
 	}
 	if err != nil {
-		return kvstore.Result{}, fmt.Errorf("tokenbucket: %w", err)
+		return kvstore.OpResult{}, fmt.Errorf("tokenbucket: %w", err)
 	}
 	return res, nil
 }
@@ -462,10 +462,10 @@ func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64)
 // eventual runs op on the record under key (the store key) by a Get, the
 // computation on the Limiter's clock and, when the op writes, a Set or
 // Delete.
-func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	rec, ok, err := l.store.Get(ctx, key)
 	if err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	now := l.now().UnixMicro()
 	res, next, write, err := l.refill.Apply(rec, ok, now, op, n)

@@ -280,9 +280,9 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 // Update implements [kvstore.Atomic] under the key's entry lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
-func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	if err := ctx.Err(); err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	s := c.s
 	nowNano := s.clock()
