@@ -25,61 +25,22 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Config configures a [Store]: pgstore.Config, field for field (its
-// documentation is the one users read). The zero value is valid: schema
-// "ratekit", created on first use, queries in pgx's exec mode.
+// Config configures a [Store]: pgstore.Config, field for field, converted
+// by pgstore.New (its documentation is the one users read). The zero value
+// is valid: schema "ratekit", created on first use, queries in pgx's exec
+// mode.
 type Config struct {
-	// Schema is the PostgreSQL schema that holds the tables and functions
-	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
-	Schema string
-
-	// DisableAutoMigrate turns off the creation of the schema on first use.
-	// Create it beforehand with [SchemaSQL] (or the ratekit-schema command)
-	// and give the role that the pool connects as USAGE on the schema,
-	// SELECT, INSERT, UPDATE and DELETE on its tables and EXECUTE on its
-	// functions.
-	DisableAutoMigrate bool
-
-	// SimpleProtocol makes the Store send its statements with pgx's simple
-	// protocol (client-side parameter interpolation by pgx) instead of the
-	// default pgx.QueryExecModeExec (extended protocol with the unnamed
-	// statement). Neither creates server-side prepared statements, so both
-	// work through PgBouncer in transaction mode and RDS Proxy; use simple
-	// protocol for poolers that also refuse the extended protocol.
-	SimpleProtocol bool
-
-	// MaxInFlight bounds the decisions the Store has in flight at once.
-	// Up to MaxInFlight, each decision is sent alone, at once, on its
-	// caller's goroutine. Decisions beyond it wait, and when a decision in
-	// flight ends, the goroutine of one waiting caller sends all that wait
-	// as one statement (coalescing): one round trip and one commit for
-	// all of them, each decided as if alone, in a fixed key order (see
-	// [Store]). Zero means [DefaultMaxInFlight]; a negative value turns
-	// coalescing off. Decisions use the DB's connections, so a pool
-	// smaller than MaxInFlight makes decisions wait for a connection
-	// rather than coalesce.
-	MaxInFlight int
+	Schema             string // empty means DefaultSchema
+	DisableAutoMigrate bool   // no schema creation on first use
+	SimpleProtocol     bool   // pgx's simple protocol instead of exec mode
+	MaxInFlight        int    // 0 means DefaultMaxInFlight, < 0 no coalescing
 }
 
-// Store runs ratekit's decisions in PostgreSQL. Create one per pool with
-// [New] and share it; a Store is safe for concurrent use. It holds no
-// connection of its own and starts no goroutine: every statement is sent by
-// the goroutine of a caller waiting for it.
-//
-// Beyond [Config.MaxInFlight] decisions in flight, waiting decisions go to
-// PostgreSQL together in one statement that calls each one's decision
-// function in turn, ordered by durability, prefix, key and idempotency key,
-// in one implicit transaction. Each decision is decided exactly as if it
-// were alone (it sees every decision before it, in its batch or not);
-// several decisions on one key in a batch are decided one after the other.
-// The commit is asynchronous only when no decision in the batch asks for
-// [CounterConfig.SynchronousCommit] on logged tables. When the server
-// refuses the statement, its transaction rolled back and none of its
-// decisions was applied: each caller then sends its own decision alone, so
-// that one decision's failure is not another's. A caller whose context ends
-// while its decision waits returns at once, and its decision is never sent;
-// one whose decision was already sent returns at once too, and the decision
-// may be applied.
+// Store runs ratekit's decisions in PostgreSQL: pgstore.Store's engine,
+// whose documentation states what it guarantees (one round trip per
+// decision, coalescing beyond Config.MaxInFlight, what a failure may have
+// applied). It is safe for concurrent use, holds no connection of its own and
+// starts no goroutine.
 type Store struct {
 	db       DB
 	schema   string
