@@ -55,7 +55,7 @@ type Config struct {
 // DefaultMaxInFlight is the bound on a Store's decisions in flight used when
 // [Config.MaxInFlight] is zero. Beyond it, decisions queue and go to
 // PostgreSQL together, one statement for the whole queue.
-const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
+const DefaultMaxInFlight = 8
 
 // Store runs ratekit's decisions in PostgreSQL for the limiters of package
 // durable that share it. Create one per pool with [New] and pass it to
@@ -110,13 +110,13 @@ func (s *Store) Migrate(ctx context.Context) error { return pgengine.From(s).Mig
 
 // DefaultSchema is the PostgreSQL schema that holds ratekit's tables and
 // functions when [Config.Schema] is empty.
-const DefaultSchema = pgengine.DefaultSchema
+const DefaultSchema = "ratekit"
 
 // SchemaVersion is the version of the tables and functions that this package
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = pgengine.SchemaVersion
+const SchemaVersion = 6
 
 // ValidateSchemaName reports whether name can be used as [Config.Schema]:
 // 1 to 63 bytes of lower-case ASCII letters, digits and '_', starting with a
