@@ -1,4 +1,4 @@
-package pgengine_test
+package pgstore_test
 
 import (
 	"context"

@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -86,13 +87,11 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
 	const limit = 1_000_000
-	cfg := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Prefix: pgtest.Prefix(t), CleanupProbability: -1,
-		Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: 24 * time.Hour}}
-	c := newLimiter(t, cfg)
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
 	take := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
-		_, err := c.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
+		_, err := c.Take(ctx, "k", 1, "")
 		return err
 	}
 	if err := take(10 * time.Second); err != nil { // creates the schema if needed
@@ -179,8 +178,8 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 		return
 	}
 	// Exactly the successful takes reached the server.
-	cfg.Store = newStore(t, directPool(t))
-	r, err := newLimiter(t, cfg).Peek(ctxT(t), ratekit.Request{Key: "k", Cost: 1})
+	direct := newCounter(t, newStore(t, directPool(t)), c.Config())
+	r, err := direct.Peek(ctxT(t), "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,28 +246,4 @@ func TestServerlessPoolConfig(t *testing.T) {
 	if userClose != 1 {
 		t.Fatalf("the config's own BeforeClose ran %d times for one connection, want 1", userClose)
 	}
-}
-
-func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
-	t.Helper()
-	s, err := pgstore.New(db, pgstore.Config{Schema: pgtest.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func newLimiter(t testing.TB, cfg durable.Config) *durable.Limiter {
-	t.Helper()
-	l, err := durable.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
 }
