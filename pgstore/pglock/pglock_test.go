@@ -14,6 +14,10 @@ import (
 	"github.com/ratekit/ratekit/pgstore/pglock"
 )
 
+// TestMain checks for leaked goroutines, as the store's tests did when these
+// lived beside them.
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
 func TestHashKeyMatchesSQL(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
 	ctx := ctxT(t)
