@@ -78,12 +78,15 @@ const DefaultMaxInFlight = 8
 // whose decision was already sent returns at once too, and the decision may
 // be applied.
 type Store struct {
-	// engine carries the *pgengine.Store that package durable reads with
-	// pgengine.From; nothing else is exported through it.
-	engine
+	// handle carries the engine, a *pgengine.Store, which package durable
+	// reads with pgengine.From: the Handle's one method is unexported, so
+	// nothing of the engine is exported through Store.
+	handle
 }
 
-type engine = pgengine.Handle
+// handle names the embedded field: embedding pgengine.Handle by its own
+// name would export the field.
+type handle = pgengine.Handle
 
 // New returns a Store that runs its statements on db. It returns an error
 // matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
@@ -94,7 +97,7 @@ func New(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{engine: pgengine.NewHandle(s)}, nil
+	return &Store{handle: pgengine.NewHandle(s)}, nil
 }
 
 // Schema returns the name of the schema the Store uses.
