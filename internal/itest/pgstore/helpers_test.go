@@ -1,10 +1,9 @@
-// Package pgstore_test holds the tests of the PostgreSQL store that need a
-// fault-injecting proxy: the store's behaviour when connections fail or go
-// silent, with decisions made by the engine behind pgstore.Store.
 package pgstore_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -13,7 +12,16 @@ import (
 	"github.com/ratekit/ratekit/pgstore"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := pgtest.DropSchema(); err != nil {
+		fmt.Fprintln(os.Stderr, "drop test schema:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
 
 func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	t.Helper()
@@ -24,8 +32,6 @@ func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	return s
 }
 
-// newCounter returns a counter of s's engine for cfg, with a fresh prefix, a
-// window of a day and no inline cleanup unless cfg says otherwise.
 func newCounter(t testing.TB, s *pgstore.Store, cfg pgengine.CounterConfig) *pgengine.Counter {
 	t.Helper()
 	if cfg.Prefix == "" {
