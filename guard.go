@@ -192,8 +192,9 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 	return g, nil
 }
 
-// Result is a [Guard]'s answer to one request.
-type Result struct {
+// Verdict is a [Guard]'s answer to one request: go on to the handler
+// ([Verdict.Proceed]), or the status and problem body to answer with.
+type Verdict struct {
 	// Decision is the limiter's (or fallback's) decision, valid when
 	// Decided is true.
 	Decision Decision
@@ -218,7 +219,7 @@ type Result struct {
 }
 
 // Proceed reports whether the request may go on to the handler.
-func (r Result) Proceed() bool { return r.Status == 0 }
+func (v Verdict) Proceed() bool { return v.Status == 0 }
 
 // State returns the client state carried by a request: the StateHeader field
 // when present, else the StateCookie cookie, else "". h is the request's
@@ -258,11 +259,11 @@ func (g *Guard) State(h http.Header) string {
 // A caller that gave up is not a limiter failure: when ctx has ended
 // (the client disconnected, the caller's deadline passed) before or during
 // the limiter call, Check applies no failure policy, asks no fallback and
-// returns a Result that does not proceed (503, with Err matching ctx.Err()
+// returns a Verdict that does not proceed (503, with Err matching ctx.Err()
 // with errors.Is), so that the handler does not run unmetered. Only the
 // limiter's own failures (its store failed, or the Guard's bound expired
 // while ctx was still live) go to OnError.
-func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result {
+func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict {
 	if err := req.Validate(); err != nil {
 		return g.BadRequest(err, dst)
 	}
@@ -282,7 +283,7 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 		case FailOpen:
 			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
 			g.observeFailure(ctx, FailedOpen, err, nil)
-			return Result{Err: err}
+			return Verdict{Err: err}
 		case UseFallback:
 			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
@@ -302,29 +303,29 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Result 
 			g.observeFailure(ctx, FailedClosed, err, nil)
 		}
 		dst.Set("Content-Type", ProblemContentType)
-		return Result{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
+		return Verdict{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
 	}
 	return g.decided(d, dst)
 }
 
-// callerGone is the Result for a caller whose context ended: no decision,
+// callerGone is the Verdict for a caller whose context ended: no decision,
 // no failure policy, and no handler. limiterErr, when not nil, is what the
 // limiter returned meanwhile.
-func (g *Guard) callerGone(ctx context.Context, limiterErr error, dst http.Header) Result {
+func (g *Guard) callerGone(ctx context.Context, limiterErr error, dst http.Header) Verdict {
 	err := fmt.Errorf("ratekit: the caller gave up before the limiter decided: %w", ctx.Err())
 	if limiterErr != nil {
 		err = errors.Join(err, limiterErr)
 	}
 	dst.Set("Content-Type", ProblemContentType)
-	return Result{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
+	return Verdict{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
 }
 
 // BadRequest returns the 400 answer for a request whose key could not be
 // derived (a [KeyFunc] error) or that failed validation, writing
 // Content-Type into dst.
-func (g *Guard) BadRequest(err error, dst http.Header) Result {
+func (g *Guard) BadRequest(err error, dst http.Header) Verdict {
 	dst.Set("Content-Type", ProblemContentType)
-	return Result{
+	return Verdict{
 		Status: http.StatusBadRequest,
 		Body: mustJSON(Problem{
 			Type:   "about:blank",
@@ -373,7 +374,7 @@ func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Tim
 	return l.Allow(ctx, req)
 }
 
-func (g *Guard) decided(d Decision, dst http.Header) Result {
+func (g *Guard) decided(d Decision, dst http.Header) Verdict {
 	SetHeaders(dst, d, g.cfg.LegacyHeaders)
 	if d.State != "" {
 		dst.Set(g.cfg.StateHeader, d.State)
@@ -391,10 +392,10 @@ func (g *Guard) decided(d Decision, dst http.Header) Result {
 		}
 	}
 	if d.Allowed {
-		return Result{Decision: d, Decided: true}
+		return Verdict{Decision: d, Decided: true}
 	}
 	dst.Set("Content-Type", ProblemContentType)
-	return Result{Decision: d, Decided: true, Status: http.StatusTooManyRequests, Body: DeniedProblem(d)}
+	return Verdict{Decision: d, Decided: true, Status: http.StatusTooManyRequests, Body: DeniedProblem(d)}
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.

@@ -85,7 +85,7 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request) (Request, Result) {
+func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request) (Request, Verdict) {
 	k, err := cfg.Key(r)
 	if err != nil {
 		return Request{}, g.BadRequest(err, dst)

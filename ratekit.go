@@ -20,7 +20,7 @@
 //
 //   - Quota: the units a policy grants per Window ([Policy.Quota], the
 //     Quota of signedwindow's and limitertest's Config, of durable's
-//     Policy and of pgstore.CounterConfig).
+//     Policy).
 //   - Window: the period a Quota applies to; for a token bucket, the time
 //     it takes to fill from empty.
 //   - Burst: the capacity of a token bucket, the most units a client can

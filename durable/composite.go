@@ -5,15 +5,14 @@ import (
 	"fmt"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/internal/pgengine"
 )
 
 // Composite is a [ratekit.Limiter] over several durable policies that
 // decides for all of them at once: "10 requests a second and 1,000 a day"
 // per API key, or "100 a minute per user and 5,000 a minute per
 // organisation". Each decision is one call of a server-side function (one
-// round trip, one transaction, the database clock; see
-// [pgstore.Composite]): it locks every policy's key in a fixed order, so
+// round trip, one transaction, the database clock): it locks every policy's key in a fixed order, so
 // composites over the same keys never deadlock, and admits a request only
 // when every policy admits it, then taking from every policy; a denial takes
 // nothing from any. Each policy keeps the guarantee of its algorithm.
@@ -29,7 +28,7 @@ import (
 // within the longest of the policies' windows. It is safe for concurrent use
 // and starts no goroutine.
 type Composite struct {
-	c        *pgstore.Composite
+	c        *pgengine.Composite
 	limiters []*Limiter
 }
 
@@ -50,14 +49,14 @@ var (
 // them. NewComposite returns an error matching [ratekit.ErrInvalidConfig]
 // for an invalid combination and does not contact the database.
 func NewComposite(limiters ...*Limiter) (*Composite, error) {
-	counters := make([]*pgstore.Counter, len(limiters))
+	counters := make([]*pgengine.Counter, len(limiters))
 	for i, l := range limiters {
 		if l == nil {
 			return nil, fmt.Errorf("%w: durable: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
 		}
 		counters[i] = l.counter
 	}
-	c, err := pgstore.NewComposite(counters...)
+	c, err := pgengine.NewComposite(counters...)
 	if err != nil {
 		return nil, fmt.Errorf("durable: %w", err)
 	}
@@ -138,7 +137,7 @@ func (c *Composite) Reset(ctx context.Context, key string) error {
 	return c.c.Reset(ctx, key)
 }
 
-func (c *Composite) decision(r []pgstore.Result) ratekit.Decision {
+func (c *Composite) decision(r []pgengine.Outcome) ratekit.Decision {
 	parts := make([]ratekit.Decision, len(r))
 	for i := range r {
 		parts[i] = c.limiters[i].decision(r[i])

@@ -19,7 +19,7 @@ const farWindow = 10000 * time.Hour
 
 func newLimiter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, name, prefix string, quota int64, window time.Duration) *durable.Limiter {
 	t.Helper()
-	l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: ratekit.Policy{Name: name, Quota: quota, Window: window}, Prefix: prefix, Durability: pgstore.Logged})
+	l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: ratekit.Policy{Name: name, Quota: quota, Window: window}, Prefix: prefix, Durability: durable.Logged})
 	if err != nil {
 		t.Fatal(err)
 	}

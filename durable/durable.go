@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/pgstore"
 )
 
@@ -41,8 +42,27 @@ type Config struct {
 	// Required.
 	Store *pgstore.Store
 
-	// Algorithm selects the counting algorithm (see package pgstore).
-	// Required.
+	// Algorithm selects the counting algorithm. Required. Each is exact,
+	// computed in the database on its clock in integer microseconds:
+	//
+	//   - ratekit.FixedWindow: windows aligned to the Unix epoch; the units
+	//     admitted in one window never exceed Quota, so a rolling interval
+	//     of one Window that spans a boundary holds at most 2×Quota.
+	//   - ratekit.SlidingWindow: the units admitted in one aligned window
+	//     never exceed Quota, so any rolling Window holds at most 2×Quota,
+	//     and at most Quota when the previous window's admissions were
+	//     spread evenly.
+	//   - ratekit.TokenBucket: the generic cell rate algorithm (GCRA,
+	//     ITU-T I.371) on a theoretical arrival time; in any interval of
+	//     length t it admits at most Quota + t/interval units, where
+	//     interval is Window/Quota rounded up to a whole microsecond (the
+	//     rounding only ever slows the refill).
+	//   - ratekit.SlidingLog: one row per admitted request; a request is
+	//     admitted only when the units of the preceding Window plus its
+	//     cost are at most Quota, so every rolling Window is exact.
+	//     Decisions for one key are serialised by a transaction-level
+	//     advisory lock, so it suits small quotas ("5 sign-ups per hour")
+	//     rather than hot keys.
 	Algorithm ratekit.Algorithm
 
 	// Policy is the quota, Policy.Quota units per Policy.Window, advertised
@@ -59,21 +79,30 @@ type Config struct {
 	// prefix, algorithm and durability share their counts.
 	Prefix string
 
-	// Durability selects UNLOGGED tables (the zero value, for abuse
-	// counters, reset by a database crash) or logged tables (for billing).
-	Durability pgstore.Durability
+	// Durability selects [Unlogged] tables (the zero value, for abuse
+	// counters, emptied by a database crash) or [Logged] tables (for
+	// billing).
+	Durability Durability
 
-	// SynchronousCommit makes every decision wait for its commit record to
-	// be flushed (the server's synchronous_commit setting); false, the
-	// default, sets synchronous_commit off per decision. See
-	// [pgstore.CounterConfig.SynchronousCommit] for what each loses in a
-	// crash.
+	// SynchronousCommit, when false (the default), sets synchronous_commit
+	// to off for each decision's transaction (inside the server-side
+	// function, so it holds no session state and works through PgBouncer
+	// in transaction mode). The decision then returns before its commit
+	// record is flushed to disk: a crash of the database server (not of
+	// the client) can lose the decisions of roughly the last
+	// 3×wal_writer_delay (600 ms by default), which come back as unused
+	// quota; it never corrupts data or admits more than the quota before
+	// the crash. When true, the server's own synchronous_commit setting
+	// (on by default) applies: every decision is durable (and replicated,
+	// as configured) when it returns. It makes no difference for Unlogged
+	// tables, which write no WAL.
 	SynchronousCommit bool
 
-	// CleanupProbability is the probability that a decision also deletes
-	// expired rows of this prefix; zero means
-	// [pgstore.DefaultCleanupProbability] and a negative value disables
-	// inline cleanup (see [Limiter.Cleanup]).
+	// CleanupProbability is the probability in [0, 1] that a decision also
+	// deletes up to 500 rows of this prefix that expired more than one
+	// Window ago, skipping rows that other decisions hold. Zero means 0.01;
+	// a negative value disables inline cleanup (call [Limiter.Cleanup]
+	// from a scheduled job instead).
 	CleanupProbability float64
 
 	// DeniedCacheSize, when positive, enables an in-process cache of up
@@ -95,10 +124,30 @@ type Config struct {
 	Now func() time.Time
 }
 
+// Durability selects the tables a [Limiter] keeps its counts in.
+type Durability int
+
+const (
+	// Unlogged keeps counts in UNLOGGED tables: no write-ahead log, so
+	// writes are cheaper, but PostgreSQL empties the tables after a crash
+	// or an immediate shutdown (not after a clean shutdown) and does not
+	// replicate them to standbys: after a crash or a failover every key
+	// starts again with a full quota. For abuse and spam counters.
+	Unlogged Durability = iota
+
+	// Logged keeps counts in ordinary tables, which survive crashes and
+	// are replicated. For billing and paid quotas.
+	Logged
+)
+
+// String returns the durability's name as written in Go, "Unlogged" or
+// "Logged", or "Durability(n)" for an unknown value.
+func (d Durability) String() string { return pgengine.Durability(d).String() }
+
 // Limiter is a [ratekit.Limiter] backed by PostgreSQL. It is safe for
 // concurrent use and starts no goroutine.
 type Limiter struct {
-	counter *pgstore.Counter
+	counter *pgengine.Counter
 	policy  ratekit.Policy
 	cache   *deniedCache
 }
@@ -117,6 +166,13 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
 	}
+	store := pgengine.From(cfg.Store)
+	if store == nil {
+		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+	}
+	if cfg.Durability != Unlogged && cfg.Durability != Logged {
+		return nil, fmt.Errorf("durable: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
 		return nil, fmt.Errorf("durable: policy name: %w", err)
 	}
@@ -130,12 +186,12 @@ func New(cfg Config) (*Limiter, error) {
 	if prefix == "" {
 		prefix = cfg.Policy.Name
 	}
-	counter, err := cfg.Store.Counter(pgstore.CounterConfig{
+	counter, err := store.Counter(pgengine.CounterConfig{
 		Prefix:             prefix,
 		Algorithm:          cfg.Algorithm,
 		Quota:              cfg.Policy.Quota,
 		Window:             cfg.Policy.Window,
-		Durability:         cfg.Durability,
+		Durability:         pgengine.Durability(cfg.Durability),
 		SynchronousCommit:  cfg.SynchronousCommit,
 		CleanupProbability: cfg.CleanupProbability,
 	})
@@ -155,9 +211,6 @@ func New(cfg Config) (*Limiter, error) {
 
 // Policy returns the limiter's policy.
 func (l *Limiter) Policy() ratekit.Policy { return l.policy }
-
-// Counter returns the pgstore counter the limiter runs on.
-func (l *Limiter) Counter() *pgstore.Counter { return l.counter }
 
 // Allow takes req.Cost units from req.Key's quota when they are available,
 // in one round trip. See [ratekit.Limiter] for the contract. With an
@@ -199,7 +252,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 }
 
 // Refund gives req.Cost units back to req.Key's quota, never above the
-// limit (see [pgstore.Counter.Refund]), and removes the key from this
+// limit, and removes the key from this
 // process's denied cache. A non-empty IdempotencyKey makes a retried refund
 // count once. It returns the same errors as Allow, except that a cost above
 // the limit is accepted.
@@ -229,13 +282,16 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 }
 
 // Cleanup deletes all expired rows of this limiter's prefix and returns how
-// many it deleted; see [pgstore.Counter.Cleanup]. Call it from a scheduled
-// job when inline cleanup is disabled.
+// many it deleted (counters, sliding-log entries and idempotency records, in
+// statements of up to 500 rows per table). Rows are expired by the database
+// clock, so Cleanup never changes a decision. Call it from a scheduled job
+// when inline cleanup is disabled or a prefix is retired. Errors wrap the
+// pgx error; the count is what was deleted before the error.
 func (l *Limiter) Cleanup(ctx context.Context) (int64, error) {
 	return l.counter.Cleanup(ctx)
 }
 
-func (l *Limiter) decision(r pgstore.Result) ratekit.Decision {
+func (l *Limiter) decision(r pgengine.Outcome) ratekit.Decision {
 	return ratekit.Decision{
 		Allowed:    r.Allowed,
 		Limit:      l.counter.Capacity(),

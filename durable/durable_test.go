@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -43,7 +44,7 @@ func TestLimiterContract(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour}
-			l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t), Durability: pgstore.Logged})
+			l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Logged})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,6 +124,8 @@ func TestConfigErrors(t *testing.T) {
 	good := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second}}
 	for name, mutate := range map[string]func(*durable.Config){
 		"nil store":      func(c *durable.Config) { c.Store = nil },
+		"zero store":     func(c *durable.Config) { c.Store = &pgstore.Store{} },
+		"durability":     func(c *durable.Config) { c.Durability = durable.Logged + 1 },
 		"bad name":       func(c *durable.Config) { c.Policy.Name = "a b" },
 		"zero quota":     func(c *durable.Config) { c.Policy.Quota = 0 },
 		"zero window":    func(c *durable.Config) { c.Policy.Window = 0 },
@@ -304,5 +307,14 @@ func BenchmarkAllowDeniedCached(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// TestDocumentedCleanupDefaults: Config.CleanupProbability and
+// Limiter.Cleanup state the engine's defaults as numbers.
+func TestDocumentedCleanupDefaults(t *testing.T) {
+	if pgengine.DefaultCleanupProbability != 0.01 || pgengine.DefaultCleanupBatch != 500 {
+		t.Errorf("engine cleanup defaults %v and %d; durable's documentation says 0.01 and 500",
+			pgengine.DefaultCleanupProbability, pgengine.DefaultCleanupBatch)
 	}
 }

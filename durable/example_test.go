@@ -29,12 +29,12 @@ func ExampleNew() {
 		Store:      store,
 		Algorithm:  ratekit.FixedWindow,
 		Policy:     ratekit.Policy{Name: "pro-daily", Quota: 1000, Window: 24 * time.Hour},
-		Durability: pgstore.Logged,
+		Durability: durable.Logged,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(limiter.Policy().Name, limiter.Counter().Capacity())
+	fmt.Println(limiter.Policy().Name, limiter.Policy().Quota)
 	// Output: pro-daily 1000
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/ratekit/ratekit/internal/extremes"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // TestNewExtremes feeds every numeric field of Config extreme values, for
@@ -28,7 +27,7 @@ func TestNewExtremes(t *testing.T) {
 		"Policy.Window":   func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
 		"DeniedCacheSize": func(c *durable.Config, v int64) { c.DeniedCacheSize = int(v) },
 		"Algorithm":       func(c *durable.Config, v int64) { c.Algorithm = ratekit.Algorithm(v) },
-		"Durability":      func(c *durable.Config, v int64) { c.Durability = pgstore.Durability(v) },
+		"Durability":      func(c *durable.Config, v int64) { c.Durability = durable.Durability(v) },
 	}
 	values := append([]int64{}, extremes.Ints...)
 	for _, d := range extremes.Durations {

@@ -84,7 +84,7 @@ type Record struct {
 // same errors as the [Store] methods.
 type Atomic interface {
 	Store
-	Update(ctx context.Context, key string, r Refill, op Op, n int64) (Result, error)
+	Update(ctx context.Context, key string, r Refill, op Op, n int64) (OpResult, error)
 }
 
 // Prefixer is implemented by stores that can give a key prefix a key space of
@@ -122,8 +122,9 @@ const (
 	OpRefund
 )
 
-// Result is the outcome of [Atomic.Update] or [Refill.Apply].
-type Result struct {
+// OpResult is the outcome of an [Op] applied by [Atomic.Update] or
+// [Refill.Apply].
+type OpResult struct {
 	// OK reports whether n units were available: true when OpTake took them
 	// or OpPeek found them. OpRefund always reports true.
 	OK bool

@@ -50,7 +50,7 @@ import (
 // Implementations are safe for concurrent use.
 type MultiAtomic interface {
 	Atomic
-	UpdateMulti(ctx context.Context, group string, op Op, updates []Update, results []Result) error
+	UpdateMulti(ctx context.Context, group string, op Op, updates []Update, results []OpResult) error
 
 	// Partitioned reports whether the store spreads its keys over
 	// partitions that one UpdateMulti cannot span, so that keys of the
@@ -82,7 +82,7 @@ var (
 // key uniqueness and partitions: a non-empty updates, results of the same
 // length, and a valid Refill and n for op in every update. Stores call it
 // before contacting a server.
-func CheckMulti(op Op, updates []Update, results []Result) error {
+func CheckMulti(op Op, updates []Update, results []OpResult) error {
 	if len(updates) == 0 {
 		return fmt.Errorf("%w: no keys to update", ErrInvalidOp)
 	}

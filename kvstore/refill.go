@@ -68,30 +68,30 @@ func (r Refill) Level(rec Record, ok bool, now int64) (level, at int64) {
 //
 // Apply returns [ErrInvalidRefill] for an invalid r and [ErrInvalidOp] for an
 // unknown op or an n outside its range. It is a pure function.
-func (r Refill) Apply(rec Record, ok bool, now int64, op Op, n int64) (res Result, next Record, write bool, err error) {
+func (r Refill) Apply(rec Record, ok bool, now int64, op Op, n int64) (res OpResult, next Record, write bool, err error) {
 	if err := r.Validate(); err != nil {
-		return Result{}, Record{}, false, err
+		return OpResult{}, Record{}, false, err
 	}
 	if err := r.checkOp(op, n); err != nil {
-		return Result{}, Record{}, false, err
+		return OpResult{}, Record{}, false, err
 	}
 	level, at := r.Level(rec, ok, now)
 	switch op {
 	case OpTake:
 		if level < n {
-			return Result{Value: level}, Record{}, false, nil
+			return OpResult{Value: level}, Record{}, false, nil
 		}
 		level -= n
-		return Result{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+		return OpResult{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
 	case OpPeek:
-		return Result{OK: level >= n, Value: level}, Record{}, false, nil
+		return OpResult{OK: level >= n, Value: level}, Record{}, false, nil
 	default: // OpRefund
 		if n >= r.Max-level {
 			level = r.Max
 		} else {
 			level += n
 		}
-		return Result{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+		return OpResult{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
 	}
 }
 

@@ -18,23 +18,23 @@ func TestRefillApply(t *testing.T) {
 		ok        bool
 		op        kvstore.Op
 		n         int64
-		want      kvstore.Result
+		want      kvstore.OpResult
 		wantNext  kvstore.Record
 		wantWrite bool
 	}{
-		{"absent take", kvstore.Record{}, false, kvstore.OpTake, 10, kvstore.Result{OK: true, Value: 990}, at(990, now), true},
-		{"absent peek", kvstore.Record{}, false, kvstore.OpPeek, 1000, kvstore.Result{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"refill 100µs", at(0, now-100), true, kvstore.OpTake, 300, kvstore.Result{OK: true, Value: 0}, at(0, now), true},
-		{"refill short by one unit", at(0, now-100), true, kvstore.OpTake, 301, kvstore.Result{Value: 300}, kvstore.Record{}, false},
-		{"refill caps at max", at(999, now-100), true, kvstore.OpPeek, 1, kvstore.Result{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"idle for years", at(0, 0), true, kvstore.OpTake, 1000, kvstore.Result{OK: true, Value: 0}, at(0, now), true},
-		{"same microsecond", at(5, now), true, kvstore.OpTake, 5, kvstore.Result{OK: true, Value: 0}, at(0, now), true},
-		{"clock stepped back", at(5, now+50), true, kvstore.OpTake, 5, kvstore.Result{OK: true, Value: 0}, at(0, now+50), true},
-		{"clock stepped back, refused", at(5, now+50), true, kvstore.OpTake, 6, kvstore.Result{Value: 5}, kvstore.Record{}, false},
-		{"negative stored value", at(-50, now), true, kvstore.OpPeek, 1, kvstore.Result{Value: 0}, kvstore.Record{}, false},
-		{"value above max", at(5000, now), true, kvstore.OpPeek, 1000, kvstore.Result{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"refund", at(10, now), true, kvstore.OpRefund, 5, kvstore.Result{OK: true, Value: 15}, at(15, now), true},
-		{"refund caps", at(10, now), true, kvstore.OpRefund, 1 << 62, kvstore.Result{OK: true, Value: 1000}, at(1000, now), true},
+		{"absent take", kvstore.Record{}, false, kvstore.OpTake, 10, kvstore.OpResult{OK: true, Value: 990}, at(990, now), true},
+		{"absent peek", kvstore.Record{}, false, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
+		{"refill 100µs", at(0, now-100), true, kvstore.OpTake, 300, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
+		{"refill short by one unit", at(0, now-100), true, kvstore.OpTake, 301, kvstore.OpResult{Value: 300}, kvstore.Record{}, false},
+		{"refill caps at max", at(999, now-100), true, kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
+		{"idle for years", at(0, 0), true, kvstore.OpTake, 1000, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
+		{"same microsecond", at(5, now), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
+		{"clock stepped back", at(5, now+50), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Value: 0}, at(0, now+50), true},
+		{"clock stepped back, refused", at(5, now+50), true, kvstore.OpTake, 6, kvstore.OpResult{Value: 5}, kvstore.Record{}, false},
+		{"negative stored value", at(-50, now), true, kvstore.OpPeek, 1, kvstore.OpResult{Value: 0}, kvstore.Record{}, false},
+		{"value above max", at(5000, now), true, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
+		{"refund", at(10, now), true, kvstore.OpRefund, 5, kvstore.OpResult{OK: true, Value: 15}, at(15, now), true},
+		{"refund caps", at(10, now), true, kvstore.OpRefund, 1 << 62, kvstore.OpResult{OK: true, Value: 1000}, at(1000, now), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, next, write, err := r.Apply(tc.rec, tc.ok, now, tc.op, tc.n)

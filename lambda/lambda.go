@@ -129,7 +129,7 @@ func New(cfg Config) (*Adapter, error) {
 
 // check runs the Guard for r. dst receives the response header fields; the
 // returned context carries the decision and the request for the handler.
-func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, ratekit.Result) {
+func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, ratekit.Verdict) {
 	dst := make(http.Header, 4)
 	key, err := a.cfg.Key(ctx, r)
 	if err != nil {
@@ -154,7 +154,7 @@ func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.
 
 // refuse returns the status and body of an answer that does not reach the
 // handler: the Guard's, or Config.Denied's for a denial.
-func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res ratekit.Result) (int, string) {
+func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res ratekit.Verdict) (int, string) {
 	if res.Status == http.StatusTooManyRequests && a.cfg.Denied != nil {
 		dst.Del("Content-Type")
 		return a.cfg.Denied(ctx, r, res.Decision, dst)
@@ -265,7 +265,7 @@ func serve[E, R any](ctx context.Context, a *Adapter, ev E, r *Request, herr err
 	refused func(status int, body string) R, merge func(*R, http.Header)) (R, error) {
 	var (
 		dst http.Header
-		res ratekit.Result
+		res ratekit.Verdict
 	)
 	if herr != nil {
 		dst = make(http.Header, 1)

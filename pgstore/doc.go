@@ -1,6 +1,9 @@
 // Package pgstore keeps ratekit's exact counters in PostgreSQL through
-// github.com/jackc/pgx/v5, and offers PostgreSQL advisory locks as a small
-// API of their own. Package durable builds ratekit.Limiter on top of it.
+// github.com/jackc/pgx/v5. Create one [Store] per pool with [New] and pass
+// it to the limiters of package durable, which decide on it; this package
+// creates the schema ([Store.Migrate], [SchemaSQL]) and sets up pools for
+// serverless functions ([ServerlessPoolConfig]). Package pglock, beside it,
+// takes PostgreSQL advisory locks.
 //
 // # One round trip per decision
 //
@@ -17,19 +20,20 @@
 // reads the clock and counts. Time is the database's clock_timestamp(), read
 // once per decision and only after the key's lock is held (a peek, which
 // locks nothing, reads it after the state). So the decisions on a key see
-// non-decreasing times in the order they commit, and Result.Remaining is
-// exact: the takes of a concurrent burst on a fresh key report the distinct
+// non-decreasing times in the order they commit, and a decision's Remaining
+// is exact: the takes of a concurrent burst on a fresh key report the distinct
 // values Quota-1 … 0 when no unit frees up during the burst.
 //
 // # Several policies, one decision
 //
-// A [Composite] ("10 a second and 1,000 a day") is one more function call:
+// A durable composite ("10 a second and 1,000 a day") is one more function
+// call:
 // it locks every policy's key (row lock, or advisory lock for a sliding log)
 // in one fixed order, by prefix in byte order then key, so that composites
 // naming the same keys in any order never deadlock, then reads the clock
 // once, and takes from every policy or, when any denies, from none. Its
 // idempotency record covers the whole decision and is written in the same
-// transaction. Its counters are the single counters' rows: a [Counter] with
+// transaction. Its counters are the single limiters' rows: a limiter with
 // the same prefix sees and keeps the same counts.
 //
 // # Coalescing under concurrency
@@ -52,8 +56,8 @@
 // and skips locked rows, so it never waits while the batch holds locks.
 //
 // One commit serves the batch: it is asynchronous (synchronous_commit off)
-// unless a decision in it is on logged tables with
-// [CounterConfig.SynchronousCommit], in which case every decision of the
+// unless a decision in it is on logged tables with a synchronous commit
+// (durable.Config.SynchronousCommit), in which case every decision of the
 // batch waits for the flush. A statement the server refuses (an error
 // response) rolled back whole, so none of its decisions was applied; each
 // caller then sends its own decision alone, and only a decision that fails
@@ -79,23 +83,23 @@
 // inline cleanup (a decision deletes up to CleanupBatch rows of its own
 // prefix that expired more than one window ago, with probability
 // CleanupProbability, skipping rows other decisions hold) and
-// [Counter.Cleanup] (every expired row) find their rows. No goroutine runs
+// durable's Limiter.Cleanup (every expired row) find their rows. No goroutine runs
 // in the background.
 //
 // # Durability
 //
-//   - UNLOGGED tables ([Unlogged]) write no WAL. PostgreSQL empties them
+//   - UNLOGGED tables (durable.Unlogged) write no WAL. PostgreSQL empties them
 //     after a crash or an immediate shutdown and does not replicate them, so
 //     every key starts again with a full quota after a crash or failover.
 //     For abuse and spam counters.
-//   - Logged tables ([Logged]) survive crashes and replicate. For billing.
+//   - Logged tables (durable.Logged) survive crashes and replicate. For billing.
 //   - synchronous_commit is off per decision by default: the function calls
 //     set_config('synchronous_commit', 'off', true), which lasts until the
 //     end of the decision's own transaction and leaves no session state
 //     behind (a function-level SET clause would not do: it is undone before
 //     the commit). A server crash can then lose the last few hundred
 //     milliseconds of committed decisions (up to 3×wal_writer_delay), which
-//     reappear as unused quota. With [CounterConfig.SynchronousCommit] the
+//     reappear as unused quota. With durable.Config.SynchronousCommit the
 //     server's own setting (on by default) applies and a decision is durable
 //     when it returns.
 //
@@ -115,11 +119,12 @@
 // transaction mode with "prepared statement … already exists"; add
 // default_query_exec_mode=exec to the connection string.
 //
-// Session-level advisory locks ([Lock], [TryLock]) need a session and do not
-// work through a pooler in transaction mode: the lock would stay on a server
-// connection that other clients then use, and Unlock could run on another
-// one. Point those at PostgreSQL directly (or a session-mode pool), or use
-// [LockTx] inside a transaction, which works through any pooler.
+// Session-level advisory locks (pglock.Lock, pglock.TryLock) need a session
+// and do not work through a pooler in transaction mode: the lock would stay
+// on a server connection that other clients then use, and Unlock could run
+// on another one. Point those at PostgreSQL directly (or a session-mode
+// pool), or use pglock.LockTx inside a transaction, which works through any
+// pooler.
 //
 // # Pool settings for serverless functions
 //

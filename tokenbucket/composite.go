@@ -142,7 +142,7 @@ func (c *Composite) Policies() []ratekit.Policy {
 // allocations per decision.
 type scratch struct {
 	upd  []kvstore.Update
-	res  []kvstore.Result
+	res  []kvstore.OpResult
 	keys []byte
 }
 
@@ -172,7 +172,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 		buf = append(buf, c.prefix[i]...)
 		buf = append(buf, key...)
 		upd = append(upd, kvstore.Update{Refill: b.refill, N: cost * b.unit})
-		res = append(res, kvstore.Result{})
+		res = append(res, kvstore.OpResult{})
 	}
 	// Every store key in one string, one allocation: the store may keep
 	// a key it is given.
@@ -248,7 +248,7 @@ func (c *Composite) Reset(ctx context.Context, key string) error {
 	if c.group {
 		group = key
 	}
-	if err := c.store.UpdateMulti(ctx, group, kvstore.OpRefund, upd, make([]kvstore.Result, len(upd))); err != nil {
+	if err := c.store.UpdateMulti(ctx, group, kvstore.OpRefund, upd, make([]kvstore.OpResult, len(upd))); err != nil {
 		return fmt.Errorf("tokenbucket: reset: %w", err)
 	}
 	return nil

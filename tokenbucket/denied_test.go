@@ -29,7 +29,7 @@ func (c *counting) Set(ctx context.Context, key string, rec kvstore.Record, ttl 
 	return c.Atomic.Set(ctx, key, rec, ttl)
 }
 
-func (c *counting) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (c *counting) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	c.calls.Add(1)
 	return c.Atomic.Update(ctx, key, r, op, n)
 }

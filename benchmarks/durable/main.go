@@ -64,9 +64,9 @@ func main() {
 	for _, t := range strings.Split(*tables, ",") {
 		switch strings.TrimSpace(t) {
 		case "unlogged":
-			b.durs = append(b.durs, pgstore.Unlogged)
+			b.durs = append(b.durs, durable.Unlogged)
 		case "logged":
-			b.durs = append(b.durs, pgstore.Logged)
+			b.durs = append(b.durs, durable.Logged)
 		default:
 			log.Fatalf("bad -tables %q", *tables)
 		}
@@ -147,7 +147,7 @@ func (b *bench) report(ctx context.Context, concs []int, runs, keys int) error {
 	return nil
 }
 
-func row(d pgstore.Durability, sync bool, conc int, subject string, r, floor harness.Result) {
+func row(d durable.Durability, sync bool, conc int, subject string, r, floor harness.Result) {
 	sc := "off"
 	if sync {
 		sc = "on"
@@ -170,7 +170,7 @@ type bench struct {
 	cleanup     float64
 	maxInFlight int
 	baseline    bool
-	durs        []pgstore.Durability
+	durs        []durable.Durability
 	syncs       []bool
 	admin       *pgxpool.Pool
 	filled      map[string]bool
@@ -253,14 +253,14 @@ func (b *bench) pool(ctx context.Context, conc int, floorSyncOff bool) (*pgxpool
 	return p, nil
 }
 
-func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, conc int) (harness.Result, error) {
+func (b *bench) runFloor(ctx context.Context, d durable.Durability, sync bool, conc int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, !sync)
 	if err != nil {
 		return harness.Result{}, err
 	}
 	defer p.Close()
 	table := `"` + b.schema + `".floor`
-	if d == pgstore.Unlogged {
+	if d == durable.Unlogged {
 		table += "_unlogged"
 	}
 	q := "INSERT INTO " + table + " AS f (prefix, key, count) VALUES ($1, $2, 1) " +
@@ -276,7 +276,7 @@ func (b *bench) runFloor(ctx context.Context, d pgstore.Durability, sync bool, c
 	return b.measure(ctx, conc, op)
 }
 
-func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d pgstore.Durability, sync bool, conc, maxInFlight int) (harness.Result, error) {
+func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d durable.Durability, sync bool, conc, maxInFlight int) (harness.Result, error) {
 	p, err := b.pool(ctx, conc, false)
 	if err != nil {
 		return harness.Result{}, err
@@ -288,10 +288,11 @@ func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d pgstore
 	}
 	// Quotas large enough that almost every call is admitted (the
 	// expensive path).
+	prefix := "bench-" + alg.String() + "-" + d.String()
 	l, err := durable.New(durable.Config{
 		Store: store, Algorithm: alg, Durability: d, SynchronousCommit: sync,
 		Policy:             ratekit.Policy{Name: "bench-" + alg.String(), Quota: 1000, Window: b.window},
-		Prefix:             "bench-" + alg.String() + "-" + d.String(),
+		Prefix:             prefix,
 		CleanupProbability: b.cleanup,
 	})
 	if err != nil {
@@ -302,10 +303,10 @@ func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d pgstore
 		return err
 	}
 	tables := []string{`"` + b.schema + `".counters`, `"` + b.schema + `".log`}
-	if d == pgstore.Unlogged {
+	if d == durable.Unlogged {
 		tables = []string{`"` + b.schema + `".counters_unlogged`, `"` + b.schema + `".log_unlogged`}
 	}
-	if err := b.fill(ctx, l.Counter().Config().Prefix, op, tables...); err != nil {
+	if err := b.fill(ctx, prefix, op, tables...); err != nil {
 		return harness.Result{}, err
 	}
 	return b.measure(ctx, conc, op)

@@ -100,7 +100,7 @@ func newAPI(cfg config) (*api, error) {
 		Prefix:    cfg.prefix,
 		// Calls are money: logged tables, and a decision is on disk when
 		// it returns.
-		Durability:        pgstore.Logged,
+		Durability:        durable.Logged,
 		SynchronousCommit: true,
 	})
 	if err != nil {

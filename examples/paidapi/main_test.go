@@ -84,7 +84,7 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 	}
 	t.Cleanup(func() {
 		daily, err := durable.New(durable.Config{
-			Store: store, Algorithm: ratekit.FixedWindow, Prefix: prefix, Durability: pgstore.Logged,
+			Store: store, Algorithm: ratekit.FixedWindow, Prefix: prefix, Durability: durable.Logged,
 			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour},
 		})
 		if err != nil {

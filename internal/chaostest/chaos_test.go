@@ -184,7 +184,7 @@ type policy struct {
 	onError  ratekit.FailurePolicy
 	fallback func(t *testing.T) ratekit.Limiter
 	// check tells whether a result during the fault honours the policy.
-	check func(res ratekit.Result, h http.Header) error
+	check func(res ratekit.Verdict, h http.Header) error
 }
 
 type failing struct{}
@@ -205,7 +205,7 @@ func memoryFallback(t *testing.T) ratekit.Limiter {
 	return l
 }
 
-func closed(res ratekit.Result, h http.Header) error {
+func closed(res ratekit.Verdict, h http.Header) error {
 	if res.Status != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), ratekit.ProblemTypeTemporaryReducedCapacity) || res.Err == nil {
 		return fmt.Errorf("want 503 temporary-reduced-capacity, got status %d body %s err %v", res.Status, res.Body, res.Err)
 	}
@@ -214,13 +214,13 @@ func closed(res ratekit.Result, h http.Header) error {
 
 var policies = []policy{
 	{name: "fail-closed", onError: ratekit.FailClosed, check: closed},
-	{name: "fail-open", onError: ratekit.FailOpen, check: func(res ratekit.Result, h http.Header) error {
+	{name: "fail-open", onError: ratekit.FailOpen, check: func(res ratekit.Verdict, h http.Header) error {
 		if !res.Proceed() || res.Decided || res.Err == nil || h.Get(ratekit.HeaderRateLimit) != "" {
 			return fmt.Errorf("want the request let through undecided with no RateLimit field, got %+v, header %v", res, h)
 		}
 		return nil
 	}},
-	{name: "fallback", onError: ratekit.UseFallback, fallback: memoryFallback, check: func(res ratekit.Result, h http.Header) error {
+	{name: "fallback", onError: ratekit.UseFallback, fallback: memoryFallback, check: func(res ratekit.Verdict, h http.Header) error {
 		if !res.Decided || res.Err == nil || !strings.Contains(h.Get(ratekit.HeaderRateLimitPolicy), `"fallback"`) {
 			return fmt.Errorf("want the fallback's decision, got %+v, header %v", res, h)
 		}
@@ -253,7 +253,7 @@ func bound(pol policy) time.Duration {
 
 // check makes one decision through g under the caller's deadline and
 // returns it with the time it took.
-func check(g *ratekit.Guard) (ratekit.Result, http.Header, time.Duration) {
+func check(g *ratekit.Guard) (ratekit.Verdict, http.Header, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	h := http.Header{}

@@ -190,9 +190,9 @@ func TestDurable(t *testing.T) {
 			}
 		})
 		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
-			durabilities := []pgstore.Durability{pgstore.Unlogged}
+			durabilities := []durable.Durability{durable.Unlogged}
 			if srv.name == "postgres" && alg == ratekit.TokenBucket {
-				durabilities = append(durabilities, pgstore.Logged)
+				durabilities = append(durabilities, durable.Logged)
 			}
 			for _, dur := range durabilities {
 				t.Run(fmt.Sprintf("%s/%v/%v", srv.name, alg, dur), func(t *testing.T) {

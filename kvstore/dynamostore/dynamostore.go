@@ -246,16 +246,16 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // returns kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before sending
 // anything, and kvstore.ErrMalformedRecord for an item this package did not
 // write.
-func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	if err := r.Validate(); err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	if err := r.CheckOp(op, n); err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	k, err := s.key(key)
 	if err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	// writes counts the conditional writes sent, against Config.MaxAttempts.
 	writes := 0
@@ -278,7 +278,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		old = failed.Item
 	} else if old, err = s.read(ctx, k); err != nil {
 		// A refund or a peek starts from the item as it is.
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	for {
 		if old == nil {
@@ -286,12 +286,12 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// implement ReturnValuesOnConditionCheckFailure; AWS omits
 			// an item that no longer exists): read it.
 			if old, err = s.read(ctx, k); err != nil {
-				return kvstore.Result{}, err
+				return kvstore.OpResult{}, err
 			}
 		}
 		it, err := parseItem(old)
 		if err != nil {
-			return kvstore.Result{}, err
+			return kvstore.OpResult{}, err
 		}
 		now := s.now().UnixMicro()
 		if it.present && it.rate == r.Rate {
@@ -308,7 +308,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			return res, nil
 		}
 		if writes == s.attempts {
-			return kvstore.Result{}, fmt.Errorf("%w: %d conditional writes on one key", ErrContention, writes)
+			return kvstore.OpResult{}, fmt.Errorf("%w: %d conditional writes on one key", ErrContention, writes)
 		}
 		writes++
 		var failed *types.ConditionalCheckFailedException
@@ -329,7 +329,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			return res, err
 		}
 		if err := ctx.Err(); err != nil {
-			return kvstore.Result{}, fmt.Errorf("dynamostore: %w", err)
+			return kvstore.OpResult{}, fmt.Errorf("dynamostore: %w", err)
 		}
 		old = failed.Item
 	}
@@ -353,7 +353,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 //
 // It returns the result when the write was applied, the failure when the
 // condition failed, or the error.
-func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, n, now int64, full bool) (kvstore.Result, *types.ConditionalCheckFailedException, error) {
+func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, n, now int64, full bool) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
 	nowR := new(big.Int).Mul(big.NewInt(now), big.NewInt(r.Rate))
 	f := new(big.Int).Sub(nowR, big.NewInt(r.Max))
 	exp := now + int64(r.TimeToFull(0)/time.Microsecond)
@@ -387,15 +387,15 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	if err != nil {
 		var failed *types.ConditionalCheckFailedException
 		if errors.As(err, &failed) {
-			return kvstore.Result{}, failed, nil
+			return kvstore.OpResult{}, failed, nil
 		}
-		return kvstore.Result{}, nil, wrap(ctx, "UpdateItem", err)
+		return kvstore.OpResult{}, nil, wrap(ctx, "UpdateItem", err)
 	}
 	v, err := intAttr(out.Attributes, "v")
 	if err != nil {
-		return kvstore.Result{}, nil, err
+		return kvstore.OpResult{}, nil, err
 	}
-	return kvstore.Result{OK: true, Value: v}, nil, nil
+	return kvstore.OpResult{OK: true, Value: v}, nil, nil
 }
 
 // writeIf writes next (the result of Apply on it) with an UpdateItem

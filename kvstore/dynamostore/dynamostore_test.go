@@ -175,7 +175,7 @@ func TestRequests(t *testing.T) {
 	const u = 1_000_000
 	// failed says that the first conditional write fails: dynalite does
 	// not return the item with a failed condition, so the Store reads it.
-	check := func(what string, res kvstore.Result, err error, ok bool, value int64, failed bool, want map[string]int) {
+	check := func(what string, res kvstore.OpResult, err error, ok bool, value int64, failed bool, want map[string]int) {
 		t.Helper()
 		if err != nil || res.OK != ok || res.Value != value {
 			t.Fatalf("%s: %+v, %v; want OK %v, value %d", what, res, err, ok, value)

@@ -36,7 +36,7 @@ var slowRefill = kvstore.Refill{Max: 10 * unit, Rate: 1}
 
 // allowWithin calls Update (a take) with a deadline of d and returns its
 // error and how long it took.
-func takeWithin(s *dynamostore.Store, d time.Duration) (kvstore.Result, time.Duration, error) {
+func takeWithin(s *dynamostore.Store, d time.Duration) (kvstore.OpResult, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
@@ -54,7 +54,7 @@ func TestOutage(t *testing.T) {
 	f.down.Store(true)
 	for i := 0; i < 3; i++ {
 		res, took, err := takeWithin(s, 500*time.Millisecond)
-		if !errors.Is(err, errInjected) || res != (kvstore.Result{}) {
+		if !errors.Is(err, errInjected) || res != (kvstore.OpResult{}) {
 			t.Fatalf("Update during an outage = %+v, %v; want the transport's error", res, err)
 		}
 		if took > 400*time.Millisecond {
@@ -73,7 +73,7 @@ func TestLatencyBeyondDeadline(t *testing.T) {
 	s, f := faultyStore(t, dynamostore.Config{})
 	f.delay.Store(int64(2 * time.Second))
 	res, took, err := takeWithin(s, 200*time.Millisecond)
-	if !errors.Is(err, context.DeadlineExceeded) || res != (kvstore.Result{}) {
+	if !errors.Is(err, context.DeadlineExceeded) || res != (kvstore.OpResult{}) {
 		t.Fatalf("Update with 2s latency and a 200ms deadline = %+v, %v; want context.DeadlineExceeded", res, err)
 	}
 	if took > 600*time.Millisecond {

@@ -43,9 +43,8 @@ type Config struct {
 	// Now is the store's clock: it stamps [kvstore.Atomic] updates and
 	// decides expiry. Nil means the system clock as the store reads it:
 	// the wall clock (time.Now) read once by New, advanced by Go's
-	// monotonic clock (time.Since). A monotonic reading costs about half a
-	// wall-clock reading (29 ns against 54 ns on a KVM guest), and the
-	// store's clock never steps back; it does not follow steps or slewing
+	// monotonic clock (time.Since). A monotonic reading is cheaper than a
+	// wall-clock reading, and the store's clock never steps back; it does not follow steps or slewing
 	// of the wall clock after New, which nothing in the store needs, since
 	// every time the store compares was read from its own clock. Tests
 	// inject a fake clock here.
@@ -280,9 +279,9 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 // Update implements [kvstore.Atomic] under the key's entry lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
-func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	if err := ctx.Err(); err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	s := c.s
 	nowNano := s.clock()

@@ -40,7 +40,7 @@ const maxStackKeys = 8
 //
 // It returns the errors of [kvstore.CheckMulti], [kvstore.ErrDuplicateKey]
 // for a key given twice, and ctx.Err() when ctx is done before it starts.
-func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.Result) error {
+func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	if err := kvstore.CheckMulti(op, updates, results); err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func (c *Scope) release(e *entry, now int64) {
 
 // applyAll computes and writes the results of an UpdateMulti whose entries
 // are all held, then unlocks them.
-func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.Result, held []*entry, nowNano int64) {
+func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64) {
 	nowMicro := nowNano / 1000
 	if nowNano < 0 && nowNano%1000 != 0 {
 		nowMicro--

@@ -43,7 +43,7 @@ func TestUpdateMultiBoundedStore(t *testing.T) {
 						for j, p := range perm {
 							u[j] = kvstore.Update{Key: fmt.Sprint("k", p), Refill: r, N: 1}
 						}
-						if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, make([]kvstore.Result, len(u))); err != nil {
+						if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, make([]kvstore.OpResult, len(u))); err != nil {
 							errs <- err
 							return
 						}
@@ -72,7 +72,7 @@ func TestUpdateMultiOnInjectedClock(t *testing.T) {
 	ctx := context.Background()
 	r := kvstore.Refill{Max: 10, Rate: 1}
 	u := []kvstore.Update{{Key: "a", Refill: r, N: 10}, {Key: "b", Refill: r, N: 10}}
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK || res[0].Value != 0 || res[1].Value != 0 {
 		t.Fatalf("take all = %+v, %v", res, err)
 	}

@@ -176,12 +176,12 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 // the pool without changing the level, so it can be retried: a test calls
 // it to set up, which a busy machine may slow past a client's short
 // timeouts, and which is not what the test is about.
-func peekPatiently(t *testing.T, s *redisstore.Store, r kvstore.Refill) kvstore.Result {
+func peekPatiently(t *testing.T, s *redisstore.Store, r kvstore.Refill) kvstore.OpResult {
 	t.Helper()
 	var err error
 	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		var res kvstore.Result
+		var res kvstore.OpResult
 		res, err = s.Update(ctx, "k", r, kvstore.OpPeek, 1)
 		cancel()
 		if err == nil {
@@ -189,7 +189,7 @@ func peekPatiently(t *testing.T, s *redisstore.Store, r kvstore.Refill) kvstore.
 		}
 	}
 	t.Fatalf("no peek succeeded in 20s: %v", err)
-	return kvstore.Result{}
+	return kvstore.OpResult{}
 }
 
 // TestPipelineAfterScriptFlush sends updates in pipelines to a server that

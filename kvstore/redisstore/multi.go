@@ -47,7 +47,7 @@ func (s *Store) multiKey(group, key string) string {
 // kvstore.ErrCrossPartition before contacting Redis. A key holding
 // something this package did not write gives kvstore.ErrMalformedRecord,
 // and nothing changes.
-func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.Result) error {
+func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	if err := kvstore.CheckMulti(op, updates, results); err != nil {
 		return err
 	}
@@ -106,9 +106,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	}
 	for i, v := range vals {
 		if v < 0 {
-			results[i] = kvstore.Result{OK: false, Value: -v - 1}
+			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
 		} else {
-			results[i] = kvstore.Result{OK: true, Value: v}
+			results[i] = kvstore.OpResult{OK: true, Value: v}
 		}
 	}
 	return nil

@@ -22,7 +22,7 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	for i := 0; i < 3; i++ {
 		if err := c.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -53,7 +53,7 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 	if err := c.Set(ctx, s.Key("b"), "not a record", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrMalformedRecord) {
 		t.Fatalf("err = %v, want ErrMalformedRecord", err)
 	}
@@ -79,7 +79,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 		t.Fatal("a ClusterClient store does not report Partitioned")
 	}
 	ctx := context.Background()
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	// "a" and "b" hash to slots 15495 and 3300.
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
 		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)

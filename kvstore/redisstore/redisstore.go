@@ -306,17 +306,17 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting Redis,
 // and kvstore.ErrMalformedRecord when the key holds something this package
 // did not write.
-func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.Result, error) {
+func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	a := s.args.Load()
 	if a == nil || a.r != r {
 		if err := r.Validate(); err != nil {
-			return kvstore.Result{}, err
+			return kvstore.OpResult{}, err
 		}
 		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(r.Rate, 10)}
 		s.args.Store(a)
 	}
 	if err := r.CheckOp(op, n); err != nil {
-		return kvstore.Result{}, err
+		return kvstore.OpResult{}, err
 	}
 	var opArg any
 	switch op {
@@ -348,18 +348,18 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	}
 	if err != nil {
 		if strings.Contains(err.Error(), malformedMsg) {
-			return kvstore.Result{}, kvstore.ErrMalformedRecord
+			return kvstore.OpResult{}, kvstore.ErrMalformedRecord
 		}
-		return kvstore.Result{}, wrap(ctx, "EVALSHA", err)
+		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
 	}
 	v, err := cmd.Int64()
 	if err != nil {
-		return kvstore.Result{}, wrap(ctx, "EVALSHA", err)
+		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
 	}
 	if v < 0 {
-		return kvstore.Result{OK: false, Value: -v - 1}, nil
+		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}
-	return kvstore.Result{OK: true, Value: v}, nil
+	return kvstore.OpResult{OK: true, Value: v}, nil
 }
 
 // updateSource is the update script (redisscript.Update) and malformedMsg

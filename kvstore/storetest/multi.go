@@ -31,9 +31,9 @@ func group(s kvstore.MultiAtomic) string {
 	return ""
 }
 
-func multi(t *testing.T, s kvstore.MultiAtomic, g string, op kvstore.Op, u ...kvstore.Update) []kvstore.Result {
+func multi(t *testing.T, s kvstore.MultiAtomic, g string, op kvstore.Op, u ...kvstore.Update) []kvstore.OpResult {
 	t.Helper()
-	res := make([]kvstore.Result, len(u))
+	res := make([]kvstore.OpResult, len(u))
 	if err := s.UpdateMulti(ctx(t), g, op, u, res); err != nil {
 		t.Fatalf("UpdateMulti(%q, op %d, %+v): %v", g, op, u, err)
 	}
@@ -90,7 +90,7 @@ func testMultiInvalid(t *testing.T, s kvstore.MultiAtomic) {
 		"duplicate key":   {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow, N: unit}, ok}, 3, kvstore.ErrDuplicateKey},
 		"duplicate, peek": {kvstore.OpPeek, []kvstore.Update{ok, ok}, 2, kvstore.ErrDuplicateKey},
 	} {
-		if err := s.UpdateMulti(ctx(t), g, tc.op, tc.u, make([]kvstore.Result, tc.nres)); !errors.Is(err, tc.want) {
+		if err := s.UpdateMulti(ctx(t), g, tc.op, tc.u, make([]kvstore.OpResult, tc.nres)); !errors.Is(err, tc.want) {
 			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
 		}
 	}
@@ -164,7 +164,7 @@ func testMultiConcurrent(t *testing.T, s kvstore.MultiAtomic) {
 				for j, p := range perm {
 					u[j] = kvstore.Update{Key: keys[p], Refill: r, N: unit}
 				}
-				res := make([]kvstore.Result, len(u))
+				res := make([]kvstore.OpResult, len(u))
 				err := s.UpdateMulti(c, g, kvstore.OpTake, u, res)
 				mu.Lock()
 				all := true

@@ -183,7 +183,7 @@ func testOpaqueKeys(t *testing.T, s kvstore.Store) {
 	}
 }
 
-func update(t *testing.T, s kvstore.Atomic, key string, r kvstore.Refill, op kvstore.Op, n int64) kvstore.Result {
+func update(t *testing.T, s kvstore.Atomic, key string, r kvstore.Refill, op kvstore.Op, n int64) kvstore.OpResult {
 	t.Helper()
 	res, err := s.Update(ctx(t), key, r, op, n)
 	if err != nil {

@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 func TestMain(m *testing.M) {
@@ -32,16 +32,16 @@ func TestMain(m *testing.M) {
 
 var algorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
-func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
+func newStore(t testing.TB, db pgengine.DB) *pgengine.Store {
 	t.Helper()
-	s, err := pgstore.New(db, pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgengine.New(db, pgengine.Config{Schema: pgtest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func newCounter(t testing.TB, s *pgstore.Store, cfg pgstore.CounterConfig) *pgstore.Counter {
+func newCounter(t testing.TB, s *pgengine.Store, cfg pgengine.CounterConfig) *pgengine.Counter {
 	t.Helper()
 	if cfg.Prefix == "" {
 		cfg.Prefix = pgtest.Prefix(t)
@@ -70,9 +70,9 @@ func TestTakePeekRefundReset(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
-		for _, dur := range []pgstore.Durability{pgstore.Unlogged, pgstore.Logged} {
+		for _, dur := range []pgengine.Durability{pgengine.Unlogged, pgengine.Logged} {
 			t.Run(alg.String()+"/"+dur.String(), func(t *testing.T) {
-				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 5, Durability: dur})
+				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 5, Durability: dur})
 				const key = "user-1"
 				steps := []struct {
 					op        string
@@ -92,7 +92,7 @@ func TestTakePeekRefundReset(t *testing.T) {
 					{"take", 4, true, 1},
 				}
 				for i, st := range steps {
-					var r pgstore.Result
+					var r pgengine.Outcome
 					var err error
 					switch st.op {
 					case "take":
@@ -141,8 +141,8 @@ func TestRetryAfterAndWindowRollover(t *testing.T) {
 			// Long enough that a busy machine makes the four takes
 			// that reach a denial within one window.
 			window := time.Second
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 3, Window: window})
-			var denied pgstore.Result
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: window})
+			var denied pgengine.Outcome
 			for i := 0; i < 10; i++ {
 				r, err := c.Take(ctx, "k", 1, "")
 				if err != nil {
@@ -178,7 +178,7 @@ func TestIdempotencyKey(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 3})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3})
 			r, err := c.Take(ctx, "k", 2, "invocation-1")
 			if err != nil || !r.Allowed || r.Duplicate || r.Remaining != 1 {
 				t.Fatalf("first: %+v, %v", r, err)
@@ -221,8 +221,8 @@ func TestIdempotencyAfterRefund(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 5})
-			step := func(name string, op func(context.Context, string, int64, string) (pgstore.Result, error), wantDup bool, wantRemaining int64) {
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 5})
+			step := func(name string, op func(context.Context, string, int64, string) (pgengine.Outcome, error), wantDup bool, wantRemaining int64) {
 				t.Helper()
 				r, err := op(ctx, "k", 1, "call-7")
 				if err != nil || !r.Allowed || r.Duplicate != wantDup || r.Remaining != wantRemaining {
@@ -247,7 +247,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 10})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10})
 			var wg sync.WaitGroup
 			var fresh, dup atomic.Int64
 			for i := 0; i < 32; i++ {
@@ -287,7 +287,7 @@ func TestExactness(t *testing.T) {
 			if via == "pgbouncer" {
 				url = testenv.PgBouncerURL(t)
 			}
-			var stores []*pgstore.Store
+			var stores []*pgengine.Store
 			for i := 0; i < 4; i++ {
 				stores = append(stores, newStore(t, pgtest.Pool(t, url, 4, "")))
 			}
@@ -295,9 +295,9 @@ func TestExactness(t *testing.T) {
 			for _, alg := range algorithms {
 				t.Run(alg.String(), func(t *testing.T) {
 					prefix := pgtest.Prefix(t)
-					var counters []*pgstore.Counter
+					var counters []*pgengine.Counter
 					for _, s := range stores {
-						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
+						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
 							Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05,
 						}))
 					}
@@ -346,7 +346,7 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	const limit, window = 5, 400 * time.Millisecond
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.SlidingLog, Quota: limit, Window: window})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingLog, Quota: limit, Window: window})
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
@@ -416,7 +416,7 @@ func TestSynchronousCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := newStore(t, tx)
-		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgstore.Logged, SynchronousCommit: sync})
+		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgengine.Logged, SynchronousCommit: sync})
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +442,7 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1})
 	keys := []string{
 		"o'brien", `back\slash`, `"double"`, "a\x00b", "a", "a\x00", "\xff\xfe\xfd", "\xc3\x28",
 		"'); DROP TABLE counters; --", "$1", "日本語", strings.Repeat("k", ratekit.MaxKeyLen),
@@ -479,7 +479,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("reset 10 kB key: %v", err)
 	}
 	for _, p := range []string{"x'; DROP TABLE ratekit.counters; --", "a b", "", strings.Repeat("p", 65), "ü"} {
-		if _, err := s.Counter(pgstore.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		if _, err := s.Counter(pgengine.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("prefix %q: %v, want ErrInvalidConfig", p, err)
 		}
 	}
@@ -488,16 +488,16 @@ func TestBadInput(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
 	s := newStore(t, pool)
-	ok := pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}
-	bad := map[string]func(*pgstore.CounterConfig){
-		"no algorithm":    func(c *pgstore.CounterConfig) { c.Algorithm = 0 },
-		"bad durability":  func(c *pgstore.CounterConfig) { c.Durability = 7 },
-		"zero limit":      func(c *pgstore.CounterConfig) { c.Quota = 0 },
-		"huge limit":      func(c *pgstore.CounterConfig) { c.Quota = 1 << 62 },
-		"short window":    func(c *pgstore.CounterConfig) { c.Window = time.Microsecond },
-		"probability > 1": func(c *pgstore.CounterConfig) { c.CleanupProbability = 1.5 },
-		"negative batch":  func(c *pgstore.CounterConfig) { c.CleanupBatch = -1 },
-		"prefix with ';'": func(c *pgstore.CounterConfig) { c.Prefix = "a;b" },
+	ok := pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}
+	bad := map[string]func(*pgengine.CounterConfig){
+		"no algorithm":    func(c *pgengine.CounterConfig) { c.Algorithm = 0 },
+		"bad durability":  func(c *pgengine.CounterConfig) { c.Durability = 7 },
+		"zero limit":      func(c *pgengine.CounterConfig) { c.Quota = 0 },
+		"huge limit":      func(c *pgengine.CounterConfig) { c.Quota = 1 << 62 },
+		"short window":    func(c *pgengine.CounterConfig) { c.Window = time.Microsecond },
+		"probability > 1": func(c *pgengine.CounterConfig) { c.CleanupProbability = 1.5 },
+		"negative batch":  func(c *pgengine.CounterConfig) { c.CleanupBatch = -1 },
+		"prefix with ';'": func(c *pgengine.CounterConfig) { c.Prefix = "a;b" },
 	}
 	for name, mutate := range bad {
 		cfg := ok
@@ -510,11 +510,11 @@ func TestConfigErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"", "Upper", "1abc", "a-b", `a"b`, strings.Repeat("a", 64)} {
-		if _, err := pgstore.New(pool, pgstore.Config{Schema: name}); name != "" && !errors.Is(err, ratekit.ErrInvalidConfig) {
+		if _, err := pgengine.New(pool, pgengine.Config{Schema: name}); name != "" && !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("schema %q: %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	if _, err := pgstore.New(nil, pgstore.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+	if _, err := pgengine.New(nil, pgengine.Config{}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Errorf("nil DB: %v", err)
 	}
 }
@@ -536,12 +536,12 @@ func TestMigrateRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := pgstore.New(pool, pgstore.Config{Schema: schema})
+			s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
 			if err != nil {
 				t.Error(err)
 				return
 			}
-			c, err := s.Counter(pgstore.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Quota: 100, Window: time.Hour})
+			c, err := s.Counter(pgengine.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Quota: 100, Window: time.Hour})
 			if err != nil {
 				t.Error(err)
 				return
@@ -565,18 +565,18 @@ func TestDisableAutoMigrate(t *testing.T) {
 	schema := pgtest.NewSchema()
 	t.Cleanup(func() { pgtest.Drop(schema) })
 	ctx := ctxT(t)
-	s, err := pgstore.New(pool, pgstore.Config{Schema: schema, DisableAutoMigrate: true})
+	s, err := pgengine.New(pool, pgengine.Config{Schema: schema, DisableAutoMigrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Counter(pgstore.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second})
+	c, err := s.Counter(pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Take(ctx, "k", 1, ""); err == nil {
 		t.Fatal("Take succeeded without a schema")
 	}
-	ddl, err := pgstore.SchemaSQL(schema)
+	ddl, err := pgengine.SchemaSQL(schema)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,9 +588,6 @@ func TestDisableAutoMigrate(t *testing.T) {
 	if r, err := c.Take(ctx, "k", 1, ""); err != nil || !r.Allowed {
 		t.Fatalf("after migration: %+v, %v", r, err)
 	}
-	if !strings.Contains(pgstore.DefaultSchemaSQL(), `CREATE SCHEMA IF NOT EXISTS "ratekit"`) {
-		t.Error("DefaultSchemaSQL does not create schema ratekit")
-	}
 }
 
 func TestCleanup(t *testing.T) {
@@ -600,9 +597,9 @@ func TestCleanup(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := pgtest.Prefix(t)
-			c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
 			// Another prefix with a long window must survive.
-			other := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 2})
+			other := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2})
 			for i := 0; i < 10; i++ {
 				if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, fmt.Sprint("i", i)); err != nil {
 					t.Fatal(err)
@@ -635,7 +632,7 @@ func TestInlineCleanup(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	prefix := pgtest.Prefix(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
+	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
 			t.Fatal(err)
@@ -653,13 +650,13 @@ func TestInlineCleanup(t *testing.T) {
 
 func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PgBouncerURL(t), 2, "")
-	s, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
+	s, err := pgengine.New(pool, pgengine.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
-		c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 2})
+		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2})
 		for i, want := range []bool{true, true, false} {
 			r, err := c.Take(ctx, "o'k\x00\xff", 1, "")
 			if err != nil || r.Allowed != want {
@@ -669,5 +666,5 @@ func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 	}
 }
 
-var _ pgstore.DB = (*pgxpool.Pool)(nil)
-var _ pgstore.DB = (pgx.Tx)(nil)
+var _ pgengine.DB = (*pgxpool.Pool)(nil)
+var _ pgengine.DB = (pgx.Tx)(nil)

@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
-func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, simple bool) (*pgstore.Store, *pgtest.BatchCounter) {
+func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, simple bool) (*pgengine.Store, *pgtest.BatchCounter) {
 	t.Helper()
 	tr := &pgtest.BatchCounter{}
-	s, err := pgstore.New(pgtest.TracedPool(t, url, conns, tr), pgstore.Config{Schema: pgtest.Schema(), MaxInFlight: maxInFlight, SimpleProtocol: simple})
+	s, err := pgengine.New(pgtest.TracedPool(t, url, conns, tr), pgengine.Config{Schema: pgtest.Schema(), MaxInFlight: maxInFlight, SimpleProtocol: simple})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +42,13 @@ func TestCoalescedDecisionsAreExact(t *testing.T) {
 			var wg sync.WaitGroup
 			for g := 0; g < 48; g++ {
 				limit := int64(3 + g)
-				c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: limit,
-					Durability: pgstore.Durability(g % 2), SynchronousCommit: g%3 == 0})
+				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: limit,
+					Durability: pgengine.Durability(g % 2), SynchronousCommit: g%3 == 0})
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					key := fmt.Sprintf("caller-%d", g)
-					check := func(step string, r pgstore.Result, err error, allowed bool, remaining int64, dup bool) bool {
+					check := func(step string, r pgengine.Outcome, err error, allowed bool, remaining int64, dup bool) bool {
 						if err != nil || r.Allowed != allowed || r.Remaining != remaining || r.Duplicate != dup {
 							t.Errorf("caller %d (limit %d), %s: %+v, %v; want allowed %v, remaining %d, duplicate %v",
 								g, limit, step, r, err, allowed, remaining, dup)
@@ -97,7 +97,7 @@ func TestCoalescedExactness(t *testing.T) {
 				if via == "pgbouncer" {
 					url = testenv.PgBouncerURL(t)
 				}
-				var stores []*pgstore.Store
+				var stores []*pgengine.Store
 				var trs []*pgtest.BatchCounter
 				for i := 0; i < 4; i++ {
 					s, tr := coalescingStore(t, url, 4, 2, simple)
@@ -114,7 +114,7 @@ func TestCoalescedExactness(t *testing.T) {
 						var admitted, denied, dups atomic.Int64
 						var wg sync.WaitGroup
 						for si, s := range stores {
-							c := newCounter(t, s, pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05})
+							c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05})
 							for g := 0; g < 64; g++ {
 								for i := 0; i < 3; i++ {
 									idem := ""
@@ -173,7 +173,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 			pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 			s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgstore.CounterConfig{Algorithm: alg, Quota: 10})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10})
 			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -184,7 +184,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 			}
 			defer tx.Rollback(ctx)
 			if alg == ratekit.SlidingLog {
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgstore.SlidingLogLockID(pgstore.Unlogged, c.Config().Prefix, "held")); err != nil {
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgengine.SlidingLogLockID(pgengine.Unlogged, c.Config().Prefix, "held")); err != nil {
 					t.Fatal(err)
 				}
 			} else if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1 AND key = $2 FOR UPDATE`, c.Config().Prefix, []byte("held")); err != nil {
@@ -235,7 +235,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 func TestLoneDecisionsAreNotBatched(t *testing.T) {
 	s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)

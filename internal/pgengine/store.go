@@ -1,7 +1,9 @@
-package pgstore
+package pgengine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -16,68 +18,29 @@ import (
 	"github.com/ratekit/ratekit"
 )
 
-// DB is the part of a pgx connection that a [Store] uses. *pgxpool.Pool
-// satisfies it, and so do *pgx.Conn and pgx.Tx (a Store over a transaction
-// makes every decision part of that transaction).
+// DB is the part of a pgx connection that a [Store] uses; pgstore.DB has the
+// same methods.
 type DB interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Config configures a [Store]. The zero value is valid: schema "ratekit",
-// created on first use, queries in pgx's exec mode.
+// Config configures a [Store]: pgstore.Config, field for field, converted
+// by pgstore.New (its documentation is the one users read). The zero value
+// is valid: schema "ratekit", created on first use, queries in pgx's exec
+// mode.
 type Config struct {
-	// Schema is the PostgreSQL schema that holds the tables and functions
-	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
-	Schema string
-
-	// DisableAutoMigrate turns off the creation of the schema on first use.
-	// Create it beforehand with [SchemaSQL] (or the ratekit-schema command)
-	// and give the role that the pool connects as USAGE on the schema,
-	// SELECT, INSERT, UPDATE and DELETE on its tables and EXECUTE on its
-	// functions.
-	DisableAutoMigrate bool
-
-	// SimpleProtocol makes the Store send its statements with pgx's simple
-	// protocol (client-side parameter interpolation by pgx) instead of the
-	// default pgx.QueryExecModeExec (extended protocol with the unnamed
-	// statement). Neither creates server-side prepared statements, so both
-	// work through PgBouncer in transaction mode and RDS Proxy; use simple
-	// protocol for poolers that also refuse the extended protocol.
-	SimpleProtocol bool
-
-	// MaxInFlight bounds the decisions the Store has in flight at once.
-	// Up to MaxInFlight, each decision is sent alone, at once, on its
-	// caller's goroutine. Decisions beyond it wait, and when a decision in
-	// flight ends, the goroutine of one waiting caller sends all that wait
-	// as one statement (coalescing): one round trip and one commit for
-	// all of them, each decided as if alone, in a fixed key order (see
-	// [Store]). Zero means [DefaultMaxInFlight]; a negative value turns
-	// coalescing off. Decisions use the DB's connections, so a pool
-	// smaller than MaxInFlight makes decisions wait for a connection
-	// rather than coalesce.
-	MaxInFlight int
+	Schema             string // empty means DefaultSchema
+	DisableAutoMigrate bool   // no schema creation on first use
+	SimpleProtocol     bool   // pgx's simple protocol instead of exec mode
+	MaxInFlight        int    // 0 means DefaultMaxInFlight, < 0 no coalescing
 }
 
-// Store runs ratekit's decisions in PostgreSQL. Create one per pool with
-// [New] and share it; a Store is safe for concurrent use. It holds no
-// connection of its own and starts no goroutine: every statement is sent by
-// the goroutine of a caller waiting for it.
-//
-// Beyond [Config.MaxInFlight] decisions in flight, waiting decisions go to
-// PostgreSQL together in one statement that calls each one's decision
-// function in turn, ordered by durability, prefix, key and idempotency key,
-// in one implicit transaction. Each decision is decided exactly as if it
-// were alone (it sees every decision before it, in its batch or not);
-// several decisions on one key in a batch are decided one after the other.
-// The commit is asynchronous only when no decision in the batch asks for
-// [CounterConfig.SynchronousCommit] on logged tables. When the server
-// refuses the statement, its transaction rolled back and none of its
-// decisions was applied: each caller then sends its own decision alone, so
-// that one decision's failure is not another's. A caller whose context ends
-// while its decision waits returns at once, and its decision is never sent;
-// one whose decision was already sent returns at once too, and the decision
-// may be applied.
+// Store runs ratekit's decisions in PostgreSQL: pgstore.Store's engine,
+// whose documentation states what it guarantees (one round trip per
+// decision, coalescing beyond Config.MaxInFlight, what a failure may have
+// applied). It is safe for concurrent use, holds no connection of its own and
+// starts no goroutine.
 type Store struct {
 	db       DB
 	schema   string
@@ -402,9 +365,9 @@ func (c *Counter) Config() CounterConfig { return c.cfg }
 // Capacity returns the most units the counter admits at once: its Quota.
 func (c *Counter) Capacity() int64 { return c.quota }
 
-// Result is the outcome of one [Counter] operation, computed in the database
+// Outcome is what one [Counter] operation decided, computed in the database
 // from the database clock.
-type Result struct {
+type Outcome struct {
 	// Allowed reports whether the cost was admitted (Take), would be
 	// admitted (Peek), or was given back (Refund, always true).
 	Allowed bool
@@ -447,13 +410,13 @@ const (
 // ended, ctx.Err(). After an error that is not bad input, the decision may
 // or may not have been applied: a retry with the same idempotency key
 // counts once.
-func (c *Counter) Take(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+func (c *Counter) Take(ctx context.Context, key string, cost int64, idempotencyKey string) (Outcome, error) {
 	return c.do(ctx, opTake, key, cost, idempotencyKey)
 }
 
 // Peek reports what Take would decide for cost units now, without taking
 // anything or writing anything. It returns the same errors as Take.
-func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Result, error) {
+func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Outcome, error) {
 	return c.do(ctx, opPeek, key, cost, "")
 }
 
@@ -465,20 +428,20 @@ func (c *Counter) Peek(ctx context.Context, key string, cost int64) (Result, err
 // refund count once within Window (refunds and takes have separate
 // idempotency records). It returns the same errors as Take, except that a
 // cost above the capacity is allowed.
-func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotencyKey string) (Result, error) {
+func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotencyKey string) (Outcome, error) {
 	return c.do(ctx, opRefund, key, cost, idempotencyKey)
 }
 
-func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Result, error) {
+func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem}
 	if err := req.Validate(); err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
 	if op != opRefund && cost > c.quota {
-		return Result{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
+		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
@@ -502,9 +465,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	}
 	out, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
 	if err != nil {
-		return Result{}, err
+		return Outcome{}, err
 	}
-	r := Result{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
+	r := Outcome{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
 	retryUS, resetUS := out[2], out[3]
 	r.RetryAfter = microseconds(retryUS)
 	r.ResetAfter = microseconds(resetUS)
@@ -618,6 +581,14 @@ func logLockID(d Durability, prefix, key string) int64 {
 	b = appendLenPrefixed(b, prefix)
 	b = appendLenPrefixed(b, key)
 	return hashBytes(b)
+}
+
+// hashBytes returns the first 8 bytes of SHA-256(b), big-endian, as a signed
+// integer: the 64-bit advisory lock key of b, as pglock.HashKey computes it
+// for a name.
+func hashBytes(b []byte) int64 {
+	sum := sha256.Sum256(b)
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 func appendLenPrefixed(b []byte, s string) []byte {

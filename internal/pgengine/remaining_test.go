@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 const (
@@ -47,7 +47,7 @@ func TestRemainingExact(t *testing.T) {
 			if via == "pgbouncer" {
 				url = testenv.PgBouncerURL(t)
 			}
-			var stores []*pgstore.Store
+			var stores []*pgengine.Store
 			for i := 0; i < burstPools; i++ {
 				stores = append(stores, newStore(t, pgtest.Pool(t, url, burstConns, "")))
 			}
@@ -55,9 +55,9 @@ func TestRemainingExact(t *testing.T) {
 				t.Run(alg.String(), func(t *testing.T) {
 					ctx := ctxT(t)
 					prefix := pgtest.Prefix(t)
-					var counters []*pgstore.Counter
+					var counters []*pgengine.Counter
 					for _, s := range stores {
-						counters = append(counters, newCounter(t, s, pgstore.CounterConfig{
+						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
 							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						}))
 					}
@@ -80,10 +80,10 @@ func TestRemainingExact(t *testing.T) {
 						if _, err := tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE "%s".counters_unlogged IN EXCLUSIVE MODE`, pgtest.Schema())); err != nil {
 							t.Fatal(err)
 						}
-						inTx := newCounter(t, newStore(t, tx), pgstore.CounterConfig{
+						inTx := newCounter(t, newStore(t, tx), pgengine.CounterConfig{
 							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
 						})
-						var first pgstore.Result
+						var first pgengine.Outcome
 						remaining, denied := burst(ctx, t, counters, "stalled", func() {
 							waitForLockWaiters(ctx, t, admin)
 							if first, err = inTx.Take(ctx, "stalled", 1, ""); err != nil {
@@ -106,7 +106,7 @@ func TestRemainingExact(t *testing.T) {
 
 // warmUp opens every pool's connections so that a burst is not spread out
 // by connection setup.
-func warmUp(ctx context.Context, t *testing.T, counters []*pgstore.Counter) {
+func warmUp(ctx context.Context, t *testing.T, counters []*pgengine.Counter) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, c := range counters {
@@ -130,7 +130,7 @@ func warmUp(ctx context.Context, t *testing.T, counters []*pgstore.Counter) {
 // all released at once, runs during (if not nil) while they are under way,
 // and returns the Remaining values of the admitted takes and the number of
 // denials.
-func burst(ctx context.Context, t *testing.T, counters []*pgstore.Counter, key string, during func()) (remaining []int64, denied int) {
+func burst(ctx context.Context, t *testing.T, counters []*pgengine.Counter, key string, during func()) (remaining []int64, denied int) {
 	t.Helper()
 	var (
 		mu sync.Mutex

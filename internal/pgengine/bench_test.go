@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // BenchmarkTake compares one decision of each algorithm (UNLOGGED, admitted)
@@ -57,10 +57,10 @@ func BenchmarkTake(b *testing.B) {
 	})
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			c := newCounter(b, s, pgstore.CounterConfig{Algorithm: alg, Quota: 1 << 40, Window: time.Hour, CleanupProbability: pgstore.DefaultCleanupProbability})
+			c := newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1 << 40, Window: time.Hour, CleanupProbability: pgengine.DefaultCleanupProbability})
 			if alg == ratekit.SlidingLog {
 				// Keep the log short: a small quota over a short window.
-				c = newCounter(b, s, pgstore.CounterConfig{Algorithm: alg, Quota: 1000, Window: 10 * time.Second, CleanupProbability: pgstore.DefaultCleanupProbability})
+				c = newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1000, Window: 10 * time.Second, CleanupProbability: pgengine.DefaultCleanupProbability})
 			}
 			run(b, func(key []byte) error {
 				_, err := c.Take(ctx, string(key), 1, "")

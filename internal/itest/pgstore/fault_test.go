@@ -13,9 +13,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // TestTerminateMidDecision kills the backend that runs a decision while the
@@ -29,7 +29,7 @@ func TestTerminateMidDecision(t *testing.T) {
 	admin := pgtest.Pool(t, url, 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 10})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 10})
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestInjectedLatency(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
@@ -175,7 +175,7 @@ func TestServerOutage(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: 100})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: 100})
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func TestServerOutage(t *testing.T) {
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var r pgstore.Result
+	var r pgengine.Outcome
 	var err error
 	// Recovering must happen with the same pool, not within an idle
 	// machine's time: 2s attempts for up to 20s.

@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"bytes"
@@ -124,13 +124,13 @@ func (m *Composite) Counters() []*Counter { return append([]*Counter(nil), m.cou
 // other errors wrap the pgx error and, when ctx ended, ctx.Err(). After such
 // an error the decision may or may not have been applied (to every counter
 // or to none): a retry with the same idempotency key counts once.
-func (m *Composite) Take(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Result, error) {
+func (m *Composite) Take(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Outcome, error) {
 	return m.do(ctx, opTake, key, cost, parts, idempotencyKey)
 }
 
 // Peek reports what Take would decide now, without taking or writing
 // anything. It returns the same errors as Take.
-func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ratekit.Part) ([]Result, error) {
+func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ratekit.Part) ([]Outcome, error) {
 	return m.do(ctx, opPeek, key, cost, parts, "")
 }
 
@@ -138,7 +138,7 @@ func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ra
 // does for one, in one transaction. A non-empty idempotencyKey makes a
 // retried refund count once. It returns the same errors as Take, except that
 // a cost above a counter's capacity is allowed.
-func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Result, error) {
+func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Outcome, error) {
 	return m.do(ctx, opRefund, key, cost, parts, idempotencyKey)
 }
 
@@ -165,7 +165,7 @@ func (m *Composite) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string) ([]Result, error) {
+func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string) ([]Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem, Parts: parts}
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -231,10 +231,10 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	if !parseInts(raw, out) {
 		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
 	}
-	res := make([]Result, n)
+	res := make([]Outcome, n)
 	for i := range res {
 		v := out[1+4*i:]
-		res[i] = Result{
+		res[i] = Outcome{
 			Allowed:    v[0] == 1,
 			Remaining:  v[1],
 			RetryAfter: microseconds(v[2]),

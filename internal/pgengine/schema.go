@@ -1,4 +1,4 @@
-package pgstore
+package pgengine
 
 import (
 	"bytes"
@@ -43,22 +43,6 @@ func ValidateSchemaName(name string) error {
 		}
 	}
 	return nil
-}
-
-// DefaultSchemaSQL returns [SchemaSQL] for [DefaultSchema]: the statements
-// that create every table, index and function this package uses, for users
-// who run migrations themselves (set [Config.DisableAutoMigrate]). The SQL
-// is rendered on each call from the schema template embedded in the package
-// (nothing is built when the package is imported). It is safe for
-// concurrent use and cannot fail: the default schema name is valid and the
-// embedded template is checked by the package's tests; should it ever be
-// broken, DefaultSchemaSQL panics with the template's error.
-func DefaultSchemaSQL() string {
-	s, err := SchemaSQL(DefaultSchema)
-	if err != nil {
-		panic(err)
-	}
-	return s
 }
 
 // SchemaSQL returns the statements that create ratekit's tables, indexes and
@@ -121,7 +105,7 @@ func migrateSQL(schema string) (string, error) {
 }
 
 // migrationLockID is the advisory lock that serialises schema migrations:
-// HashKey("ratekit/pgstore/migrate"), the first 8 bytes of its SHA-256
+// hashBytes("ratekit/pgstore/migrate"), the first 8 bytes of its SHA-256
 // (TestMigrationLockID checks the value), written out so that importing the
 // package hashes nothing.
 const migrationLockID = 8689334289248001880

@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -86,7 +87,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
 	const limit = 1_000_000
-	c := newCounter(t, s, pgstore.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
 	take := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()

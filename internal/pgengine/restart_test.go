@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // pgBinDir holds the PostgreSQL server programs of the CI image (Debian's
@@ -119,15 +119,15 @@ func (c *throwawayCluster) url() string {
 func TestServerCrashAndRestart(t *testing.T) {
 	cl := newThrowawayCluster(t)
 	pool := pgtest.Pool(t, cl.url(), 2, "")
-	s, err := pgstore.New(pool, pgstore.Config{})
+	s, err := pgengine.New(pool, pgengine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	logged := newCounter(t, s, pgstore.CounterConfig{Prefix: "billing", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgstore.Logged, SynchronousCommit: true})
-	unlogged := newCounter(t, s, pgstore.CounterConfig{Prefix: "abuse", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgstore.Unlogged})
+	logged := newCounter(t, s, pgengine.CounterConfig{Prefix: "billing", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgengine.Logged, SynchronousCommit: true})
+	unlogged := newCounter(t, s, pgengine.CounterConfig{Prefix: "abuse", Algorithm: ratekit.FixedWindow, Quota: 10, Durability: pgengine.Unlogged})
 	for i := 0; i < 3; i++ {
-		for _, c := range []*pgstore.Counter{logged, unlogged} {
+		for _, c := range []*pgengine.Counter{logged, unlogged} {
 			if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestServerCrashAndRestart(t *testing.T) {
 	}
 	cl.start()
 
-	take := func(c *pgstore.Counter) pgstore.Result {
+	take := func(c *pgengine.Counter) pgengine.Outcome {
 		t.Helper()
 		var lastErr error
 		for i := 0; i < 5; i++ {
@@ -163,7 +163,7 @@ func TestServerCrashAndRestart(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		t.Fatalf("pool did not recover after the restart: %v", lastErr)
-		return pgstore.Result{}
+		return pgengine.Outcome{}
 	}
 	if r := take(logged); r.Remaining != 6 {
 		t.Errorf("logged counter after crash: remaining %d, want 6 (3 before, 1 now)", r.Remaining)

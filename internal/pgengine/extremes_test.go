@@ -1,4 +1,4 @@
-package pgstore_test
+package pgengine_test
 
 import (
 	"context"
@@ -8,9 +8,9 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/extremes"
+	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // TestCounterExtremes feeds every numeric field of CounterConfig extreme
@@ -21,13 +21,13 @@ func TestCounterExtremes(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
 	s := newStore(t, pool)
 	prefix := pgtest.Prefix(t)
-	fields := map[string]func(*pgstore.CounterConfig, int64){
-		"Quota":        func(c *pgstore.CounterConfig, v int64) { c.Quota = v },
-		"Window":       func(c *pgstore.CounterConfig, v int64) { c.Window = time.Duration(v) },
-		"CleanupBatch": func(c *pgstore.CounterConfig, v int64) { c.CleanupBatch = int(v) },
-		"Algorithm":    func(c *pgstore.CounterConfig, v int64) { c.Algorithm = ratekit.Algorithm(v) },
-		"Durability":   func(c *pgstore.CounterConfig, v int64) { c.Durability = pgstore.Durability(v) },
-		"Quota=Window": func(c *pgstore.CounterConfig, v int64) { c.Quota, c.Window = v, time.Duration(v) },
+	fields := map[string]func(*pgengine.CounterConfig, int64){
+		"Quota":        func(c *pgengine.CounterConfig, v int64) { c.Quota = v },
+		"Window":       func(c *pgengine.CounterConfig, v int64) { c.Window = time.Duration(v) },
+		"CleanupBatch": func(c *pgengine.CounterConfig, v int64) { c.CleanupBatch = int(v) },
+		"Algorithm":    func(c *pgengine.CounterConfig, v int64) { c.Algorithm = ratekit.Algorithm(v) },
+		"Durability":   func(c *pgengine.CounterConfig, v int64) { c.Durability = pgengine.Durability(v) },
+		"Quota=Window": func(c *pgengine.CounterConfig, v int64) { c.Quota, c.Window = v, time.Duration(v) },
 	}
 	values := append([]int64{}, extremes.Ints...)
 	for _, d := range extremes.Durations {
@@ -35,22 +35,22 @@ func TestCounterExtremes(t *testing.T) {
 	}
 	type named struct {
 		name string
-		set  func(*pgstore.CounterConfig)
+		set  func(*pgengine.CounterConfig)
 	}
 	var cases []named
 	for field, set := range fields {
 		for _, v := range values {
-			cases = append(cases, named{extremes.Name(field, v), func(c *pgstore.CounterConfig) { set(c, v) }})
+			cases = append(cases, named{extremes.Name(field, v), func(c *pgengine.CounterConfig) { set(c, v) }})
 		}
 	}
 	for _, p := range extremes.Floats {
-		cases = append(cases, named{extremes.Name("CleanupProbability", p), func(c *pgstore.CounterConfig) { c.CleanupProbability = p }})
+		cases = append(cases, named{extremes.Name("CleanupProbability", p), func(c *pgengine.CounterConfig) { c.CleanupProbability = p }})
 	}
 	for _, alg := range algorithms {
 		for _, c := range cases {
-			cfg := pgstore.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 5, Window: time.Minute, CleanupProbability: -1}
+			cfg := pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 5, Window: time.Minute, CleanupProbability: -1}
 			c.set(&cfg)
-			var ctr *pgstore.Counter
+			var ctr *pgengine.Counter
 			if !extremes.Check(t, fmt.Sprintf("%v/%s", alg, c.name), func() (err error) {
 				ctr, err = s.Counter(cfg)
 				return err
@@ -59,10 +59,10 @@ func TestCounterExtremes(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			for _, cost := range []int64{1, ctr.Capacity()} {
-				ops := map[string]func() (pgstore.Result, error){
-					"Take":   func() (pgstore.Result, error) { return ctr.Take(ctx, "k", cost, "") },
-					"Peek":   func() (pgstore.Result, error) { return ctr.Peek(ctx, "k", cost) },
-					"Refund": func() (pgstore.Result, error) { return ctr.Refund(ctx, "k", cost, "") },
+				ops := map[string]func() (pgengine.Outcome, error){
+					"Take":   func() (pgengine.Outcome, error) { return ctr.Take(ctx, "k", cost, "") },
+					"Peek":   func() (pgengine.Outcome, error) { return ctr.Peek(ctx, "k", cost) },
+					"Refund": func() (pgengine.Outcome, error) { return ctr.Refund(ctx, "k", cost, "") },
 				}
 				for _, op := range []string{"Take", "Peek", "Refund", "Take"} {
 					r, err := ops[op]()

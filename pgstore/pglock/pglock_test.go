@@ -1,4 +1,4 @@
-package pgstore_test
+package pglock_test
 
 import (
 	"context"
@@ -11,8 +11,12 @@ import (
 
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/pgstore/pglock"
 )
+
+// TestMain checks for leaked goroutines, as the store's tests did when these
+// lived beside them.
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 func TestHashKeyMatchesSQL(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
@@ -23,11 +27,11 @@ func TestHashKeyMatchesSQL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := pgstore.HashKey(name); got != want {
+		if want := pglock.HashKey(name); got != want {
 			t.Errorf("HashKey(%q) = %d, SQL gives %d", name, want, got)
 		}
 	}
-	if pgstore.HashKey("a") == pgstore.HashKey("b") {
+	if pglock.HashKey("a") == pglock.HashKey("b") {
 		t.Error("HashKey collides on a and b")
 	}
 }
@@ -35,10 +39,10 @@ func TestHashKeyMatchesSQL(t *testing.T) {
 func TestSessionLock(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	ctx := ctxT(t)
-	k1 := pgstore.Key("job:" + pgtest.NewSchema())
-	k2 := pgstore.NamespacedKey(7, "invoice:"+pgtest.NewSchema())
+	k1 := pglock.Key("job:" + pgtest.NewSchema())
+	k2 := pglock.NamespacedKey(7, "invoice:"+pgtest.NewSchema())
 
-	l, err := pgstore.TryLock(ctx, pool, k2, k1, k1)
+	l, err := pglock.TryLock(ctx, pool, k2, k1, k1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,15 +50,15 @@ func TestSessionLock(t *testing.T) {
 		t.Fatalf("Keys() = %v, want [%v %v] (sorted, deduplicated)", got, k1, k2)
 	}
 	// Held: try-once fails at once, with nothing left held.
-	if _, err := pgstore.TryLock(ctx, pool, k2); !errors.Is(err, pgstore.ErrLockNotAcquired) {
+	if _, err := pglock.TryLock(ctx, pool, k2); !errors.Is(err, pglock.ErrLockNotAcquired) {
 		t.Fatalf("TryLock of a held lock: %v", err)
 	}
 	// Blocking with a deadline gives up at the deadline.
 	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	start := time.Now()
-	_, err = pgstore.Lock(wctx, pool, k1)
+	_, err = pglock.Lock(wctx, pool, k1)
 	cancel()
-	if !errors.Is(err, pgstore.ErrLockNotAcquired) {
+	if !errors.Is(err, pglock.ErrLockNotAcquired) {
 		t.Fatalf("Lock of a held lock: %v", err)
 	}
 	if took := time.Since(start); took < 200*time.Millisecond || took > 2*time.Second {
@@ -65,7 +69,7 @@ func TestSessionLock(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		l2, err := pgstore.Lock(wctx, pool, k1, k2)
+		l2, err := pglock.Lock(wctx, pool, k1, k2)
 		if err == nil {
 			err = l2.Unlock(ctx)
 		}
@@ -82,7 +86,7 @@ func TestSessionLock(t *testing.T) {
 		t.Fatalf("waiter: %v", err)
 	}
 	// Everything is free again, and no hijacked connection is left.
-	l3, err := pgstore.TryLock(ctx, pool, k1, k2)
+	l3, err := pglock.TryLock(ctx, pool, k1, k2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,20 +99,20 @@ func TestSessionLock(t *testing.T) {
 func TestLockNoDeadlock(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	ctx := ctxT(t)
-	a, b := pgstore.Key("a:"+pgtest.NewSchema()), pgstore.Key("b:"+pgtest.NewSchema())
+	a, b := pglock.Key("a:"+pgtest.NewSchema()), pglock.Key("b:"+pgtest.NewSchema())
 	var inside, max atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 6; i++ {
-		keys := []pgstore.LockKey{a, b}
+		keys := []pglock.LockKey{a, b}
 		if i%2 == 1 {
-			keys = []pgstore.LockKey{b, a}
+			keys = []pglock.LockKey{b, a}
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 5; j++ {
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				l, err := pgstore.Lock(wctx, pool, keys...)
+				l, err := pglock.Lock(wctx, pool, keys...)
 				cancel()
 				if err != nil {
 					t.Error(err)
@@ -141,13 +145,13 @@ func TestTxLock(t *testing.T) {
 			}
 			pool := pgtest.Pool(t, url, 4, "")
 			ctx := ctxT(t)
-			k := pgstore.NamespacedKeyID(11, int32(pgstore.HashKey(pgtest.NewSchema())))
+			k := pglock.NamespacedKeyID(11, int32(pglock.HashKey(pgtest.NewSchema())))
 			tx1, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer tx1.Rollback(ctx)
-			if err := pgstore.LockTx(ctx, tx1, k); err != nil {
+			if err := pglock.LockTx(ctx, tx1, k); err != nil {
 				t.Fatal(err)
 			}
 			tx2, err := pool.Begin(ctx)
@@ -155,7 +159,7 @@ func TestTxLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx2.Rollback(ctx)
-			if err := pgstore.TryLockTx(ctx, tx2, k); !errors.Is(err, pgstore.ErrLockNotAcquired) {
+			if err := pglock.TryLockTx(ctx, tx2, k); !errors.Is(err, pglock.ErrLockNotAcquired) {
 				t.Fatalf("TryLockTx of a held lock: %v", err)
 			}
 			// A wait long enough that the server-side lock_timeout (the
@@ -163,9 +167,9 @@ func TestTxLock(t *testing.T) {
 			// client-side deadline even on a loaded machine: with 200 ms the
 			// margin was 40 ms, and a late timer made it a deadline error.
 			wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err = pgstore.LockTx(wctx, tx2, k)
+			err = pglock.LockTx(wctx, tx2, k)
 			cancel()
-			if !errors.Is(err, pgstore.ErrLockNotAcquired) {
+			if !errors.Is(err, pglock.ErrLockNotAcquired) {
 				t.Fatalf("LockTx of a held lock: %v", err)
 			}
 			// tx2 is still usable and its lock_timeout is its own again. The
@@ -178,7 +182,7 @@ func TestTxLock(t *testing.T) {
 			if err := tx1.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := pgstore.LockTx(ctx, tx2, k); err != nil {
+			if err := pglock.LockTx(ctx, tx2, k); err != nil {
 				t.Fatalf("LockTx after release: %v", err)
 			}
 			if err := tx2.Commit(ctx); err != nil {
@@ -186,4 +190,10 @@ func TestTxLock(t *testing.T) {
 			}
 		})
 	}
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

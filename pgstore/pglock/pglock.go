@@ -1,4 +1,23 @@
-package pgstore
+// Package pglock takes PostgreSQL advisory locks: application-defined locks
+// on a number, which PostgreSQL holds for a session ([Lock], [TryLock]) or
+// for a transaction ([LockTx], [TryLockTx]), for "one worker per job" or
+// "one writer per invoice" without a lock service beside the database.
+//
+// A lock is named by a [LockKey]: a 64-bit key ([Key] hashes a name with
+// SHA-256, [KeyID] takes a number) or a pair of 32-bit integers, a namespace
+// and an id ([NamespacedKey], [NamespacedKeyID]); PostgreSQL keeps the two
+// forms apart. Every call takes several keys in one global order, so two
+// callers locking overlapping sets never deadlock, and a blocking call waits
+// only until shortly before its context's deadline (PostgreSQL's
+// lock_timeout, so the server gives up first and the connection survives).
+// "Not acquired" is [ErrLockNotAcquired].
+//
+// Session-level locks need a session: through PgBouncer in transaction mode
+// (or RDS Proxy, which pins) the lock would stay on a server connection that
+// other clients then use, and the unlock could run on another one. Take them
+// through a direct connection or a session-mode pool, or use [LockTx] inside
+// a transaction, which works through any pooler.
+package pglock
 
 import (
 	"cmp"
@@ -20,7 +39,7 @@ import (
 // acquired: a try-once call found it held, or a blocking call's lock_timeout
 // (derived from the context deadline) expired. It is an ordinary outcome of
 // contention, not a failure of the database.
-var ErrLockNotAcquired = errors.New("pgstore: advisory lock not acquired")
+var ErrLockNotAcquired = errors.New("pglock: advisory lock not acquired")
 
 // HashKey returns a 64-bit advisory lock key for name: the first 8 bytes of
 // SHA-256(name), big-endian, as a signed integer. Unlike CRC32 or
@@ -30,11 +49,7 @@ var ErrLockNotAcquired = errors.New("pgstore: advisory lock not acquired")
 //
 //	('x' || left(encode(sha256(convert_to(name, 'UTF8')), 'hex'), 16))::bit(64)::bigint
 func HashKey(name string) int64 {
-	return hashBytes([]byte(name))
-}
-
-func hashBytes(b []byte) int64 {
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256([]byte(name))
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
@@ -123,6 +138,16 @@ func lockTimeout(ctx context.Context) string {
 	return strconv.FormatInt(ms, 10) + "ms"
 }
 
+// wrapErr wraps a pgx error with the operation and, when ctx has ended,
+// ctx.Err(), so that errors.Is(err, context.DeadlineExceeded) holds whatever
+// pgx reported.
+func wrapErr(ctx context.Context, op string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("pglock: %s: %w (%w)", op, cerr, err)
+	}
+	return fmt.Errorf("pglock: %s: %w", op, err)
+}
+
 func isLockNotAvailable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
@@ -167,11 +192,11 @@ func TryLock(ctx context.Context, pool *pgxpool.Pool, keys ...LockKey) (*Session
 
 func sessionLock(ctx context.Context, pool *pgxpool.Pool, keys []LockKey, wait bool) (*SessionLock, error) {
 	if len(keys) == 0 {
-		return nil, errors.New("pgstore: lock: no keys")
+		return nil, errors.New("pglock: no keys")
 	}
 	pc, err := pool.Acquire(ctx)
 	if err != nil {
-		return nil, wrapErr(ctx, "lock: acquire connection", err)
+		return nil, wrapErr(ctx, "acquire connection", err)
 	}
 	conn := pc.Hijack()
 	l := &SessionLock{conn: conn}
@@ -184,7 +209,7 @@ func sessionLock(ctx context.Context, pool *pgxpool.Pool, keys []LockKey, wait b
 	}
 	if wait {
 		if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", pgx.QueryExecModeExec, lockTimeout(ctx)); err != nil {
-			return fail(wrapErr(ctx, "lock: set lock_timeout", err))
+			return fail(wrapErr(ctx, "set lock_timeout", err))
 		}
 	}
 	for _, k := range sortKeys(keys) {
@@ -259,17 +284,17 @@ func TryLockTx(ctx context.Context, tx pgx.Tx, keys ...LockKey) error {
 
 func txLock(ctx context.Context, tx pgx.Tx, keys []LockKey, wait bool) error {
 	if len(keys) == 0 {
-		return errors.New("pgstore: lock: no keys")
+		return errors.New("pglock: no keys")
 	}
 	sp, err := tx.Begin(ctx)
 	if err != nil {
-		return wrapErr(ctx, "lock: savepoint", err)
+		return wrapErr(ctx, "savepoint", err)
 	}
 	fail := func(err error) error {
 		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		if rerr := sp.Rollback(rbCtx); rerr != nil {
-			return errors.Join(err, wrapErr(ctx, "lock: rollback to savepoint", rerr))
+			return errors.Join(err, wrapErr(ctx, "rollback to savepoint", rerr))
 		}
 		return err
 	}
@@ -278,10 +303,10 @@ func txLock(ctx context.Context, tx pgx.Tx, keys []LockKey, wait bool) error {
 		// SET LOCAL inside the savepoint; the transaction's own value is
 		// restored below, again with SET LOCAL, so no session state changes.
 		if err := sp.QueryRow(ctx, "SELECT current_setting('lock_timeout')", pgx.QueryExecModeExec).Scan(&saved); err != nil {
-			return fail(wrapErr(ctx, "lock: read lock_timeout", err))
+			return fail(wrapErr(ctx, "read lock_timeout", err))
 		}
 		if _, err := sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", pgx.QueryExecModeExec, lockTimeout(ctx)); err != nil {
-			return fail(wrapErr(ctx, "lock: set lock_timeout", err))
+			return fail(wrapErr(ctx, "set lock_timeout", err))
 		}
 	}
 	for _, k := range sortKeys(keys) {
@@ -305,11 +330,11 @@ func txLock(ctx context.Context, tx pgx.Tx, keys []LockKey, wait bool) error {
 	}
 	if wait {
 		if _, err := sp.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", pgx.QueryExecModeExec, saved); err != nil {
-			return fail(wrapErr(ctx, "lock: restore lock_timeout", err))
+			return fail(wrapErr(ctx, "restore lock_timeout", err))
 		}
 	}
 	if err := sp.Commit(ctx); err != nil {
-		return wrapErr(ctx, "lock: release savepoint", err)
+		return wrapErr(ctx, "release savepoint", err)
 	}
 	return nil
 }
