@@ -86,7 +86,7 @@ func newAPI(cfg config) (*api, error) {
 		Algorithm:  ratekit.TokenBucket,
 		Policy:     ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
 		Prefix:     cfg.prefix + "-burst",
-		Durability: pgstore.Logged,
+		Durability: durable.Logged,
 	})
 	if err != nil {
 		return nil, err

@@ -91,7 +91,7 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 			t.Errorf("cleanup: %v", err)
 		}
 		burst, err := durable.New(durable.Config{
-			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst", Durability: pgstore.Logged,
+			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst", Durability: durable.Logged,
 			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second},
 		})
 		if err != nil {

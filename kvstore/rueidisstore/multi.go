@@ -62,7 +62,7 @@ func multiSHA() string {
 // slots fails with kvstore.ErrCrossPartition before contacting Redis. A key
 // holding something no ratekit store wrote gives kvstore.ErrMalformedRecord,
 // and nothing changes.
-func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.Result) error {
+func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	if err := kvstore.CheckMulti(op, updates, results); err != nil {
 		return err
 	}
@@ -115,9 +115,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	}
 	for i, v := range vals {
 		if v < 0 {
-			results[i] = kvstore.Result{OK: false, Value: -v - 1}
+			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
 		} else {
-			results[i] = kvstore.Result{OK: true, Value: v}
+			results[i] = kvstore.OpResult{OK: true, Value: v}
 		}
 	}
 	return nil

@@ -56,7 +56,7 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 		t.Error("a store on one server reports Partitioned")
 	}
 	ctx := context.Background()
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	for i := 0; i < 3; i++ {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -84,7 +84,7 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 	if err := gc.Set(ctx, s.Key("b"), "not a record", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrMalformedRecord) {
 		t.Fatalf("err = %v, want ErrMalformedRecord", err)
 	}
@@ -104,7 +104,7 @@ func TestUpdateMultiSharesRecordsWithRedisstore(t *testing.T) {
 	ctx := context.Background()
 	for _, g := range []string{"", "org-7"} {
 		u := []kvstore.Update{{Key: "a", Refill: slow, N: big}, {Key: "b", Refill: slow, N: 3 * big}}
-		res := make([]kvstore.Result, 2)
+		res := make([]kvstore.OpResult, 2)
 		if err := rs.UpdateMulti(ctx, g, kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK {
 			t.Fatalf("group %q: rueidisstore take = %+v, %v", g, res, err)
 		}
@@ -132,7 +132,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 		t.Fatal("a cluster store does not report Partitioned")
 	}
 	ctx := context.Background()
-	res := make([]kvstore.Result, 2)
+	res := make([]kvstore.OpResult, 2)
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
 		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)
 	}
