@@ -350,7 +350,8 @@ DECLARE
 	s_ws bigint[];
 	s_a bigint[]; -- count, tat or logged units
 	s_b bigint[]; -- prev_count or last log expiry
-	s_found boolean[];
+	s_id tid[]; -- the locked counter row, written by ctid
+	v_id tid;
 	ok boolean[];
 	all_ok boolean := true;
 	allowed boolean;
@@ -375,15 +376,10 @@ BEGIN
 	IF p_op <> 1 AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
-	FOR i IN 1..n LOOP
-		IF p_op = 0 AND (p_costs[i] < 1 OR p_costs[i] > p_limits[i]) THEN
-			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', p_costs[i], i, p_limits[i] USING ERRCODE = '22023';
-		END IF;
-	END LOOP;
 	s_ws := array_fill(0::bigint, ARRAY[n]);
-	s_a := array_fill(0::bigint, ARRAY[n]);
-	s_b := array_fill(0::bigint, ARRAY[n]);
-	s_found := array_fill(false, ARRAY[n]);
+	s_a := s_ws;
+	s_b := s_ws;
+	s_id := array_fill(NULL::tid, ARRAY[n]);
 	ok := array_fill(true, ARRAY[n]);
 	IF p_op <> 1 THEN
 		-- The lock order: by prefix in byte order, then key (an insertion
@@ -406,18 +402,18 @@ BEGIN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
 			ELSE
 				LOOP
-					SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
-					INTO v_ws, v_a, v_b
+					SELECT c.ctid, c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
+					INTO v_id, v_ws, v_a, v_b
 					FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
 					IF FOUND THEN
-						s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
 						EXIT;
 					END IF;
 					EXIT WHEN p_op <> 0;
 					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
-					ON CONFLICT (prefix, key) DO NOTHING;
+					ON CONFLICT (prefix, key) DO NOTHING RETURNING ctid INTO v_id;
 					IF FOUND THEN
-						s_found[i] := true;
+						s_id[i] := v_id;
 						EXIT;
 					END IF;
 				END LOOP;
@@ -433,33 +429,38 @@ BEGIN
 				INTO v_ws, v_a, v_b
 				FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
 				IF FOUND THEN
-					s_found[i] := true; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+					s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
 				END IF;
 			END IF;
 		END LOOP;
 		now_us := {{template "clock"}};
 	END IF;
+	-- Roll each policy's state forward to now (a missing row reads as
+	-- zeros, which means the same as no row) and ask whether it would
+	-- admit its cost.
 	FOR i IN 1..n LOOP
-		w := p_windows[i];
-		ws := now_us - now_us % w;
+		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+		IF p_op = 0 AND (cst < 1 OR cst > lim) THEN
+			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', cst, i, lim USING ERRCODE = '22023';
+		END IF;
 		CASE p_algs[i]
 		WHEN 1 THEN
-			IF NOT s_found[i] OR s_ws[i] < ws THEN
+			ws := now_us - now_us % w;
+			IF s_ws[i] < ws THEN
 				s_ws[i] := ws; s_a[i] := 0;
 			END IF;
+			ok[i] := s_a[i] + cst <= lim;
 		WHEN 2 THEN
-			IF NOT s_found[i] THEN
-				s_ws[i] := ws; s_a[i] := 0; s_b[i] := 0;
-			ELSIF s_ws[i] < ws THEN
+			ws := now_us - now_us % w;
+			IF s_ws[i] < ws THEN
 				s_b[i] := CASE WHEN s_ws[i] = ws - w THEN s_a[i] ELSE 0 END;
 				s_a[i] := 0;
 				s_ws[i] := ws;
 			END IF;
+			ok[i] := lim::numeric * w - s_b[i]::numeric * (w - GREATEST(now_us - s_ws[i], 0)) - s_a[i]::numeric * w >= cst::numeric * w;
 		WHEN 3 THEN
-			IF NOT s_found[i] THEN
-				s_a[i] := now_us;
-			END IF;
 			s_a[i] := GREATEST(s_a[i], now_us);
+			ok[i] := s_a[i] + cst * w - now_us <= lim * w;
 		ELSE
 			IF p_op <> 1 THEN
 				DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 <= now_us;
@@ -467,7 +468,9 @@ BEGIN
 			SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO v_a, v_b
 			FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us;
 			s_a[i] := v_a; s_b[i] := v_b;
+			ok[i] := v_a + cst <= lim;
 		END CASE;
+		all_ok := all_ok AND ok[i];
 	END LOOP;
 	IF p_op <> 1 AND p_idem IS NOT NULL THEN
 		INSERT INTO {{.Idem}} AS x (prefix, key, idempotency_key, expires_at_us)
@@ -476,16 +479,6 @@ BEGIN
 		WHERE x.expires_at_us <= now_us;
 		duplicate := NOT FOUND;
 	END IF;
-	-- Would each policy admit its cost?
-	FOR i IN 1..n LOOP
-		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
-		ok[i] := CASE p_algs[i]
-			WHEN 1 THEN s_a[i] + cst <= lim
-			WHEN 2 THEN lim::numeric * w - s_b[i]::numeric * (w - GREATEST(now_us - s_ws[i], 0)) - s_a[i]::numeric * w >= cst::numeric * w
-			WHEN 3 THEN s_a[i] + cst * w - now_us <= lim * w
-			ELSE s_a[i] + cst <= lim END;
-		all_ok := all_ok AND ok[i];
-	END LOOP;
 	IF p_op = 0 AND NOT duplicate AND all_ok THEN
 		FOR i IN 1..n LOOP
 			w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
@@ -494,18 +487,18 @@ BEGIN
 				s_a[i] := s_a[i] + cst;
 				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
 					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + w)
-				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				WHERE c.ctid = s_id[i];
 			WHEN 2 THEN
 				s_a[i] := s_a[i] + cst;
 				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i],
 					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + 2 * w)
-				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				WHERE c.ctid = s_id[i];
 			WHEN 3 THEN
 				tau := lim * w;
 				s_a[i] := s_a[i] + cst * w;
 				UPDATE {{.Counters}} AS c SET tat_us = s_a[i],
 					expires_at_us = GREATEST(c.expires_at_us, (s_a[i] / tau + 1) * tau)
-				WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+				WHERE c.ctid = s_id[i];
 			ELSE
 				INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
 				VALUES (p_prefixes[i], p_keys[i], now_us, cst, now_us + w);
@@ -520,19 +513,19 @@ BEGIN
 			WHEN 1 THEN
 				IF s_a[i] > 0 THEN
 					s_a[i] := GREATEST(s_a[i] - cst, 0);
-					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.ctid = s_id[i];
 				END IF;
 			WHEN 2 THEN
 				IF s_a[i] > 0 OR s_b[i] > 0 THEN
 					s_b[i] := GREATEST(s_b[i] - GREATEST(cst - s_a[i], 0), 0);
 					s_a[i] := GREATEST(s_a[i] - cst, 0);
 					UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i]
-					WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+					WHERE c.ctid = s_id[i];
 				END IF;
 			WHEN 3 THEN
 				IF s_a[i] > now_us THEN
 					s_a[i] := GREATEST(s_a[i] - cst * w, now_us);
-					UPDATE {{.Counters}} AS c SET tat_us = s_a[i] WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
+					UPDATE {{.Counters}} AS c SET tat_us = s_a[i] WHERE c.ctid = s_id[i];
 				END IF;
 			ELSE
 				-- Give back the most recent admissions first.
