@@ -16,3 +16,13 @@ require (
 )
 
 replace github.com/ratekit/ratekit => ../..
+
+require (
+	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	github.com/ratekit/ratekit/internal/redistest => ../../internal/redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../redisstore
+)
