@@ -1,3 +1,3 @@
 module github.com/ratekit/ratekit
 
-go 1.26.0
+go 1.25.0

@@ -1,6 +1,6 @@
 module github.com/ratekit/ratekit/breaker
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
