@@ -136,8 +136,8 @@ func (l *Limiter) VerifySolution(solution, subject string, minDifficulty int) er
 // reads the difficulty from the challenge without verifying its signature.
 // It returns an error matching [ErrTokenMalformed] for a malformed
 // challenge, and ctx.Err() (wrapped) if ctx ends first; it checks ctx every
-// 4096 attempts. Expect 2^difficulty SHA-256 computations: about 10 ms at
-// 16 bits on one core of the machine this package was measured on.
+// 4096 attempts. Expect 2^difficulty SHA-256 computations on average
+// (benchmarks/README.md gives solve times).
 func Solve(ctx context.Context, challenge string) (string, error) {
 	var st stamp
 	var raw [maxRawLen]byte

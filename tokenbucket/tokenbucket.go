@@ -50,17 +50,8 @@
 // instance that stalls between its read and its write undoes every take
 // written meanwhile.
 //
-// Measured by TestEventualOvershoot: k instances, each its own Limiter, race
-// on one bucket of Burst 100 with negligible refill until all are denied; a
-// delay between each read and its write stands for the round trip, and
-// "spaced" instances pause 0–4ms (2ms on average) between requests.
-// Admitted requests, medians of 5 runs on a loaded 2-core machine:
-//
-//	instances k                     1     2     4     8     16
-//	in-process store, no delay      100   100   100   100   100
-//	200µs round trip, lock step     100   200   400   800   1,600
-//	1ms round trip, lock step       100   200   400   800   1,600
-//	200µs round trip, spaced        100   136   224   344   558
+// TestEventualOvershoot holds this accounting with k instances racing on one
+// bucket; benchmarks/README.md gives the admitted counts it measures.
 //
 // Eventual mode also takes the time from each instance's clock: an instance
 // whose clock runs d ahead of the others refills the buckets it touches d ×

@@ -41,9 +41,8 @@ type Config struct {
 	// Now is the store's clock: it stamps [kvstore.Atomic] updates and
 	// decides expiry. Nil means the system clock as the store reads it:
 	// the wall clock (time.Now) read once by New, advanced by Go's
-	// monotonic clock (time.Since). A monotonic reading costs about half a
-	// wall-clock reading (29 ns against 54 ns on a KVM guest), and the
-	// store's clock never steps back; it does not follow steps or slewing
+	// monotonic clock (time.Since). A monotonic reading is cheaper than a
+	// wall-clock reading, and the store's clock never steps back; it does not follow steps or slewing
 	// of the wall clock after New, which nothing in the store needs, since
 	// every time the store compares was read from its own clock. Tests
 	// inject a fake clock here.

@@ -11,10 +11,10 @@ import (
 
 // DefaultMaxInFlight is the bound on a Store's round trips in flight used
 // when [Config.MaxInFlight] is zero. With 8, coalescing starts beyond 8
-// concurrent decisions: on 2 vCPUs a bound of 1 or 2 made 8 callers 15%
-// slower than separate round trips (they waited for a round trip they could
-// have overlapped), while 8 kept them level and still gave 64 callers 2.4×
-// the throughput of separate round trips (benchmarks/compare, 2026-11-23).
+// concurrent decisions: a lower bound makes a handful of callers wait for
+// round trips they could have overlapped, while 8 keeps them level with
+// separate round trips and still lets many callers share pipelines
+// (benchmarks/README.md has the measurements).
 const DefaultMaxInFlight = 8
 
 // coalescer sends a Store's commands. A command that finds fewer than max
