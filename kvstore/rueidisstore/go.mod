@@ -6,7 +6,6 @@ require (
 	github.com/ratekit/ratekit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
-	go.uber.org/goleak v1.3.0
 )
 
 require (
