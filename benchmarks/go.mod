@@ -20,7 +20,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
+	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
@@ -30,3 +30,18 @@ require (
 replace github.com/ratekit/ratekit => ../
 
 replace github.com/ratekit/ratekit/kvstore/rueidisstore => ../kvstore/rueidisstore
+
+require (
+	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	github.com/ratekit/ratekit/durable => ../durable
+	github.com/ratekit/ratekit/internal/pgengine => ../internal/pgengine
+	github.com/ratekit/ratekit/internal/pgtest => ../internal/pgtest
+	github.com/ratekit/ratekit/internal/redistest => ../internal/redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
+	github.com/ratekit/ratekit/pgstore => ../pgstore
+)

@@ -23,7 +23,10 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
+	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
+	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -43,7 +46,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cloudevents/sdk-go/v2 v2.15.2 // indirect
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
-	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -52,14 +54,12 @@ require (
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/mattn/go-colorable v0.1.13 // indirect
 	github.com/mattn/go-isatty v0.0.16 // indirect
-	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.2 // indirect
 	github.com/prometheus/client_golang v1.13.0 // indirect
 	github.com/prometheus/client_model v0.2.0 // indirect
 	github.com/prometheus/common v0.37.0 // indirect
 	github.com/prometheus/procfs v0.8.0 // indirect
-	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
 	github.com/ratekit/ratekit/otelratekit v0.0.0
 	github.com/rs/xid v1.4.0 // indirect
 	github.com/rs/zerolog v1.28.0 // indirect
@@ -74,3 +74,22 @@ require (
 )
 
 replace github.com/ratekit/ratekit/otelratekit => ../otelratekit
+
+require (
+	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/lambda v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+)
+
+replace (
+	github.com/ratekit/ratekit/durable => ../durable
+	github.com/ratekit/ratekit/internal/faultproxy => ../internal/faultproxy
+	github.com/ratekit/ratekit/internal/pgengine => ../internal/pgengine
+	github.com/ratekit/ratekit/internal/pgtest => ../internal/pgtest
+	github.com/ratekit/ratekit/internal/redistest => ../internal/redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
+	github.com/ratekit/ratekit/lambda => ../lambda
+	github.com/ratekit/ratekit/pgstore => ../pgstore
+)

@@ -13,9 +13,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
-	"go.uber.org/goleak"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
 )
@@ -558,7 +558,7 @@ func TestInvocationContext(t *testing.T) {
 // starts no goroutine, and an instance thawed after a long freeze decides
 // correctly without anything having run in between.
 func TestColdStartHygiene(t *testing.T) {
-	defer goleak.VerifyNone(t)
+	defer leakcheck.VerifyNone(t)
 
 	// Built once, as main would before lambda.Start.
 	q := &counter{limit: 100, used: map[string]int64{}}

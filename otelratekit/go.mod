@@ -21,7 +21,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	github.com/puzpuzpuz/xsync/v4 v4.5.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -37,3 +36,10 @@ require (
 )
 
 replace github.com/ratekit/ratekit => ../
+
+require github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+
+replace (
+	github.com/ratekit/ratekit/internal/redistest => ../internal/redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
+)

@@ -3,7 +3,6 @@ package tokenbucket_test
 import (
 	"context"
 	"errors"
-	"github.com/ratekit/ratekit/internal/fakeclock"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -12,15 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 // clock is the shared fake clock.
 type clock = fakeclock.Clock

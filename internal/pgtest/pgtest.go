@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"go.uber.org/goleak"
 )
 
 var (
@@ -115,10 +115,10 @@ func Drop(name string) error {
 // that was swapped out meanwhile (package faultproxy adds and removes a
 // reset_peer toxic every period); seen twice in full runs beside two
 // CPU-bound processes. It holds no connection of the test's.
-var ignoreToxiproxy = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*LatencyToxic).Pipe")
+const ignoreToxiproxy = "github.com/Shopify/toxiproxy/v2/toxics.(*LatencyToxic).Pipe"
 
 // Main runs the tests of m, then fails the binary if a goroutine leaked
-// (goleak) or if DropSchema fails, and exits. Call it as TestMain's body in
+// (leakcheck) or if DropSchema fails, and exits. Call it as TestMain's body in
 // packages whose tests use Schema. Connections broken by injected faults
 // close asynchronously: pgconn sends a cancel request and Terminate, then
 // drains the socket in a goroutine bounded by a 15-second deadline (pgx
@@ -126,10 +126,10 @@ var ignoreToxiproxy = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/
 // there after 20 seconds; on an idle machine the goroutines are gone at once.
 func Main(m *testing.M) {
 	code := m.Run()
-	err := goleak.Find(ignoreToxiproxy)
+	err := leakcheck.Find(ignoreToxiproxy)
 	for deadline := time.Now().Add(20 * time.Second); err != nil && time.Now().Before(deadline); {
 		time.Sleep(250 * time.Millisecond)
-		err = goleak.Find(ignoreToxiproxy)
+		err = leakcheck.Find(ignoreToxiproxy)
 	}
 	if err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "leaked goroutines:", err)

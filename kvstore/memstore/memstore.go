@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/puzpuzpuz/xsync/v4"
-
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -54,15 +52,13 @@ type Config struct {
 // Store is an in-memory key-value store. It is safe for concurrent use.
 //
 // Every key has an entry with its own mutex, on the same cache line as the
-// record it guards, and an index from key to entry that is read without a
-// lock (a github.com/puzpuzpuz/xsync Map: open hashing with lock-free reads,
-// one probe of a bucket's metadata word instead of [sync.Map]'s walk down a
-// hash trie). An operation on a key that the store holds, [Store.Update]
-// included, finds the entry without locking anything else and runs under that
-// entry's mutex: it is atomic, operations on different keys never contend, and
-// concurrent operations on one hot key pass one cache line between cores, the
-// least a mutual exclusion can pass. Adding and removing keys also takes the
-// lock of one of up to 64 shards, which keeps the bound.
+// record it guards, and an index from key to entry in 64 maps, each under
+// its own read-write mutex. An operation on a key that the store holds,
+// [Store.Update] included, finds the entry under one index map's read lock
+// and runs under that entry's mutex: it is atomic, and operations on
+// different keys wait for each other only while a key is added to or removed
+// from the same index map. Adding and removing keys also takes the lock of
+// one of up to 64 shards, which keeps the bound.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
@@ -107,7 +103,7 @@ type Store struct {
 // [kvstore.Prefixer]).
 type Scope struct {
 	s     *Store
-	index *xsync.Map[string, *entry]
+	index *keyIndex
 }
 
 // A shard keeps the bound for its keys: it lists their entries, so that
@@ -158,7 +154,7 @@ func New(cfg Config) (*Store, error) {
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
 	}
-	s.Scope = Scope{s: s, index: xsync.NewMap[string, *entry]()}
+	s.Scope = Scope{s: s, index: newKeyIndex()}
 	if s.now == nil {
 		s.start = time.Now()
 		s.base = s.start.UnixNano()
@@ -198,7 +194,7 @@ func (s *Store) scope(prefix string) *Scope {
 		if s.scopes == nil {
 			s.scopes = make(map[string]*Scope)
 		}
-		sc = &Scope{s: s, index: xsync.NewMap[string, *entry]()}
+		sc = &Scope{s: s, index: newKeyIndex()}
 		s.scopes[prefix] = sc
 	}
 	return sc
@@ -398,12 +394,7 @@ func (sh *shard) drop(s *Store, e *entry) {
 	sh.entries[e.pos], moved.pos = moved, e.pos
 	sh.entries[last] = nil
 	sh.entries = sh.entries[:last]
-	e.scope.index.Compute(e.key, func(old *entry, loaded bool) (*entry, xsync.ComputeOp) {
-		if loaded && old == e {
-			return nil, xsync.DeleteOp
-		}
-		return old, xsync.CancelOp
-	})
+	e.scope.index.CompareAndDelete(e.key, e)
 }
 
 // evict samples up to five entries of sh, consecutive from a random

@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratekit/ratekit/internal/fakeclock"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
+	"github.com/ratekit/ratekit/internal/fakeclock"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/storetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) kvstore.Store {

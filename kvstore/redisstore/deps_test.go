@@ -1,4 +1,4 @@
-package tokenbucket_test
+package redisstore_test
 
 import (
 	"context"

@@ -1,0 +1,40 @@
+module github.com/ratekit/ratekit/internal/errprefix
+
+go 1.26.0
+
+require (
+	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/breaker v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/lambda v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/aws/aws-lambda-go v1.55.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000 // indirect
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
+	github.com/sony/gobreaker/v2 v2.4.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace (
+	github.com/ratekit/ratekit => ../../
+	github.com/ratekit/ratekit/breaker => ../../breaker
+	github.com/ratekit/ratekit/durable => ../../durable
+	github.com/ratekit/ratekit/internal/pgengine => ../pgengine
+	github.com/ratekit/ratekit/internal/pgtest => ../pgtest
+	github.com/ratekit/ratekit/internal/redistest => ../redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
+	github.com/ratekit/ratekit/lambda => ../../lambda
+	github.com/ratekit/ratekit/pgstore => ../../pgstore
+)

@@ -1,0 +1,53 @@
+module github.com/ratekit/ratekit/internal/historytest
+
+go 1.26.0
+
+require (
+	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/internal/pgtest v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
+
+require (
+	github.com/Shopify/toxiproxy/v2 v2.5.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/golang/protobuf v1.5.2 // indirect
+	github.com/gorilla/mux v1.8.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/mattn/go-colorable v0.1.13 // indirect
+	github.com/mattn/go-isatty v0.0.16 // indirect
+	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
+	github.com/prometheus/client_golang v1.13.0 // indirect
+	github.com/prometheus/client_model v0.2.0 // indirect
+	github.com/prometheus/common v0.37.0 // indirect
+	github.com/prometheus/procfs v0.8.0 // indirect
+	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000 // indirect
+	github.com/rs/xid v1.4.0 // indirect
+	github.com/rs/zerolog v1.28.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
+)
+
+replace (
+	github.com/ratekit/ratekit => ../../
+	github.com/ratekit/ratekit/durable => ../../durable
+	github.com/ratekit/ratekit/internal/faultproxy => ../faultproxy
+	github.com/ratekit/ratekit/internal/pgengine => ../pgengine
+	github.com/ratekit/ratekit/internal/pgtest => ../pgtest
+	github.com/ratekit/ratekit/internal/redistest => ../redistest
+	github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
+	github.com/ratekit/ratekit/pgstore => ../../pgstore
+)

@@ -1,0 +1,43 @@
+package leakcheck
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFindReportsALeakAndItsEnd(t *testing.T) {
+	if err := Find(); err != nil {
+		t.Fatalf("before the leak: %v", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-stop
+	}()
+	err := Find()
+	if err == nil || !strings.Contains(err.Error(), "TestFindReportsALeakAndItsEnd") {
+		t.Fatalf("Find with a blocked goroutine = %v, want the goroutine", err)
+	}
+	close(stop)
+	<-done
+	if err := Find(); err != nil {
+		t.Fatalf("after the goroutine ended: %v", err)
+	}
+}
+
+func TestFindIgnoresTopFunction(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go parked(stop, done)
+	defer func() { close(stop); <-done }()
+	if err := Find("github.com/ratekit/ratekit/internal/leakcheck.parked"); err != nil {
+		t.Fatalf("Find ignoring parked: %v", err)
+	}
+}
+
+//go:noinline
+func parked(stop, done chan struct{}) {
+	defer close(done)
+	<-stop
+}
