@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"context"
 	"runtime"
 	"sync"
 	"testing"
@@ -11,12 +12,17 @@ import (
 const latenessStep = time.Millisecond
 
 // Lateness measures how late this process's goroutines run on a busy
-// machine: a probe goroutine sleeps [latenessStep] again and again, yields
-// to every other goroutine that can run, and keeps the largest amount by
-// which a sleep and the wait for its turn overran. A goroutine that waits for a
-// timer, as a call bounded by a deadline does, can be late by as much, so a
-// test that bounds how long a call takes adds [Lateness.Max] to the slack of
-// that bound instead of assuming an idle machine. The bound itself stays:
+// machine: a probe goroutine waits for a context's deadline [latenessStep]
+// away again and again, yields to every other goroutine that can run, and
+// keeps the largest amount by which a wait and the wait for its turn
+// overran. A call bounded by a deadline waits the same way (the context's
+// timer runs a goroutine that closes Done, which wakes the caller), and a
+// new context is allocated for every wait, so that while the garbage
+// collector marks, the probe is made to assist it as an allocating caller
+// is: on a machine whose cores are busy elsewhere, marking is slow, and an
+// allocating goroutine can wait for it far longer than for its turn to run.
+// A test that bounds how long a call takes adds [Lateness.Max] to the slack
+// of that bound instead of assuming an idle machine. The bound itself stays:
 // a call that ignores its deadline by more than the measured lateness still
 // fails the test.
 //
@@ -37,16 +43,16 @@ func MeasureLateness(t testing.TB) *Lateness {
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		timer := time.NewTimer(latenessStep)
-		defer timer.Stop()
 		for {
 			start := time.Now()
-			timer.Reset(latenessStep)
+			ctx, cancel := context.WithTimeout(context.Background(), latenessStep)
 			select {
 			case <-done:
+				cancel()
 				return
-			case <-timer.C:
+			case <-ctx.Done():
 			}
+			cancel()
 			// A goroutine woken by a timer runs next on its P; one woken
 			// otherwise (a reply on a socket, a channel) may wait behind
 			// every goroutine that can run. Yielding once measures that
