@@ -54,8 +54,25 @@ if [ ! -x "$DIR/node_modules/.bin/dynalite" ]; then
 	npm install --prefix "$DIR" --no-audit --no-fund "dynalite@${VERSION}" >/dev/null
 fi
 
+# dynalite throws from a request's 'error' handler, so a client that resets
+# its connection in the middle of a request (a test whose deadline expired
+# while the body was being sent, as happens on a loaded machine) stops the
+# whole server for every test after it ("Error: aborted", ECONNRESET). The
+# DynamoDB service drops such a request and goes on; so does dynalite with
+# this handler, which any other uncaught error still stops.
+cat >"$DIR/keep-serving.js" <<'JS'
+process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET') {
+    console.error(new Date().toISOString() + ' dynalite: a client reset its connection mid-request: ' + err.message)
+    return
+  }
+  console.error(err)
+  process.exit(1)
+})
+JS
+
 echo "dynalite.sh: starting dynalite on 127.0.0.1:${PORT}"
-nohup "$DIR/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$PORT" >>"$DIR/dynalite.log" 2>&1 &
+nohup node --require "$DIR/keep-serving.js" "$DIR/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$PORT" >>"$DIR/dynalite.log" 2>&1 &
 
 for _ in $(seq 1 100); do
 	if answers; then

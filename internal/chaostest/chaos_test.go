@@ -149,10 +149,15 @@ func removeToxic(t *testing.T, p *toxiproxy.Proxy, name string) {
 
 var faults = []fault{
 	{
-		// Replies take 2 s: far past the caller's deadline.
+		// Replies take five times the caller's deadline: none can come
+		// back in time, however late a loaded machine runs the code
+		// that cuts a call off at its deadline (with replies that took
+		// as long as the deadline, 2 s, two decisions of
+		// TestCoalescedFaults succeeded during the fault under load).
+		// Removing the toxic lets the replies held back go at once.
 		name: "latency", reaches: true,
 		inject: func(t *testing.T, p *toxiproxy.Proxy) {
-			addToxic(t, p, `{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":2000}}`)
+			addToxic(t, p, fmt.Sprintf(`{"name":"slow","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, (5*deadline).Milliseconds()))
 		},
 		heal: func(t *testing.T, p *toxiproxy.Proxy) { removeToxic(t, p, "slow") },
 	},

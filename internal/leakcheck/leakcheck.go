@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,13 +93,17 @@ func (g goroutine) expected() bool {
 // expected ones and those whose innermost function is one of ignoreTop
 // (fully qualified, as in "net/http.(*persistConn).readLoop"). It returns nil
 // if there are none.
-func Find(ignoreTop ...string) error {
+func Find(ignoreTop ...string) error { return find(ignoreTop, nil) }
+
+// find is Find that also leaves out the goroutines with any of ignoreAny
+// anywhere in their stacks.
+func find(ignoreTop, ignoreAny []string) error {
 	self := goroutines(false)[0].id
 	var leaked []string
 	for i := 0; ; i++ {
 		leaked = leaked[:0]
 		for _, g := range goroutines(true) {
-			if g.id == self || g.expected() || contains(ignoreTop, g.top()) {
+			if g.id == self || g.expected() || contains(ignoreTop, g.top()) || slices.ContainsFunc(ignoreAny, g.has) {
 				continue
 			}
 			leaked = append(leaked, g.dump)
@@ -133,11 +138,12 @@ func VerifyNone(t testing.TB, ignoreTop ...string) {
 
 // VerifyTestMain runs the tests of m and exits; the exit status is non-zero
 // if a test failed or if, after all passed, Find reports a leak. Call it as
-// TestMain's body.
-func VerifyTestMain(m *testing.M) {
+// TestMain's body. Goroutines with any of ignoreAny (fully qualified
+// function names) anywhere in their stacks are not leaks.
+func VerifyTestMain(m *testing.M, ignoreAny ...string) {
 	code := m.Run()
 	if code == 0 {
-		if err := Find(); err != nil {
+		if err := find(nil, ignoreAny); err != nil {
 			fmt.Fprintln(os.Stderr, "leakcheck:", err)
 			code = 1
 		}

@@ -41,3 +41,20 @@ func parked(stop, done chan struct{}) {
 	defer close(done)
 	<-stop
 }
+
+func TestFindIgnoresAFunctionAnywhereInTheStack(t *testing.T) {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go outer(stop, done)
+	defer func() { close(stop); <-done }()
+	const fn = "github.com/ratekit/ratekit/internal/leakcheck.outer"
+	if err := Find(fn); err == nil {
+		t.Fatal("Find ignoring outer by its top frame: nil, want the goroutine (parked is on top)")
+	}
+	if err := find(nil, []string{fn}); err != nil {
+		t.Fatalf("find ignoring outer anywhere: %v", err)
+	}
+}
+
+//go:noinline
+func outer(stop, done chan struct{}) { parked(stop, done) }

@@ -325,9 +325,15 @@ func TestCoalescingUnderFaults(t *testing.T) {
 				default:
 					failed.Add(1)
 				}
+				// After its deadline a caller waits for its turn to run
+				// at least twice: woken by its context, and again for the
+				// store's queue lock (queued) or the pool (in flight), each
+				// time behind up to 63 other callers whose deadlines
+				// expired in the same stall. The measured lateness counts
+				// once per wait.
 				if took > d+slack {
-					if lateness := late.Max(); took > d+slack+lateness {
-						t.Errorf("update with a %v deadline returned after %v (slack %v, scheduling lateness %v): %v", d, took, slack, lateness, err)
+					if lateness := late.Max(); took > d+slack+2*lateness {
+						t.Errorf("update with a %v deadline returned after %v (slack %v, twice the scheduling lateness %v): %v", d, took, slack, lateness, err)
 					}
 				}
 			}
