@@ -12,7 +12,7 @@ import (
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 )
 
-var two = []kvstore.Update{{Key: "a", Refill: take1, N: 1}, {Key: "b", Refill: take1, N: 1}}
+var two = []kvstore.Update{{Key: "a", Refill: redistest.Take1, N: 1}, {Key: "b", Refill: redistest.Take1, N: 1}}
 
 func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	srv := redistest.Start(t)
@@ -88,7 +88,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 		t.Fatalf("a refused call sent %d commands", n)
 	}
 	// Keys that share a slot through their own hash tag need no group.
-	same := []kvstore.Update{{Key: "x", Refill: take1, N: 1}, {Key: "x}y", Refill: take1, N: 1}}
+	same := []kvstore.Update{{Key: "x", Refill: redistest.Take1, N: 1}, {Key: "x}y", Refill: redistest.Take1, N: 1}}
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, same, res); err != nil {
 		t.Fatalf("keys of one slot: %v", err)
 	}

@@ -189,57 +189,24 @@ func serverlessClient(t *testing.T, addr string) redis.UniversalClient {
 	return c
 }
 
-var take1 = kvstore.Refill{Max: 1000, Rate: 1}
-
-// updateWithin runs one take with a deadline and returns its error and how
-// long it took.
-func updateWithin(s *redisstore.Store, d time.Duration) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	start := time.Now()
-	_, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1)
-	return time.Since(start), err
-}
-
-// recovers retries a take until it succeeds, for at most 20 seconds, and
-// reports how many attempts failed first. Recovering must happen, not
-// within a time that a busy machine may exceed.
-func recovers(t *testing.T, s *redisstore.Store) int {
-	t.Helper()
-	failed := 0
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err := updateWithin(s, time.Second); err == nil {
-			return failed
-		}
-		failed++
-	}
-	t.Fatalf("the store did not recover within 20s (%d failed attempts)", failed)
-	return failed
-}
-
-// slack is how much later than its deadline a call may return on a loaded
-// machine, besides the scheduling lateness measured meanwhile (see
-// [testenv.Lateness]).
-const slack = 150 * time.Millisecond
-
 func TestDeadRedisFailsWithinDeadlineAndRecovers(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := redisstore.New(serverlessClient(t, srv.Addr), redisstore.Config{})
 	late := testenv.MeasureLateness(t)
-	peekPatiently(t, s, take1) // dials and loads the script: not under test
+	peekPatiently(t, s, redistest.Take1) // dials and loads the script: not under test
 	srv.Stop()
 	for i := 0; i < 3; i++ {
-		took, err := updateWithin(s, 200*time.Millisecond)
+		took, err := redistest.UpdateWithin(s, 200*time.Millisecond)
 		if err == nil {
 			t.Fatal("Update succeeded with Redis stopped")
 		}
-		if lateness := late.Max(); took > 200*time.Millisecond+slack+lateness {
-			t.Fatalf("Update with Redis stopped took %v, deadline 200ms (slack %v, scheduling lateness %v): %v", took, slack, lateness, err)
+		if lateness := late.Max(); took > 200*time.Millisecond+redistest.Slack+lateness {
+			t.Fatalf("Update with Redis stopped took %v, deadline 200ms (slack %v, scheduling lateness %v): %v", took, redistest.Slack, lateness, err)
 		}
 		t.Logf("Redis stopped: error after %v: %v", took, err)
 	}
 	srv.Restart()
-	t.Logf("Redis restarted: %d failed attempts before the first success", recovers(t, s))
+	t.Logf("Redis restarted: %d failed attempts before the first success", redistest.Recovers(t, s))
 }
 
 func TestFlushedScriptCacheRecovers(t *testing.T) {
@@ -250,7 +217,7 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 		if err := c.ScriptFlush(context.Background()).Err(); err != nil {
 			t.Fatal(err)
 		}
-		res, err := s.Update(context.Background(), "k", take1, kvstore.OpTake, 1)
+		res, err := s.Update(context.Background(), "k", redistest.Take1, kvstore.OpTake, 1)
 		if err != nil || !res.OK {
 			t.Fatalf("Update after SCRIPT FLUSH = %+v, %v", res, err)
 		}
@@ -265,10 +232,10 @@ func TestOneRoundTrip(t *testing.T) {
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
-	s.Update(ctx, "k", take1, kvstore.OpTake, 1) // load the script (EVALSHA, then EVAL)
+	s.Update(ctx, "k", redistest.Take1, kvstore.OpTake, 1) // load the script (EVALSHA, then EVAL)
 	counter.N.Store(0)
 	for i := 0; i < 10; i++ {
-		if _, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1); err != nil {
+		if _, err := s.Update(ctx, "k", redistest.Take1, kvstore.OpTake, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

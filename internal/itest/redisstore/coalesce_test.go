@@ -146,9 +146,9 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("queued update: %v, want context.DeadlineExceeded", err)
 			}
-			if took > 50*time.Millisecond+slack {
-				if lateness := late.Max(); took > 50*time.Millisecond+slack+lateness {
-					t.Errorf("queued update took %v, deadline 50ms (slack %v, scheduling lateness %v)", took, slack, lateness)
+			if took > 50*time.Millisecond+redistest.Slack {
+				if lateness := late.Max(); took > 50*time.Millisecond+redistest.Slack+lateness {
+					t.Errorf("queued update took %v, deadline 50ms (slack %v, scheduling lateness %v)", took, redistest.Slack, lateness)
 				}
 			}
 		}()
@@ -253,7 +253,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 // through a proxy that adds 2±2ms each way and resets every connection for
 // 10ms in every 100ms, with two round trips in flight, so that callers give
 // up while queued, while their pipeline is on the wire and while it is
-// reset. Every call returns by its deadline (plus slack), and the level
+// reset. Every call returns by its deadline (plus redistest.Slack), and the level
 // Redis holds at the end accounts for every reported take: at least the
 // admitted ones, at most those plus the ones that failed (a reset can cut
 // the reply of a take Redis ran). Under -race this also checks that a
@@ -331,9 +331,9 @@ func TestCoalescingUnderFaults(t *testing.T) {
 				// time behind up to 63 other callers whose deadlines
 				// expired in the same stall. The measured lateness counts
 				// once per wait.
-				if took > d+slack {
-					if lateness := late.Max(); took > d+slack+2*lateness {
-						t.Errorf("update with a %v deadline returned after %v (slack %v, twice the scheduling lateness %v): %v", d, took, slack, lateness, err)
+				if took > d+redistest.Slack {
+					if lateness := late.Max(); took > d+redistest.Slack+2*lateness {
+						t.Errorf("update with a %v deadline returned after %v (slack %v, twice the scheduling lateness %v): %v", d, took, redistest.Slack, lateness, err)
 					}
 				}
 			}

@@ -6,13 +6,11 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 )
 
@@ -62,36 +60,3 @@ func serverlessClient(t *testing.T, addr string) redis.UniversalClient {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
-
-var take1 = kvstore.Refill{Max: 1000, Rate: 1}
-
-// updateWithin runs one take with a deadline and returns its error and how
-// long it took.
-func updateWithin(s *redisstore.Store, d time.Duration) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	start := time.Now()
-	_, err := s.Update(ctx, "k", take1, kvstore.OpTake, 1)
-	return time.Since(start), err
-}
-
-// recovers retries a take until it succeeds, for at most 20 seconds, and
-// reports how many attempts failed first. Recovering must happen, not
-// within a time that a busy machine may exceed.
-func recovers(t *testing.T, s *redisstore.Store) int {
-	t.Helper()
-	failed := 0
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, err := updateWithin(s, time.Second); err == nil {
-			return failed
-		}
-		failed++
-	}
-	t.Fatalf("the store did not recover within 20s (%d failed attempts)", failed)
-	return failed
-}
-
-// slack is how much later than its deadline a call may return on a loaded
-// machine, besides the scheduling lateness measured meanwhile (see
-// [testenv.Lateness]).
-const slack = 150 * time.Millisecond

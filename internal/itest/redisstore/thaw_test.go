@@ -169,7 +169,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	}
 	// One failed decision lasts one timeout; the next must succeed within
 	// one more.
-	if limit := time.Duration(maxFail+1)*timeout + slack; recovery > limit {
+	if limit := time.Duration(maxFail+1)*timeout + redistest.Slack; recovery > limit {
 		t.Errorf("first success %v after the thaw, want within %v", recovery, limit)
 	}
 
