@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
+	"github.com/ratekit/ratekit/limitertest"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
@@ -294,35 +293,13 @@ func TestExactUnderConcurrency(t *testing.T) {
 	}
 }
 
-// hammer runs workers × perWorker Allow calls of cost 1 on one key and
-// returns the number admitted.
+// hammer runs workers × perWorker Allow calls of cost 1 on one key at once
+// (limitertest.Burst) and returns the number admitted.
 func hammer(t *testing.T, l ratekit.Limiter, workers, perWorker int) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perWorker; i++ {
-				d, err := l.Allow(ctx, ratekit.Request{Key: "hot", Cost: 1})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if d.Allowed {
-					admitted.Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	n, err := limitertest.Burst(l, "hot", workers, perWorker, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return admitted.Load()
+	return n
 }
