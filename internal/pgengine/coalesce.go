@@ -187,12 +187,9 @@ func (co *coalescer) release() {
 func (co *coalescer) lead(w *waiter) {
 	dl, bounded := w.ctx.Deadline()
 	batch := []*waiter{w}
-	// At most one decision per key with an idempotency key: sorted first
-	// among its key's decisions, it locks its idempotency record before the
-	// key's row, as a lone decision does. A second one would lock its
-	// record while the batch holds the row, and could deadlock with a lone
-	// decision that holds that record and waits for the row (a retry sent
-	// while its first attempt is in flight).
+	// At most one decision per key with an idempotency key: a key's
+	// idempotency records are then written by one decision of the batch,
+	// under its key's lock, as by a lone decision.
 	var idem map[rowID]bool
 	if w.d.idem != nil {
 		idem = map[rowID]bool{w.d.row(): true}
@@ -320,9 +317,9 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 	for i := range order {
 		order[i] = i
 	}
-	// Lock order: durability (table), prefix, key, then decisions with an
-	// idempotency key before those without (a decision locks its
-	// idempotency record before its key's row).
+	// Lock order: durability (table), prefix, key (a decision touches its
+	// idempotency records only while it holds its key's lock), then
+	// decisions with an idempotency key before those without.
 	slices.SortStableFunc(order, func(a, b int) int {
 		x, y := ds[a], ds[b]
 		if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {

@@ -144,7 +144,9 @@ func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []
 
 // Reset forgets key under every counter (counter rows, sliding-log entries,
 // idempotency records, including this composite's, which live under the
-// first counter's prefix), in one statement. Keys that requests named only
+// first counter's prefix), in one statement that first takes the locks a
+// take of key takes, in the same order, so that it never deadlocks with
+// takes and refunds in flight. Keys that requests named only
 // in their parts are forgotten only when passed as key themselves. It
 // returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid
 // key and otherwise errors that wrap the pgx error.
@@ -155,11 +157,14 @@ func (m *Composite) Reset(ctx context.Context, key string) error {
 	if err := m.store.ensureSchema(ctx); err != nil {
 		return err
 	}
-	d := m.counters[0].cfg.Durability
-	q := "WITH a AS (DELETE FROM " + m.store.quoted + "." + d.table("counters") + " WHERE prefix = ANY($1) AND key = $2), " +
-		"b AS (DELETE FROM " + m.store.quoted + "." + d.table("log") + " WHERE prefix = ANY($1) AND key = $2) " +
-		"DELETE FROM " + m.store.quoted + "." + d.table("idempotency") + " WHERE prefix = ANY($1) AND key = $2"
-	if _, err := m.store.db.Exec(ctx, q, m.store.mode, m.prefixes, []byte(key)); err != nil {
+	locks := make([]int64, len(m.counters))
+	for i, c := range m.counters {
+		if c.cfg.Algorithm == ratekit.SlidingLog {
+			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
+		}
+	}
+	q := "SELECT " + m.store.quoted + "." + m.counters[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
+	if _, err := m.store.db.Exec(ctx, q, m.store.mode, m.prefixes, []byte(key), m.algs, locks); err != nil {
 		return wrapErr(ctx, "composite reset", err)
 	}
 	return nil

@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -73,6 +73,7 @@ func SchemaSQL(schema string) (string, error) {
 			Bucket:      data.Schema + "." + d.function(ratekit.TokenBucket),
 			SlidingLog:  data.Schema + "." + d.function(ratekit.SlidingLog),
 			Composite:   data.Schema + "." + d.table("composite"),
+			Reset:       data.Schema + "." + d.table("reset"),
 		})
 	}
 	tmpl, err := schemaTemplate()
@@ -121,7 +122,7 @@ type tableData struct {
 	Counters, Log, Idem                string
 	CountersRaw, LogRaw, IdemRaw       string
 	Fixed, Sliding, Bucket, SlidingLog string
-	Composite                          string
+	Composite, Reset                   string
 }
 
 // schemaSource is schema.sql: a text/template of the schema SQL, executed

@@ -395,8 +395,10 @@ BEGIN
 			END LOOP;
 			ord[j + 1] := i;
 		END LOOP;
-		-- Lock each key and read its state under the lock; a take creates a
-		-- missing row in a state that means the same as no row.
+		-- Lock each key and read its state under the lock; a take, and a
+		-- refund with an idempotency key, create a missing row in a state
+		-- that means the same as no row, so that its idempotency records
+		-- are touched only under the key's lock (see the reset function).
 		FOREACH i IN ARRAY ord LOOP
 			IF p_algs[i] = 4 THEN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
@@ -409,7 +411,7 @@ BEGIN
 						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
 						EXIT;
 					END IF;
-					EXIT WHEN p_op <> 0;
+					EXIT WHEN p_op <> 0 AND p_idem IS NULL;
 					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
 					ON CONFLICT (prefix, key) DO NOTHING RETURNING ctid INTO v_id;
 					IF FOUND THEN
@@ -619,6 +621,52 @@ BEGIN
 	RETURN o;
 END
 $fn$;
+
+-- Reset: forget p_key under each of p_prefixes (counter rows, log entries,
+-- idempotency records). It first takes the locks a take of the same keys
+-- takes, in the same order (prefix in byte order; the advisory lock for a
+-- sliding log, p_algs[i] = 4, the counter row otherwise), and deletes only
+-- then: every transaction that locks more than one of these rows locks them
+-- in that order, so a reset racing takes and refunds of its key cannot
+-- deadlock with them. It returns the rows deleted.
+DROP FUNCTION IF EXISTS {{.Reset}}(text[], bytea, bigint[], bigint[]);
+CREATE OR REPLACE FUNCTION {{.Reset}}(p_prefixes text[], p_key bytea, p_algs bigint[], p_locks bigint[])
+RETURNS bigint LANGUAGE plpgsql AS $fn$
+DECLARE
+	i bigint;
+	a bigint;
+	b bigint;
+	c bigint;
+BEGIN
+	IF cardinality(p_prefixes) IS NULL OR cardinality(p_algs) IS DISTINCT FROM cardinality(p_prefixes)
+		OR cardinality(p_locks) IS DISTINCT FROM cardinality(p_prefixes) THEN
+		RAISE EXCEPTION 'ratekit: reset arrays must be non-empty and of equal length' USING ERRCODE = '22023';
+	END IF;
+	FOR i IN SELECT u.o FROM unnest(p_prefixes) WITH ORDINALITY AS u(p, o) ORDER BY u.p COLLATE "C", u.o LOOP
+		IF p_algs[i] = 4 THEN
+			PERFORM pg_advisory_xact_lock(p_locks[i]);
+		ELSE
+			-- A missing row is created, as a take creates it, so that a take
+			-- that would create it waits for the reset too; it is deleted
+			-- below with the rest.
+			LOOP
+				PERFORM 1 FROM {{.Counters}} AS x WHERE x.prefix = p_prefixes[i] AND x.key = p_key FOR UPDATE;
+				EXIT WHEN FOUND;
+				INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_key, 0)
+				ON CONFLICT (prefix, key) DO NOTHING;
+				EXIT WHEN FOUND;
+			END LOOP;
+		END IF;
+	END LOOP;
+	DELETE FROM {{.Counters}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
+	GET DIAGNOSTICS a = ROW_COUNT;
+	DELETE FROM {{.Log}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
+	GET DIAGNOSTICS b = ROW_COUNT;
+	DELETE FROM {{.Idem}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
+	GET DIAGNOSTICS c = ROW_COUNT;
+	RETURN a + b + c;
+END
+$fn$;
 {{end}}
 -- Version marker, created last: automatic migration skips all of the above
 -- when it exists.
@@ -629,11 +677,14 @@ LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 	-- decision that waited for the lock never sees a state written by a
 	-- decision with a later clock. A take creates a missing row in a state
 	-- that means the same as no row (every time 0), so that concurrent
-	-- first takes queue on it too.
+	-- first takes queue on it too; so does a refund with an idempotency
+	-- key, so that every transaction touches a key's idempotency records
+	-- only while it holds the key's lock (two that locked two records in
+	-- opposite orders would deadlock).
 	IF p_op <> 1 THEN
 		LOOP
 			PERFORM 1 FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
-			EXIT WHEN FOUND OR p_op <> 0;
+			EXIT WHEN FOUND OR p_op <> 0 AND p_idem IS NULL;
 			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
 			ON CONFLICT (prefix, key) DO NOTHING;
 			EXIT WHEN FOUND;

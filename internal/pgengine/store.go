@@ -518,7 +518,9 @@ func microseconds(us int64) time.Duration {
 }
 
 // Reset forgets key: its counter, its sliding-log entries and its
-// idempotency records, in one statement. Resetting a key that has no rows is
+// idempotency records, in one statement that first takes the key's lock as
+// a take does, so that it never deadlocks with takes and refunds of the key
+// in flight. Resetting a key that has no rows is
 // not an error. It returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong]
 // for an invalid key and otherwise errors that wrap the pgx error.
 func (c *Counter) Reset(ctx context.Context, key string) error {
@@ -528,11 +530,12 @@ func (c *Counter) Reset(ctx context.Context, key string) error {
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return err
 	}
-	d := c.cfg.Durability
-	q := "WITH a AS (DELETE FROM " + c.store.quoted + "." + d.table("counters") + " WHERE prefix = $1 AND key = $2), " +
-		"b AS (DELETE FROM " + c.store.quoted + "." + d.table("log") + " WHERE prefix = $1 AND key = $2) " +
-		"DELETE FROM " + c.store.quoted + "." + d.table("idempotency") + " WHERE prefix = $1 AND key = $2"
-	if _, err := c.store.db.Exec(ctx, q, c.store.mode, c.cfg.Prefix, []byte(key)); err != nil {
+	var lock int64
+	if c.cfg.Algorithm == ratekit.SlidingLog {
+		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
+	}
+	q := "SELECT " + c.store.quoted + "." + c.cfg.Durability.table("reset") + "($1, $2, $3, $4)"
+	if _, err := c.store.db.Exec(ctx, q, c.store.mode, []string{c.cfg.Prefix}, []byte(key), []int64{int64(c.cfg.Algorithm)}, []int64{lock}); err != nil {
 		return wrapErr(ctx, "reset", err)
 	}
 	return nil
