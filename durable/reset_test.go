@@ -42,6 +42,7 @@ func TestResetUnderLoad(t *testing.T) {
 			}{
 				{"composite", newComposite(t, ls[3], ls[0], ls[2], ls[1]), nil},
 				{"composite-parts", newComposite(t, ls[1], ls[3], ls[0], ls[2]), []ratekit.Part{{Key: "k", Cost: 1}, {Key: "other", Cost: 1}, {Key: "k", Cost: 1}, {Key: "other", Cost: 1}}},
+				{"composite-other-keys", newComposite(t, ls[2], ls[0], ls[3], ls[1]), []ratekit.Part{{Key: "x", Cost: 1}, {Key: "y", Cost: 1}, {Key: "y", Cost: 1}, {Key: "x", Cost: 1}}},
 			}
 			for i, l := range ls {
 				cases = append(cases, struct {

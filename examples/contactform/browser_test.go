@@ -192,25 +192,78 @@ func eval[T any](t *testing.T, tb *tab, expr string) T {
 func (tb *tab) send(t *testing.T, i int) (string, time.Duration) {
 	t.Helper()
 	start := time.Now()
-	err := chromedp.Do(tb.ctx,
-		chromedp.Evaluate[chromedp.Void](`document.getElementById("result").textContent = ""`),
-		chromedp.SetValue(chromedp.ID("name"), "Ada"),
-		chromedp.SetValue(chromedp.ID("email"), "ada@example.com"),
-		chromedp.SetValue(chromedp.ID("message"), fmt.Sprintf("Hello, message %d", i)),
+	steps := []struct {
+		what string
+		do   chromedp.Action[chromedp.Void]
+	}{
+		{"clear the result", chromedp.Evaluate[chromedp.Void](`document.getElementById("result").textContent = ""`)},
+		{"fill the form", chromedp.Steps(
+			chromedp.SetValue(chromedp.ID("name"), "Ada"),
+			chromedp.SetValue(chromedp.ID("email"), "ada@example.com"),
+			chromedp.SetValue(chromedp.ID("message"), fmt.Sprintf("Hello, message %d", i)),
+		)},
 		// A click on a button the page has not enabled yet (still
 		// preparing) is lost, and the poll below would wait for ever.
-		chromedp.WaitEnabled(chromedp.ID("send")),
-		chromedp.Click(chromedp.ID("send")),
-	)
+		{"wait for Send to be enabled", chromedp.WaitEnabled(chromedp.ID("send"))},
+		{"click Send", chromedp.Click(chromedp.ID("send"))},
+	}
+	for _, s := range steps {
+		tb.step(t, i, s.what, func(ctx context.Context) error { return chromedp.Do(ctx, s.do) })
+	}
 	var text string
-	if err == nil {
-		text, err = chromedp.Run(tb.ctx, chromedp.Poll[string](`busy ? "" : document.getElementById("result").textContent`,
+	tb.step(t, i, "wait for the page's answer", func(ctx context.Context) (err error) {
+		text, err = chromedp.Run(ctx, chromedp.Poll[string](`busy ? "" : document.getElementById("result").textContent`,
 			chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(0)))
-	}
-	if err != nil {
-		t.Fatalf("%s: post %d: %v", tb.name, i, err)
-	}
+		return err
+	})
 	return text, time.Since(start)
+}
+
+// stepTimeout bounds one step of a post: far beyond the slowest proof of
+// work on a loaded machine, well inside the test's own deadline, so that a
+// stalled step is reported with the page's state rather than as the test's
+// deadline.
+const stepTimeout = 90 * time.Second
+
+// step runs one step of post i within stepTimeout and, when it fails, fails
+// the test with the page's state and console.
+func (tb *tab) step(t *testing.T, i int, what string, do func(context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(tb.ctx, stepTimeout)
+	defer cancel()
+	started := time.Now()
+	if err := do(ctx); err != nil {
+		t.Fatalf("%s: post %d: %s: %v after %v; page state %s; console %q; errors %q",
+			tb.name, i, what, err, time.Since(started).Round(time.Millisecond), tb.state(), tb.consoleLines(), tb.errors())
+	}
+}
+
+// state describes what the page is doing, for a failure message; it is
+// bounded in time, since a page that stalled may not answer.
+func (tb *tab) state() string {
+	ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({
+		busy, waiting, sent, solved, workers: running.length, cur,
+		send: { disabled: send.disabled, text: send.textContent },
+		result: result.textContent, work: work.hidden ? "" : worktext.textContent,
+	})`))
+	if err != nil {
+		return fmt.Sprintf("(unavailable: %v)", err)
+	}
+	return s
+}
+
+func (tb *tab) consoleLines() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]string(nil), tb.logs...)
+}
+
+func (tb *tab) errors() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return append([]string(nil), tb.errs...)
 }
 
 // checkClean fails the test for any console error and for a main-thread
