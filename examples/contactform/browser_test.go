@@ -106,6 +106,7 @@ type tab struct {
 	mu        sync.Mutex
 	logs      []string
 	errs      []string
+	net       []string            // requests, responses and failures, for a failure message
 	responses []*network.Response // of POST /contact, in order
 }
 
@@ -144,7 +145,12 @@ func openTab(t *testing.T, ctx context.Context, name, url string, refused int64)
 				!(ev.Entry.Source == cdplog.EntrySourceNetwork && strings.HasSuffix(ev.Entry.URL, "/contact") && strings.Contains(ev.Entry.Text, strconv.FormatInt(tb.refused, 10))) {
 				tb.errs = append(tb.errs, fmt.Sprintf("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
 			}
+		case *network.EventRequestWillBeSent:
+			tb.net = append(tb.net, fmt.Sprintf("%s %s", ev.Request.Method, ev.Request.URL))
+		case *network.EventLoadingFailed:
+			tb.net = append(tb.net, fmt.Sprintf("failed %s: %s", ev.RequestID, ev.ErrorText))
 		case *network.EventResponseReceived:
+			tb.net = append(tb.net, fmt.Sprintf("%d %s", ev.Response.Status, ev.Response.URL))
 			if strings.HasSuffix(ev.Response.URL, "/contact") {
 				tb.responses = append(tb.responses, ev.Response)
 			}
@@ -233,8 +239,11 @@ func (tb *tab) step(t *testing.T, i int, what string, do func(context.Context) e
 	defer cancel()
 	started := time.Now()
 	if err := do(ctx); err != nil {
-		t.Fatalf("%s: post %d: %s: %v after %v; page state %s; console %q; errors %q",
-			tb.name, i, what, err, time.Since(started).Round(time.Millisecond), tb.state(), tb.consoleLines(), tb.errors())
+		state := tb.state()
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		t.Fatalf("%s: post %d: %s: %v after %v; page state %s; console %q; errors %q; network %q",
+			tb.name, i, what, err, time.Since(started).Round(time.Millisecond), state, tb.logs, tb.errs, tb.net)
 	}
 }
 
@@ -244,7 +253,7 @@ func (tb *tab) state() string {
 	ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
 	defer cancel()
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({
-		busy, waiting, sent, solved, workers: running.length, cur,
+		url: location.href, ready: document.readyState, busy, waiting, sent, solved, workers: running.length, cur,
 		send: { disabled: send.disabled, text: send.textContent },
 		result: result.textContent, work: work.hidden ? "" : worktext.textContent,
 	})`))
@@ -252,18 +261,6 @@ func (tb *tab) state() string {
 		return fmt.Sprintf("(unavailable: %v)", err)
 	}
 	return s
-}
-
-func (tb *tab) consoleLines() []string {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	return append([]string(nil), tb.logs...)
-}
-
-func (tb *tab) errors() []string {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	return append([]string(nil), tb.errs...)
 }
 
 // checkClean fails the test for any console error and for a main-thread
