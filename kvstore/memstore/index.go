@@ -1,93 +1,42 @@
 package memstore
 
-import (
-	"hash/maphash"
-	"sync"
-)
+import "sync"
 
-// indexShards is the number of maps a keyIndex spreads its keys over.
-const indexShards = 64
-
-// keyIndex maps a scope's keys to their entries: 64 maps, each guarded by
-// its own read-write mutex, the key's hash choosing one. A lookup takes one
-// shard's read lock; adding and removing a key, its write lock. It is safe
-// for concurrent use.
+// keyIndex maps a scope's keys to their entries. It is a sync.Map, whose
+// lookups take no lock and write no shared memory (a read lock would: two
+// cores looking up different keys would still pass the lock's cache line
+// back and forth); adding and removing keys is rarer than looking them up
+// in a rate limiter's store. It is safe for concurrent use.
 type keyIndex struct {
-	seed   maphash.Seed
-	shards [indexShards]struct {
-		mu sync.RWMutex
-		m  map[string]*entry
-		_  [32]byte // a shard per 64-byte cache line
-	}
+	m sync.Map // string → *entry
 }
 
-func newKeyIndex() *keyIndex {
-	x := &keyIndex{seed: maphash.MakeSeed()}
-	for i := range x.shards {
-		x.shards[i].m = make(map[string]*entry)
-	}
-	return x
-}
-
-func (x *keyIndex) shard(key string) int { return int(maphash.String(x.seed, key) % indexShards) }
+func newKeyIndex() *keyIndex { return &keyIndex{} }
 
 // Load returns the entry of key, if any.
 func (x *keyIndex) Load(key string) (*entry, bool) {
-	sh := &x.shards[x.shard(key)]
-	sh.mu.RLock()
-	e, ok := sh.m[key]
-	sh.mu.RUnlock()
-	return e, ok
+	v, ok := x.m.Load(key)
+	if !ok {
+		return nil, false
+	}
+	return v.(*entry), true
 }
 
 // LoadOrStore returns the entry of key if there is one (loaded is true), or
 // else stores e as key's entry and returns it.
 func (x *keyIndex) LoadOrStore(key string, e *entry) (actual *entry, loaded bool) {
-	sh := &x.shards[x.shard(key)]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if old, ok := sh.m[key]; ok {
-		return old, true
-	}
-	sh.m[key] = e
-	return e, false
+	v, loaded := x.m.LoadOrStore(key, e)
+	return v.(*entry), loaded
 }
 
 // Store makes e the entry of key.
-func (x *keyIndex) Store(key string, e *entry) {
-	sh := &x.shards[x.shard(key)]
-	sh.mu.Lock()
-	sh.m[key] = e
-	sh.mu.Unlock()
-}
+func (x *keyIndex) Store(key string, e *entry) { x.m.Store(key, e) }
 
 // CompareAndDelete removes key if its entry is e.
-func (x *keyIndex) CompareAndDelete(key string, e *entry) {
-	sh := &x.shards[x.shard(key)]
-	sh.mu.Lock()
-	if sh.m[key] == e {
-		delete(sh.m, key)
-	}
-	sh.mu.Unlock()
-}
+func (x *keyIndex) CompareAndDelete(key string, e *entry) { x.m.CompareAndDelete(key, e) }
 
-// Range calls f for every key and its entry until f returns false. It sees
-// each shard as it was when Range reached it, and holds no lock while f runs.
+// Range calls f for every key and its entry until f returns false, as
+// sync.Map.Range does.
 func (x *keyIndex) Range(f func(key string, e *entry) bool) {
-	for i := range x.shards {
-		sh := &x.shards[i]
-		sh.mu.RLock()
-		keys := make([]string, 0, len(sh.m))
-		entries := make([]*entry, 0, len(sh.m))
-		for k, e := range sh.m {
-			keys = append(keys, k)
-			entries = append(entries, e)
-		}
-		sh.mu.RUnlock()
-		for j, k := range keys {
-			if !f(k, entries[j]) {
-				return
-			}
-		}
-	}
+	x.m.Range(func(k, v any) bool { return f(k.(string), v.(*entry)) })
 }
