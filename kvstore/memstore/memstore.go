@@ -52,13 +52,12 @@ type Config struct {
 // Store is an in-memory key-value store. It is safe for concurrent use.
 //
 // Every key has an entry with its own mutex, on the same cache line as the
-// record it guards, and an index from key to entry in 64 maps, each under
-// its own read-write mutex. An operation on a key that the store holds,
-// [Store.Update] included, finds the entry under one index map's read lock
-// and runs under that entry's mutex: it is atomic, and operations on
-// different keys wait for each other only while a key is added to or removed
-// from the same index map. Adding and removing keys also takes the lock of
-// one of up to 64 shards, which keeps the bound.
+// record it guards, and an index from key to entry (a [sync.Map], whose
+// lookups take no lock). An operation on a key that the store holds,
+// [Store.Update] included, finds the entry without a lock and runs under
+// that entry's mutex: it is atomic, and operations on different keys do not
+// wait for each other. Adding and removing keys also takes the lock of one
+// of up to 64 shards, which keeps the bound.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
