@@ -6,7 +6,7 @@ require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.13.0
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.0.0
 	github.com/ratekit/ratekit/breaker v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
@@ -14,8 +14,10 @@ require (
 	github.com/ratekit/ratekit/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/rueidisstore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
 	github.com/rs/zerolog v1.28.0
 )
 
@@ -52,5 +54,6 @@ replace (
 	github.com/ratekit/ratekit/internal/pgtest => ../pgtest
 	github.com/ratekit/ratekit/internal/redistest => ../redistest
 	github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
+	github.com/ratekit/ratekit/kvstore/rueidisstore => ../../kvstore/rueidisstore
 	github.com/ratekit/ratekit/pgstore => ../../pgstore
 )

@@ -8,18 +8,20 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
 // BenchmarkComposite compares, side by side in one run, a decision of a
 // composite of two buckets with a decision of one bucket (Limiter), on the
-// in-memory store and on the shared Redis, in parallel over 10,000 keys.
-// The buckets never deny.
+// in-memory store and on the shared Redis (through go-redis and rueidis),
+// in parallel over 10,000 keys. The buckets never deny.
 func BenchmarkComposite(b *testing.B) {
 	keys := make([]string, 10_000)
 	for i := range keys {
@@ -31,6 +33,18 @@ func BenchmarkComposite(b *testing.B) {
 		store func(b *testing.B) kvstore.Store
 	}{
 		{"memory", func(b *testing.B) kvstore.Store { return memStore(b, nil) }},
+		{"rueidis", func(b *testing.B) kvstore.Store {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(b)}, DisableCache: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(c.Close)
+			s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: "ratekit-bench:composite-rueidis:"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}},
 		{"redis", func(b *testing.B) kvstore.Store {
 			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b)})
 			b.Cleanup(func() { c.Close() })
