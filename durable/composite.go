@@ -123,7 +123,9 @@ func (c *Composite) Refund(ctx context.Context, req ratekit.Request) (ratekit.De
 
 // Reset forgets key under every policy of the composite (counters,
 // sliding-log entries, idempotency records, the composite's own included)
-// and removes it from the limiters' denied caches, in one statement. A key
+// and removes it from the limiters' denied caches, in one statement that
+// takes the key's locks in the order every decision does, so it never
+// deadlocks with decisions in flight. A key
 // that requests name only in their Parts (an organisation's) is forgotten
 // only when it is passed to Reset itself. It returns [ratekit.ErrEmptyKey]
 // or [ratekit.ErrKeyTooLong] for an invalid key and a store error wrapping

@@ -271,7 +271,10 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 }
 
 // Reset forgets key in the database (counter, sliding-log entries,
-// idempotency records) and in this process's denied cache. It returns
+// idempotency records) and in this process's denied cache. It waits for the
+// key's decisions in flight and takes the key's locks in the order they
+// do, so it is safe to call while other goroutines and processes use the
+// key: it never deadlocks with them. It returns
 // [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid key and a
 // store error wrapping the pgx error otherwise.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
