@@ -198,23 +198,46 @@ func eval[T any](t *testing.T, tb *tab, expr string) T {
 func (tb *tab) send(t *testing.T, i int) (string, time.Duration) {
 	t.Helper()
 	start := time.Now()
+	// Every step goes through the page's own JavaScript and the input
+	// domain, not chromedp's DOM queries, which track the page's node tree
+	// from DOM events and wait for ever when they miss one.
+	fill := fmt.Sprintf(`(() => {
+		for (const [id, v] of [["name", "Ada"], ["email", "ada@example.com"], ["message", %q]]) {
+			document.getElementById(id).value = v;
+		}
+	})()`, fmt.Sprintf("Hello, message %d", i))
 	steps := []struct {
 		what string
-		do   chromedp.Action[chromedp.Void]
+		do   func(ctx context.Context) error
 	}{
-		{"clear the result", chromedp.Evaluate[chromedp.Void](`document.getElementById("result").textContent = ""`)},
-		{"fill the form", chromedp.Steps(
-			chromedp.SetValue(chromedp.ID("name"), "Ada"),
-			chromedp.SetValue(chromedp.ID("email"), "ada@example.com"),
-			chromedp.SetValue(chromedp.ID("message"), fmt.Sprintf("Hello, message %d", i)),
-		)},
+		{"clear the result", func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.getElementById("result").textContent = ""`))
+		}},
+		{"fill the form", func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](fill))
+		}},
 		// A click on a button the page has not enabled yet (still
 		// preparing) is lost, and the poll below would wait for ever.
-		{"wait for Send to be enabled", chromedp.WaitEnabled(chromedp.ID("send"))},
-		{"click Send", chromedp.Click(chromedp.ID("send"))},
+		{"wait for Send to be enabled", func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`!document.getElementById("send").disabled`,
+				chromedp.WithPollingInterval(20*time.Millisecond), chromedp.WithPollingTimeout(0)))
+		}},
+		// A person's click: mouse events at the button's centre.
+		{"click Send", func(ctx context.Context) error {
+			at, err := chromedp.Run(ctx, chromedp.Evaluate[struct{ X, Y float64 }](`(() => {
+				const b = document.getElementById("send");
+				b.scrollIntoView({ block: "center" });
+				const r = b.getBoundingClientRect();
+				return { X: r.left + r.width / 2, Y: r.top + r.height / 2 };
+			})()`))
+			if err != nil {
+				return err
+			}
+			return chromedp.Do(ctx, chromedp.MouseClickXY(at.X, at.Y))
+		}},
 	}
 	for _, s := range steps {
-		tb.step(t, i, s.what, func(ctx context.Context) error { return chromedp.Do(ctx, s.do) })
+		tb.step(t, i, s.what, s.do)
 	}
 	var text string
 	tb.step(t, i, "wait for the page's answer", func(ctx context.Context) (err error) {
