@@ -6,7 +6,6 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/pgtest v0.0.0-00010101000000-000000000000
 )
 
 require (

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -307,14 +306,5 @@ func BenchmarkAllowDeniedCached(b *testing.B) {
 				}
 			})
 		})
-	}
-}
-
-// TestDocumentedCleanupDefaults: Config.CleanupProbability and
-// Limiter.Cleanup state the engine's defaults as numbers.
-func TestDocumentedCleanupDefaults(t *testing.T) {
-	if pgengine.DefaultCleanupProbability != 0.01 || pgengine.DefaultCleanupBatch != 500 {
-		t.Errorf("engine cleanup defaults %v and %d; durable's documentation says 0.01 and 500",
-			pgengine.DefaultCleanupProbability, pgengine.DefaultCleanupBatch)
 	}
 }
