@@ -20,6 +20,11 @@ require (
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.11 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.11 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.11 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -76,8 +81,11 @@ require (
 replace github.com/ratekit/ratekit/otelratekit => ../otelratekit
 
 require (
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/dynamostore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/lambda v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
@@ -89,6 +97,7 @@ replace (
 	github.com/ratekit/ratekit/internal/pgengine => ../internal/pgengine
 	github.com/ratekit/ratekit/internal/pgtest => ../internal/pgtest
 	github.com/ratekit/ratekit/internal/redistest => ../internal/redistest
+	github.com/ratekit/ratekit/kvstore/dynamostore => ../kvstore/dynamostore
 	github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
 	github.com/ratekit/ratekit/lambda => ../lambda
 	github.com/ratekit/ratekit/pgstore => ../pgstore

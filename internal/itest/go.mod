@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/Shopify/toxiproxy/v2 v2.5.0
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.13.0
 	github.com/ratekit/ratekit v0.0.0
@@ -13,6 +15,7 @@ require (
 	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/pgtest v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit/kvstore/dynamostore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/kvstore/rueidisstore v0.0.0-00010101000000-000000000000
 	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
@@ -22,6 +25,11 @@ require (
 )
 
 require (
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.11 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.11 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.11 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/golang/protobuf v1.5.2 // indirect
@@ -53,6 +61,7 @@ replace (
 	github.com/ratekit/ratekit/internal/pgengine => ../pgengine
 	github.com/ratekit/ratekit/internal/pgtest => ../pgtest
 	github.com/ratekit/ratekit/internal/redistest => ../redistest
+	github.com/ratekit/ratekit/kvstore/dynamostore => ../../kvstore/dynamostore
 	github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
 	github.com/ratekit/ratekit/kvstore/rueidisstore => ../../kvstore/rueidisstore
 	github.com/ratekit/ratekit/pgstore => ../../pgstore

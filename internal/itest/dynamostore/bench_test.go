@@ -1,13 +1,20 @@
+// Package dynamostore_test compares dynamostore with the other exact
+// stores; it lives here so that dynamostore's module requires neither
+// go-redis nor pgx.
 package dynamostore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
@@ -21,8 +28,8 @@ import (
 )
 
 // BenchmarkAllow compares one exact token-bucket decision (cost 1, on 1,024
-// keys, never denied) over this package's Store on the test DynamoDB
-// (dynalite on loopback unless RATEKIT_DYNAMODB_ENDPOINT names AWS), over
+// keys, never denied) over dynamostore on the test DynamoDB (dynalite on
+// loopback unless RATEKIT_DYNAMODB_ENDPOINT names another), over
 // redisstore and over durable's PostgreSQL token bucket, at 1 and 8
 // goroutines per CPU. Besides ns/op it reports decisions/s and the p50 and
 // p99 latency of one decision in microseconds.
@@ -33,12 +40,12 @@ func BenchmarkAllow(b *testing.B) {
 		new  func(b *testing.B) ratekit.Limiter
 	}{
 		{"dynamodb", func(b *testing.B) ratekit.Limiter {
-			store := newStore(b, nil, dynamostore.Config{})
+			store := dynamoStore(b)
 			return newLimiter(b, tokenbucket.Config{Name: "bench", Burst: burst, RefillRate: tokenbucket.PerHour(burst), Mode: tokenbucket.Atomic, Store: store})
 		}},
 		{"redis", func(b *testing.B) ratekit.Limiter {
 			c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(b)}, PoolSize: 64})
-			p := prefix(b)
+			p := fmt.Sprintf("ratekit-bench:dynamostore:%d:", time.Now().UnixNano())
 			b.Cleanup(func() {
 				ctx := context.Background()
 				iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
@@ -118,4 +125,42 @@ func BenchmarkAllow(b *testing.B) {
 			})
 		}
 	}
+}
+
+// dynamoStore returns a Store on a table of its own, created on the test
+// DynamoDB and deleted at cleanup. Connections are kept, as in production.
+func dynamoStore(b *testing.B) *dynamostore.Store {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 256
+	b.Cleanup(tr.CloseIdleConnections)
+	client := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(testenv.DynamoDBEndpoint(b)),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "ratekit benchmark"}, nil
+		}),
+		HTTPClient: &http.Client{Transport: tr},
+	})
+	ctx := context.Background()
+	table := fmt.Sprintf("ratekit-bench-%d", time.Now().UnixNano())
+	// dynalite has no Time to Live; the Store checks expiry itself.
+	if err := dynamostore.CreateTable(ctx, client, table); err != nil && !errors.Is(err, dynamostore.ErrNoTTL) {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
+	s, err := dynamostore.New(client, dynamostore.Config{Table: table, Prefix: "bench:"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func newLimiter(b *testing.B, cfg tokenbucket.Config) *tokenbucket.Limiter {
+	l, err := tokenbucket.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l
 }
