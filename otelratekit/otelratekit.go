@@ -15,6 +15,9 @@
 //		Observer: obs,
 //	})
 //
+// examples/cloudrun in ratekit's repository is a whole Cloud Run function
+// that exports both through OTLP to a collector sidecar.
+//
 // # Metrics
 //
 // Names, units and attributes follow the OpenTelemetry semantic-convention
