@@ -175,7 +175,7 @@ func (a *all) validate(req Request) error {
 }
 
 // errTwoStates is returned when more than one part keeps client state.
-var errTwoStates = fmt.Errorf("%w: All: more than one limiter returned client state (Decision.State); one token cannot carry two", ErrInvalidConfig)
+var errTwoStates error = &invalidConfigError{"ratekit: invalid config: All: more than one limiter returned client state (Decision.State); one token cannot carry two"}
 
 // withState sets d's State and StateError from the one part that returned
 // a State, and reports false when more than one did.

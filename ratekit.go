@@ -323,7 +323,7 @@ var (
 	// ErrUnexpectedParts is returned by a limiter of a single policy for a
 	// request with [Request.Parts]: its parts would otherwise go uncounted.
 	// It also matches ErrInvalidRequest.
-	ErrUnexpectedParts = fmt.Errorf("%w: parts given to a limiter of a single policy", ErrInvalidRequest)
+	ErrUnexpectedParts error = &invalidRequestError{"ratekit: invalid request: parts given to a limiter of a single policy"}
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
 	// an invalid configuration.
@@ -339,3 +339,11 @@ type invalidRequestError struct{ msg string }
 func (e *invalidRequestError) Error() string { return e.msg }
 
 func (e *invalidRequestError) Unwrap() error { return ErrInvalidRequest }
+
+// invalidConfigError is an error that matches [ErrInvalidConfig], laid out
+// by the linker as invalidRequestError is.
+type invalidConfigError struct{ msg string }
+
+func (e *invalidConfigError) Error() string { return e.msg }
+
+func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
