@@ -18,7 +18,18 @@ const setCookie = "Set-Cookie"
 // under names that differ in case only (x-api-key and X-Api-Key) with
 // different values. API Gateway, function URLs and ALBs never send such
 // events; a direct Invoke can. It matches [ratekit.ErrInvalidRequest].
-var ErrConflictingHeader = fmt.Errorf("%w: conflicting copies of a header field", ratekit.ErrInvalidRequest)
+var ErrConflictingHeader error = &conflictingHeaderError{}
+
+// conflictingHeaderError is ErrConflictingHeader's type: a pointer to it in
+// a package-level variable is laid out by the linker, so the error costs
+// nothing at package initialisation (fmt.Errorf would run there).
+type conflictingHeaderError struct{}
+
+func (*conflictingHeaderError) Error() string {
+	return "ratekit: invalid request: conflicting copies of a header field"
+}
+
+func (*conflictingHeaderError) Unwrap() error { return ratekit.ErrInvalidRequest }
 
 // EventHeader returns the header fields of event, a pointer to one of the
 // four event types the adapters take (*events.APIGatewayProxyRequest,
