@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/ratekit/ratekit v0.0.0
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/redis/rueidis v1.0.79
 )
 
@@ -16,12 +16,6 @@ require (
 
 replace github.com/ratekit/ratekit => ../..
 
-require (
-	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
-)
+require github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
 
-replace (
-	github.com/ratekit/ratekit/internal/redistest => ../../internal/redistest
-	github.com/ratekit/ratekit/kvstore/redisstore => ../redisstore
-)
+replace github.com/ratekit/ratekit/internal/redistest => ../../internal/redistest

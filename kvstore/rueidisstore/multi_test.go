@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
-	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 	"github.com/ratekit/ratekit/limitertest"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -24,11 +21,11 @@ import (
 
 var two = []kvstore.Update{{Key: "a", Refill: take1, N: 1}, {Key: "b", Refill: take1, N: 1}}
 
-// scriptCalls returns how many times srv ran a script with EVALSHA and
-// EVAL, from INFO commandstats.
-func scriptCalls(t *testing.T, c *redis.Client) (evalsha, eval int64) {
+// scriptCalls returns how many times the server of c ran a script with
+// EVALSHA and EVAL, from INFO commandstats.
+func scriptCalls(t *testing.T, c rueidis.Client) (evalsha, eval int64) {
 	t.Helper()
-	info, err := c.Info(context.Background(), "commandstats").Result()
+	info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,8 +46,7 @@ func scriptCalls(t *testing.T, c *redis.Client) (evalsha, eval int64) {
 func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := newClient(t, srv.Addr)
-	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { admin.Close() })
+	admin := newClient(t, srv.Addr)
 	s, _ := rueidisstore.New(c, rueidisstore.Config{})
 	if s.Partitioned() {
 		t.Error("a store on one server reports Partitioned")
@@ -58,7 +54,7 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	ctx := context.Background()
 	res := make([]kvstore.OpResult, 2)
 	for i := 0; i < 3; i++ {
-		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		if err := admin.Do(ctx, admin.B().ScriptFlush().Build()).Error(); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.UpdateMulti(ctx, "", kvstore.OpRefund, two, res); err != nil {
@@ -81,39 +77,15 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 	s, gc := newStore(t)
 	ctx := context.Background()
-	if err := gc.Set(ctx, s.Key("b"), "not a record", 0).Err(); err != nil {
+	if err := gc.Do(ctx, gc.B().Set().Key(s.Key("b")).Value("not a record").Build()).Error(); err != nil {
 		t.Fatal(err)
 	}
 	res := make([]kvstore.OpResult, 2)
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrMalformedRecord) {
 		t.Fatalf("err = %v, want ErrMalformedRecord", err)
 	}
-	if n, _ := gc.Exists(ctx, s.Key("a")).Result(); n != 0 {
+	if n, _ := gc.Do(ctx, gc.B().Exists().Key(s.Key("a")).Build()).AsInt64(); n != 0 {
 		t.Fatal("a was written by a call that failed")
-	}
-}
-
-// TestUpdateMultiSharesRecordsWithRedisstore: the two stores run one
-// multi-key script over the same keys, grouped or not.
-func TestUpdateMultiSharesRecordsWithRedisstore(t *testing.T) {
-	rs, gc := newStore(t)
-	gs, err := redisstore.New(gc, redisstore.Config{Prefix: strings.TrimSuffix(rs.Key("x"), "{x}")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, g := range []string{"", "org-7"} {
-		u := []kvstore.Update{{Key: "a", Refill: slow, N: big}, {Key: "b", Refill: slow, N: 3 * big}}
-		res := make([]kvstore.OpResult, 2)
-		if err := rs.UpdateMulti(ctx, g, kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK {
-			t.Fatalf("group %q: rueidisstore take = %+v, %v", g, res, err)
-		}
-		if err := gs.UpdateMulti(ctx, g, kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK {
-			t.Fatalf("group %q: redisstore take = %+v, %v", g, res, err)
-		}
-		if err := rs.UpdateMulti(ctx, g, kvstore.OpPeek, u, res); err != nil || !near(res[0].Value, slow.Max-2*big) || !near(res[1].Value, slow.Max-6*big) {
-			t.Fatalf("group %q: peek after a take through each store = %+v, %v; want about %d and %d", g, res, err, int64(slow.Max-2*big), int64(slow.Max-6*big))
-		}
 	}
 }
 
@@ -201,7 +173,7 @@ func compositeHarness(client rueidis.Client, newClient func(t testing.TB) rueidi
 	prefix := func(t testing.TB) string {
 		p := prefix(t)
 		if client.Mode() != rueidis.ClientModeCluster {
-			goRedis(t, p) // deletes the prefix's keys at cleanup
+			cleanKeys(t, client, p)
 		}
 		return p
 	}

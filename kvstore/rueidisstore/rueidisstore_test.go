@@ -10,14 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
-	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 	"github.com/ratekit/ratekit/kvstore/storetest"
 )
@@ -53,33 +51,40 @@ func newClient(t *testing.T, addrs ...string) rueidis.Client {
 	return c
 }
 
-// goRedis returns a go-redis client of the shared test Redis that deletes
-// every key under p at cleanup.
-func goRedis(t testing.TB, p string) *redis.Client {
+// cleanKeys deletes every key under p from the shared test Redis at
+// cleanup, through c.
+func cleanKeys(t testing.TB, c rueidis.Client, p string) {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
 	t.Cleanup(func() {
 		ctx := context.Background()
-		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(p+"*").Count(1000).Build()).AsScanEntry()
+			if err != nil {
+				return
+			}
+			if len(e.Elements) > 0 {
+				c.Do(ctx, c.B().Del().Key(e.Elements...).Build())
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				return
+			}
 		}
-		c.Close()
 	})
-	return c
 }
 
 // newStore returns a store on the shared test Redis under a prefix of the
-// test's own, and a go-redis client that removes its keys at cleanup.
-func newStore(t *testing.T) (*rueidisstore.Store, *redis.Client) {
+// test's own, and its client, which removes the prefix's keys at cleanup.
+func newStore(t *testing.T) (*rueidisstore.Store, rueidis.Client) {
 	t.Helper()
 	p := prefix(t)
-	gc := goRedis(t, p)
-	s, err := rueidisstore.New(newClient(t, testenv.RedisAddr(t)), rueidisstore.Config{Prefix: p})
+	c := newClient(t, testenv.RedisAddr(t))
+	cleanKeys(t, c, p)
+	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, gc
+	return s, c
 }
 
 func TestConformance(t *testing.T) {
@@ -122,38 +127,11 @@ func TestNewInvalid(t *testing.T) {
 	}
 }
 
-// TestSharesRecordsWithRedisstore checks that the two Redis stores read and
-// update each other's keys: one script, one record format.
-func TestSharesRecordsWithRedisstore(t *testing.T) {
-	rs, gc := newStore(t)
-	p := strings.TrimSuffix(rs.Key("x"), "{x}")
-	gs, err := redisstore.New(gc, redisstore.Config{Prefix: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for i := range int64(3) {
-		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+1)*big) {
-			t.Fatalf("redisstore take %d = %+v, %v", i, res, err)
-		}
-		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+2)*big) {
-			t.Fatalf("rueidisstore take %d = %+v, %v", i, res, err)
-		}
-	}
-	rec := kvstore.Record{Value: 7, Time: 1795327323488854}
-	if err := gs.Set(ctx, "r", rec, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if got, ok, err := rs.Get(ctx, "r"); err != nil || !ok || got != rec {
-		t.Fatalf("rueidisstore Get of redisstore's record = %+v, %v, %v", got, ok, err)
-	}
-}
-
 func TestMalformedRecord(t *testing.T) {
 	s, gc := newStore(t)
 	ctx := context.Background()
 	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " "} {
-		gc.Set(ctx, s.Key("bad"), v, time.Minute)
+		gc.Do(ctx, gc.B().Set().Key(s.Key("bad")).Value(v).ExSeconds(60).Build())
 		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
 		}
@@ -161,7 +139,7 @@ func TestMalformedRecord(t *testing.T) {
 			t.Errorf("Update of %q: %v, want kvstore.ErrMalformedRecord", v, err)
 		}
 	}
-	gc.HSet(ctx, s.Key("hash"), "f", "v")
+	gc.Do(ctx, gc.B().Hset().Key(s.Key("hash")).FieldValue().FieldValue("f", "v").Build())
 	if _, err := s.Update(ctx, "hash", take1, kvstore.OpTake, 1); err == nil {
 		t.Error("Update of a hash key succeeded")
 	}

@@ -30,10 +30,7 @@ var direct = map[string][]string{
 	// The Redis stores' tests share a helper module (throwaway servers,
 	// faults) that requires go-redis and ratekit only.
 	"kvstore/redisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/go-redis/v9"},
-	// rueidisstore's tests run its scripts beside redisstore's on the
-	// same keys, through go-redis.
-	"kvstore/rueidisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest",
-		"github.com/ratekit/ratekit/kvstore/redisstore", "github.com/redis/go-redis/v9", "github.com/redis/rueidis"},
+	"kvstore/rueidisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/rueidis"},
 }
 
 func TestLibraryModulesRequireOnlyTheirClients(t *testing.T) {
