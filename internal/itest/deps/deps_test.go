@@ -29,7 +29,7 @@ var direct = map[string][]string{
 	"internal/pgengine": {"github.com/jackc/pgx/v5", "github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/pgtest"},
 	// The Redis stores' tests share a helper module (throwaway servers,
 	// faults) that requires go-redis and ratekit only.
-	"kvstore/redisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/go-redis/v9"},
+	"kvstore/redisstore":   {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/go-redis/v9"},
 	"kvstore/rueidisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/rueidis"},
 }
 
