@@ -638,7 +638,7 @@ DECLARE
 	b bigint;
 	c bigint;
 BEGIN
-	IF cardinality(p_prefixes) IS NULL OR cardinality(p_algs) IS DISTINCT FROM cardinality(p_prefixes)
+	IF coalesce(cardinality(p_prefixes), 0) < 1 OR cardinality(p_algs) IS DISTINCT FROM cardinality(p_prefixes)
 		OR cardinality(p_locks) IS DISTINCT FROM cardinality(p_prefixes) THEN
 		RAISE EXCEPTION 'ratekit: reset arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;

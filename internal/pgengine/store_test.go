@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/pgengine"
@@ -668,3 +669,38 @@ func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 
 var _ pgengine.DB = (*pgxpool.Pool)(nil)
 var _ pgengine.DB = (pgx.Tx)(nil)
+
+// TestResetFunctionRefusesMalformedArrays calls the schema's reset function
+// directly with arrays a Counter never sends: empty ones, and ones of
+// different lengths. It refuses them with SQLSTATE 22023 and deletes
+// nothing.
+func TestResetFunctionRefusesMalformedArrays(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	s := newStore(t, pool)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := pgtest.Prefix(t)
+	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgengine.Logged})
+	if _, err := c.Take(ctx, "k", 2, ""); err != nil {
+		t.Fatal(err)
+	}
+	q := `SELECT "` + pgtest.Schema() + `".reset($1::text[], $2::bytea, $3::bigint[], $4::bigint[])`
+	for _, tc := range []struct {
+		name        string
+		prefixes    []string
+		algs, locks []int64
+	}{
+		{"empty", []string{}, []int64{}, []int64{}},
+		{"fewer algorithms", []string{prefix}, []int64{}, []int64{0}},
+		{"more locks", []string{prefix}, []int64{1}, []int64{0, 0}},
+	} {
+		_, err := pool.Exec(ctx, q, tc.prefixes, []byte("k"), tc.algs, tc.locks)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+			t.Errorf("%s: %v, want SQLSTATE 22023", tc.name, err)
+		}
+	}
+	if r, err := c.Peek(ctx, "k", 1); err != nil || r.Remaining != 3 {
+		t.Fatalf("after the refused resets: %+v, %v; want remaining 3", r, err)
+	}
+}
