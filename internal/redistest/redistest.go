@@ -288,3 +288,16 @@ func (h *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 		return next(ctx, cmds)
 	}
 }
+
+// DeleteAtCleanup deletes every key under prefix from c's server when t
+// ends, and then closes c.
+func DeleteAtCleanup(t testing.TB, c redis.UniversalClient, prefix string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			c.Del(ctx, iter.Val())
+		}
+		c.Close()
+	})
+}

@@ -37,14 +37,7 @@ func prefix(t *testing.T) string {
 func client(t *testing.T, addr, p string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		c.Close()
-	})
+	redistest.DeleteAtCleanup(t, c, p)
 	return c
 }
 

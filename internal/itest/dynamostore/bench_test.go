@@ -20,6 +20,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -46,14 +47,7 @@ func BenchmarkAllow(b *testing.B) {
 		{"redis", func(b *testing.B) ratekit.Limiter {
 			c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(b)}, PoolSize: 64})
 			p := fmt.Sprintf("ratekit-bench:dynamostore:%d:", time.Now().UnixNano())
-			b.Cleanup(func() {
-				ctx := context.Background()
-				iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-				for iter.Next(ctx) {
-					c.Del(ctx, iter.Val())
-				}
-				c.Close()
-			})
+			redistest.DeleteAtCleanup(b, c, p)
 			store, err := redisstore.New(c, redisstore.Config{Prefix: p})
 			if err != nil {
 				b.Fatal(err)

@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/internal/leakcheck"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 )
@@ -29,14 +29,7 @@ func prefix(t *testing.T) string {
 func client(t *testing.T, addr, p string) *redis.Client {
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, p+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		c.Close()
-	})
+	redistest.DeleteAtCleanup(t, c, p)
 	return c
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -36,14 +37,7 @@ func stores(t *testing.T) (*rueidisstore.Store, *redisstore.Store) {
 	rand.Read(b)
 	p := "ratekit-test:interop:" + hex.EncodeToString(b) + ":"
 	gc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := gc.Scan(ctx, 0, p+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			gc.Del(ctx, iter.Val())
-		}
-		gc.Close()
-	})
+	redistest.DeleteAtCleanup(t, gc, p)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(t)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

@@ -34,14 +34,7 @@ func redisStore(t *testing.T) (*redisstore.Store, *redistest.CommandCounter) {
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, time.Second))
 	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		c.Close()
-	})
+	redistest.DeleteAtCleanup(t, c, prefix)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
