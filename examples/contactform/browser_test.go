@@ -28,9 +28,17 @@ import (
 // .ci/chromium.sh installs). Outside CI they skip when it is missing; in CI
 // they fail.
 
-// maxStall is the longest the page's main thread may go without running a
-// 10 ms timer, beyond those 10 ms.
+// maxStall is the longest task the page may run on its main thread, as the
+// Long Tasks API reports it.
 const maxStall = 100 * time.Millisecond
+
+// maxLateness is how late the page's 10 ms timer may fire. A timer is late
+// also when no task of the page runs, because the machine did not schedule
+// the browser (CI saw 132 ms at a load of 1.1 per core, with no long task):
+// the page's own work is judged by its tasks, and lateness catches only a
+// page that starves its thread for far longer (the old page, one
+// crypto.subtle promise per hash, delayed a 100 ms timer by minutes).
+const maxLateness = time.Second
 
 // browser starts a headless Chromium for the test and returns a context for
 // its first tab. extra are further command-line flags.
@@ -287,7 +295,8 @@ func (tb *tab) state() string {
 }
 
 // checkClean fails the test for any console error and for a main-thread
-// stall above maxStall, and logs the stall figures.
+// task above maxStall or timer lateness above maxLateness, and logs the
+// stall figures.
 func (tb *tab) checkClean(t *testing.T) {
 	t.Helper()
 	s := eval[struct {
@@ -305,16 +314,17 @@ func (tb *tab) checkClean(t *testing.T) {
 	// scaled by the load per core, which still catches a page that starves
 	// its own main thread (the old page, one crypto.subtle promise per
 	// hash, delayed a 100 ms timer by minutes).
-	limit, load := maxStall, loadPerCore()
+	limit, late, load := maxStall, maxLateness, loadPerCore()
 	if load > 1 {
 		limit = time.Duration(load * float64(maxStall))
-		t.Logf("%s: machine load %.1f per core: stall bound scaled to %v", tb.name, load, limit.Round(time.Millisecond))
+		late = time.Duration(load * float64(maxLateness))
+		t.Logf("%s: machine load %.1f per core: bounds scaled to %v (tasks) and %v (timer)", tb.name, load, limit.Round(time.Millisecond), late.Round(time.Millisecond))
 	}
 	if time.Duration(s.Longest*float64(time.Millisecond)) > limit {
 		t.Errorf("%s: a task held the main thread for %.0f ms, want at most %v", tb.name, s.Longest, limit)
 	}
-	if time.Duration(s.Max*float64(time.Millisecond)) > limit {
-		t.Errorf("%s: main thread stalled %.1f ms, want at most %v", tb.name, s.Max, limit)
+	if time.Duration(s.Max*float64(time.Millisecond)) > late {
+		t.Errorf("%s: main thread stalled %.1f ms, want at most %v", tb.name, s.Max, late)
 	}
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
