@@ -8,6 +8,8 @@ package redistest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -300,4 +302,21 @@ func DeleteAtCleanup(t testing.TB, c redis.UniversalClient, prefix string) {
 		}
 		c.Close()
 	})
+}
+
+// Prefix returns a key prefix no other test or package uses: the test's name
+// (without the braces of a hash tag) and random bytes.
+func Prefix(t testing.TB) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
+	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
+}
+
+// Client returns a go-redis client of the Redis at addr that deletes every
+// key under prefix and closes when t ends.
+func Client(t testing.TB, addr, prefix string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	DeleteAtCleanup(t, c, prefix)
+	return c
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit/internal/extremes"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -16,8 +17,8 @@ import (
 // memory for the number, and a store it returns answers an update on the
 // shared test Redis.
 func TestNewExtremes(t *testing.T) {
-	p := prefix(t)
-	c := client(t, testenv.RedisAddr(t), p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t, testenv.RedisAddr(t), p)
 	for _, v := range extremes.Ints {
 		var s *redisstore.Store
 		if !extremes.Check(t, extremes.Name("MaxInFlight", v), func() (err error) {

@@ -71,7 +71,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	counter := &redistest.CommandCounter{}
 	c.AddHook(counter)
-	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix(t)})
+	s, err := redisstore.New(c, redisstore.Config{Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

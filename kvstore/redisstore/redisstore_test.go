@@ -2,11 +2,8 @@ package redisstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -24,23 +21,6 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
-// prefix returns a key prefix no other test or package uses.
-func prefix(t *testing.T) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
-	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
-}
-
-// client returns a client of the shared test Redis, closed at cleanup, and
-// deletes every key under p at cleanup.
-func client(t *testing.T, addr, p string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	redistest.DeleteAtCleanup(t, c, p)
-	return c
-}
-
 func newStore(t *testing.T) (*redisstore.Store, *redis.Client) {
 	t.Helper()
 	return newStoreMaxInFlight(t, 0)
@@ -50,8 +30,8 @@ func newStore(t *testing.T) (*redisstore.Store, *redis.Client) {
 // prefix of the test's own, with Config.MaxInFlight set to n, and its client.
 func newStoreMaxInFlight(t *testing.T, n int) (*redisstore.Store, *redis.Client) {
 	t.Helper()
-	p := prefix(t)
-	c := client(t, testenv.RedisAddr(t), p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t, testenv.RedisAddr(t), p)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +64,7 @@ func TestConformanceCluster(t *testing.T) {
 	for _, n := range []int{0, 1} {
 		t.Run("MaxInFlight="+strconv.Itoa(n), func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) kvstore.Store {
-				s, err := redisstore.New(c, redisstore.Config{Prefix: prefix(t), MaxInFlight: n})
+				s, err := redisstore.New(c, redisstore.Config{Prefix: redistest.Prefix(t), MaxInFlight: n})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -96,7 +96,7 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 func TestUpdateMultiCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	c := newClient(t, cluster.Addrs()...)
-	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: prefix(t)})
+	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: redistest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func compositeHarness(client rueidis.Client, newClient func(t testing.TB) rueidi
 		return l
 	}
 	prefix := func(t testing.TB) string {
-		p := prefix(t)
+		p := redistest.Prefix(t)
 		if client.Mode() != rueidis.ClientModeCluster {
 			cleanKeys(t, client, p)
 		}

@@ -2,10 +2,7 @@ package rueidisstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,14 +27,6 @@ const big = 1e12
 
 // near reports whether level is at want or above it by less than 1000 s of refill.
 func near(level, want int64) bool { return level >= want && level < want+1e9 }
-
-// prefix returns a key prefix no other test or package uses.
-func prefix(t testing.TB) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
-	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
-}
 
 // newClient returns a rueidis client of the Redis at addrs, closed at
 // cleanup.
@@ -77,7 +66,7 @@ func cleanKeys(t testing.TB, c rueidis.Client, p string) {
 // test's own, and its client, which removes the prefix's keys at cleanup.
 func newStore(t *testing.T) (*rueidisstore.Store, rueidis.Client) {
 	t.Helper()
-	p := prefix(t)
+	p := redistest.Prefix(t)
 	c := newClient(t, testenv.RedisAddr(t))
 	cleanKeys(t, c, p)
 	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
@@ -100,7 +89,7 @@ func TestConformanceCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	c := newClient(t, cluster.Addrs()...)
 	storetest.Run(t, func(t *testing.T) kvstore.Store {
-		s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: prefix(t)})
+		s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: redistest.Prefix(t)})
 		if err != nil {
 			t.Fatal(err)
 		}

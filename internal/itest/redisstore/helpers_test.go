@@ -1,9 +1,6 @@
 package redisstore_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -16,29 +13,12 @@ import (
 
 func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 
-// prefix returns a key prefix no other test or package uses.
-func prefix(t *testing.T) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
-	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
-}
-
-// client returns a client of the shared test Redis, closed at cleanup, and
-// deletes every key under p at cleanup.
-func client(t *testing.T, addr, p string) *redis.Client {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	redistest.DeleteAtCleanup(t, c, p)
-	return c
-}
-
 // newStoreMaxInFlight returns a store on the shared test Redis, under a
 // prefix of the test's own, with Config.MaxInFlight set to n, and its client.
 func newStoreMaxInFlight(t *testing.T, n int) (*redisstore.Store, *redis.Client) {
 	t.Helper()
-	p := prefix(t)
-	c := client(t, testenv.RedisAddr(t), p)
+	p := redistest.Prefix(t)
+	c := redistest.Client(t, testenv.RedisAddr(t), p)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)

@@ -5,12 +5,9 @@ package rueidisstore_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/internal/redistest"
@@ -33,11 +30,8 @@ func near(level, want int64) bool { return level >= want && level < want+1e9 }
 // test's own on the shared test Redis; the prefix's keys are removed at
 // cleanup.
 func stores(t *testing.T) (*rueidisstore.Store, *redisstore.Store) {
-	b := make([]byte, 6)
-	rand.Read(b)
-	p := "ratekit-test:interop:" + hex.EncodeToString(b) + ":"
-	gc := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(t)})
-	redistest.DeleteAtCleanup(t, gc, p)
+	p := redistest.Prefix(t)
+	gc := redistest.Client(t, testenv.RedisAddr(t), p)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(t)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
