@@ -151,23 +151,7 @@ func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []
 // returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid
 // key and otherwise errors that wrap the pgx error.
 func (m *Composite) Reset(ctx context.Context, key string) error {
-	if err := ratekit.ValidateKey(key); err != nil {
-		return err
-	}
-	if err := m.store.ensureSchema(ctx); err != nil {
-		return err
-	}
-	locks := make([]int64, len(m.counters))
-	for i, c := range m.counters {
-		if c.cfg.Algorithm == ratekit.SlidingLog {
-			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
-		}
-	}
-	q := "SELECT " + m.store.quoted + "." + m.counters[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
-	if _, err := m.store.db.Exec(ctx, q, m.store.mode, m.prefixes, []byte(key), m.algs, locks); err != nil {
-		return wrapErr(ctx, "composite reset", err)
-	}
-	return nil
+	return resetKey(ctx, m.counters, key, "composite reset")
 }
 
 func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string) ([]Outcome, error) {

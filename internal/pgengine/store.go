@@ -524,19 +524,32 @@ func microseconds(us int64) time.Duration {
 // not an error. It returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong]
 // for an invalid key and otherwise errors that wrap the pgx error.
 func (c *Counter) Reset(ctx context.Context, key string) error {
+	return resetKey(ctx, []*Counter{c}, key, "reset")
+}
+
+// resetKey forgets key under every counter of cs, which share a Store and
+// a durability, with one call of the schema's reset function; op names the
+// operation in errors.
+func resetKey(ctx context.Context, cs []*Counter, key, op string) error {
 	if err := ratekit.ValidateKey(key); err != nil {
 		return err
 	}
-	if err := c.store.ensureSchema(ctx); err != nil {
+	s := cs[0].store
+	if err := s.ensureSchema(ctx); err != nil {
 		return err
 	}
-	var lock int64
-	if c.cfg.Algorithm == ratekit.SlidingLog {
-		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
+	prefixes := make([]string, len(cs))
+	algs := make([]int64, len(cs))
+	locks := make([]int64, len(cs))
+	for i, c := range cs {
+		prefixes[i], algs[i] = c.cfg.Prefix, int64(c.cfg.Algorithm)
+		if c.cfg.Algorithm == ratekit.SlidingLog {
+			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
+		}
 	}
-	q := "SELECT " + c.store.quoted + "." + c.cfg.Durability.table("reset") + "($1, $2, $3, $4)"
-	if _, err := c.store.db.Exec(ctx, q, c.store.mode, []string{c.cfg.Prefix}, []byte(key), []int64{int64(c.cfg.Algorithm)}, []int64{lock}); err != nil {
-		return wrapErr(ctx, "reset", err)
+	q := "SELECT " + s.quoted + "." + cs[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
+	if _, err := s.db.Exec(ctx, q, s.mode, prefixes, []byte(key), algs, locks); err != nil {
+		return wrapErr(ctx, op, err)
 	}
 	return nil
 }
