@@ -141,6 +141,58 @@ func MultiKey(prefix, group, key string) string {
 	return prefix + "g" + kvstore.GroupKey(group, key)
 }
 
+// MultiKeys appends to dst the Redis keys of updates in group, in order,
+// built in one string so that a call allocates once for all of them: Prefix
+// + "{" + key + "}" in the empty group (the key of an ordinary Update), and
+// [MultiKey] otherwise.
+func MultiKeys(dst []string, prefix, group string, updates []kvstore.Update) []string {
+	// Every key but its own part is the same length: prefix, braces and,
+	// in a group, "g", the group's length, ':' and the group.
+	fixed := len(prefix) + 2
+	if group != "" {
+		fixed += 2 + len(group) + decimalLen(len(group))
+	}
+	total := 0
+	for i := range updates {
+		total += fixed + len(updates[i].Key)
+	}
+	var num [20]byte
+	glen := strconv.AppendInt(num[:0], int64(len(group)), 10)
+	var b strings.Builder
+	b.Grow(total)
+	for i := range updates {
+		b.WriteString(prefix)
+		if group == "" {
+			b.WriteByte('{')
+			b.WriteString(updates[i].Key)
+			b.WriteByte('}')
+			continue
+		}
+		b.WriteString("g{")
+		b.Write(glen)
+		b.WriteByte(':')
+		b.WriteString(group)
+		b.WriteByte('}')
+		b.WriteString(updates[i].Key)
+	}
+	all, at := b.String(), 0
+	for i := range updates {
+		end := at + fixed + len(updates[i].Key)
+		dst = append(dst, all[at:end])
+		at = end
+	}
+	return dst
+}
+
+// decimalLen returns the number of decimal digits of n >= 0.
+func decimalLen(n int) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag (the bytes between the first '{' and the first '}' after it, when
 // not empty) or of the whole key, modulo 16384.

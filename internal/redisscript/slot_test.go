@@ -1,6 +1,10 @@
 package redisscript
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ratekit/ratekit/kvstore"
+)
 
 // TestSlot checks Slot against the slots Redis reports (CLUSTER KEYSLOT),
 // hash tags included.
@@ -29,5 +33,24 @@ func TestMultiKey(t *testing.T) {
 	}
 	if Slot(MultiKey("p:", "g", "a")) != Slot(MultiKey("p:", "g", "b")) {
 		t.Error("two keys of one group in different slots")
+	}
+}
+
+// TestMultiKeysMatchOneByOne checks that MultiKeys builds, in one string,
+// the keys that the single-key forms build one by one.
+func TestMultiKeysMatchOneByOne(t *testing.T) {
+	updates := []kvstore.Update{{Key: "a"}, {Key: ""}, {Key: "client-42"}, {Key: "{x}"}}
+	for _, group := range []string{"", "g", "org-1234567890", "{9:}"} {
+		keys := MultiKeys(nil, "rk:", group, updates)
+		keys2 := MultiKeys(make([]string, 1, 8), "rk:", group, updates)[1:]
+		for i, u := range updates {
+			want := "rk:{" + u.Key + "}"
+			if group != "" {
+				want = MultiKey("rk:", group, u.Key)
+			}
+			if keys[i] != want || keys2[i] != want {
+				t.Errorf("group %q, key %q: %q and %q, want %q", group, u.Key, keys[i], keys2[i], want)
+			}
+		}
 	}
 }

@@ -23,18 +23,6 @@ func (s *Store) Partitioned() bool {
 	return !single
 }
 
-// multiKey returns the Redis key of key in group: Key(key) in the empty
-// group, and otherwise Prefix + "g" + [kvstore.GroupKey](group, key), whose
-// hash tag depends on the group alone, so that a group's keys share a hash
-// slot. The "g" keeps grouped keys apart from the ordinary ones, which
-// follow the prefix with "{".
-func (s *Store) multiKey(group, key string) string {
-	if group == "" {
-		return s.Key(key)
-	}
-	return redisscript.MultiKey(s.prefix, group, key)
-}
-
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of a Lua
 // script over every key, coalesced into pipelines as Update is: the script
 // reads TIME once, refills and checks every key, and writes only when the
@@ -52,12 +40,13 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		return err
 	}
 	n := len(updates)
-	args := make([]any, 0, 4+n*4)
-	args = append(args, "evalsha", multiSHA(), n)
-	for i := range updates {
-		args = append(args, s.multiKey(group, updates[i].Key))
+	args := make([]any, 3+n, 4+n*4)
+	args[0], args[1], args[2] = "evalsha", multiSHA(), n
+	var keyBuf [8]string
+	keys := redisscript.MultiKeys(keyBuf[:0], s.prefix, group, updates)
+	for i, k := range keys {
+		args[3+i] = k
 	}
-	keys := args[3 : 3+n]
 	for i := 1; i < n; i++ {
 		for j := range i {
 			if keys[i] == keys[j] {
@@ -66,9 +55,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 	}
 	if group == "" && n > 1 && s.Partitioned() {
-		slot := keySlot(keys[0].(string))
+		slot := keySlot(keys[0])
 		for i := 1; i < n; i++ {
-			if keySlot(keys[i].(string)) != slot {
+			if keySlot(keys[i]) != slot {
 				return fmt.Errorf("%w: redisstore: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
 			}
 		}
@@ -81,10 +70,12 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	default:
 		args = append(args, "r")
 	}
-	for i := range updates {
-		u := &updates[i]
-		args = append(args, u.Refill.Max, u.Refill.Rate, u.N)
+	m := s.multiArgs.Load()
+	if !m.match(updates) {
+		m = newMultiArgs(updates)
+		s.multiArgs.Store(m)
 	}
+	args = append(args, m.args...)
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	err := s.do(ctx, cmd)
@@ -100,11 +91,16 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 		return wrap(ctx, "EVALSHA", err)
 	}
-	vals, err := cmd.Int64Slice()
-	if err != nil || len(vals) != n {
-		return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v: %v", cmd.Val(), err))
+	// The reply read in place: Int64Slice would copy it into a new slice.
+	vals, ok := cmd.Val().([]any)
+	if !ok || len(vals) != n {
+		return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", cmd.Val()))
 	}
-	for i, v := range vals {
+	for i, r := range vals {
+		v, ok := r.(int64)
+		if !ok {
+			return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", cmd.Val()))
+		}
 		if v < 0 {
 			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
 		} else {
@@ -112,6 +108,39 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 	}
 	return nil
+}
+
+// multiArgs caches the script arguments of the last UpdateMulti's updates
+// (each one's max, rate and n), boxed once, so that a composite that sends
+// the same policies and costs over and over formats and allocates nothing
+// for them.
+type multiArgs struct {
+	refills []kvstore.Refill
+	ns      []int64
+	args    []any
+}
+
+func newMultiArgs(updates []kvstore.Update) *multiArgs {
+	m := &multiArgs{refills: make([]kvstore.Refill, len(updates)), ns: make([]int64, len(updates)), args: make([]any, 0, 3*len(updates))}
+	for i := range updates {
+		u := &updates[i]
+		m.refills[i], m.ns[i] = u.Refill, u.N
+		m.args = append(m.args, u.Refill.Max, u.Refill.Rate, u.N)
+	}
+	return m
+}
+
+// match reports whether m holds the arguments of updates; m may be nil.
+func (m *multiArgs) match(updates []kvstore.Update) bool {
+	if m == nil || len(m.ns) != len(updates) {
+		return false
+	}
+	for i := range updates {
+		if m.refills[i] != updates[i].Refill || m.ns[i] != updates[i].N {
+			return false
+		}
+	}
+	return true
 }
 
 // multiSource is the multi-key update script, redisscript.Multi.

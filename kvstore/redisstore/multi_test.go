@@ -98,3 +98,13 @@ func TestUpdateMultiCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdateMultiArgumentsFollowEachCall: the store caches a call's script
+// arguments; calls with other policies and costs must not get them.
+func TestUpdateMultiArgumentsFollowEachCall(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s, _ := redisstore.New(c, redisstore.Config{})
+	redistest.CheckMultiArguments(t, s, "args:")
+}

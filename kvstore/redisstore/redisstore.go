@@ -139,6 +139,8 @@ type Store struct {
 	co     coalescer
 	args   atomic.Pointer[refillArgs]
 	lastN  atomic.Pointer[boxedN]
+
+	multiArgs atomic.Pointer[multiArgs]
 }
 
 // boxedN caches the last n argument boxed, since a limiter usually sends

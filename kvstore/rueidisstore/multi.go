@@ -25,14 +25,41 @@ func (s *Store) Partitioned() bool {
 	return s.client.Mode() == rueidis.ClientModeCluster
 }
 
-// multiKey returns the Redis key of key in group: Key(key) in the empty
-// group, and otherwise the grouped key kvstore/redisstore uses, whose hash
-// tag depends on the group alone; the two stores share grouped records too.
-func (s *Store) multiKey(group, key string) string {
-	if group == "" {
-		return s.Key(key)
+// multiArgs caches the script arguments of the last UpdateMulti's updates
+// (the op, then each one's max, rate and n), formatted once for each op, so
+// that a composite that sends the same policies and costs over and over
+// formats and allocates nothing for them.
+type multiArgs struct {
+	refills            []kvstore.Refill
+	ns                 []int64
+	take, peek, refund []string
+}
+
+func newMultiArgs(updates []kvstore.Update) *multiArgs {
+	n := len(updates)
+	m := &multiArgs{refills: make([]kvstore.Refill, n), ns: make([]int64, n), take: make([]string, 1, 1+3*n)}
+	m.take[0] = "t"
+	for i := range updates {
+		u := &updates[i]
+		m.refills[i], m.ns[i] = u.Refill, u.N
+		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(u.Refill.Rate, 10), strconv.FormatInt(u.N, 10))
 	}
-	return redisscript.MultiKey(s.prefix, group, key)
+	m.peek = append([]string{"p"}, m.take[1:]...)
+	m.refund = append([]string{"r"}, m.take[1:]...)
+	return m
+}
+
+// match reports whether m holds the arguments of updates; m may be nil.
+func (m *multiArgs) match(updates []kvstore.Update) bool {
+	if m == nil || len(m.ns) != len(updates) {
+		return false
+	}
+	for i := range updates {
+		if m.refills[i] != updates[i].Refill || m.ns[i] != updates[i].N {
+			return false
+		}
+	}
+	return true
 }
 
 var (
@@ -67,9 +94,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		return err
 	}
 	n := len(updates)
-	keys := make([]string, n)
-	for i := range updates {
-		keys[i] = s.multiKey(group, updates[i].Key)
+	var keyBuf [8]string
+	keys := redisscript.MultiKeys(keyBuf[:0], s.prefix, group, updates)
+	for i := 1; i < n; i++ {
 		for j := range i {
 			if keys[i] == keys[j] {
 				return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[i].Key)
@@ -86,18 +113,19 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			}
 		}
 	}
-	args := make([]string, 1, 1+3*n)
+	m := s.multiArgs.Load()
+	if !m.match(updates) {
+		m = newMultiArgs(updates)
+		s.multiArgs.Store(m)
+	}
+	var args []string
 	switch op {
 	case kvstore.OpTake:
-		args[0] = "t"
+		args = m.take
 	case kvstore.OpPeek:
-		args[0] = "p"
+		args = m.peek
 	default:
-		args[0] = "r"
-	}
-	for i := range updates {
-		u := &updates[i]
-		args = append(args, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(u.Refill.Rate, 10), strconv.FormatInt(u.N, 10))
+		args = m.refund
 	}
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(multiSHA()).Numkeys(int64(n)).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {

@@ -238,3 +238,11 @@ func TestCompositeCluster(t *testing.T) {
 	}
 	limitertest.RunComposite(t, compositeHarness(client, mk, true))
 }
+
+// TestUpdateMultiArgumentsFollowEachCall: the store caches a call's script
+// arguments; calls with other policies and costs must not get them.
+func TestUpdateMultiArgumentsFollowEachCall(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := rueidisstore.New(newClient(t, srv.Addr), rueidisstore.Config{})
+	redistest.CheckMultiArguments(t, s, "args:")
+}

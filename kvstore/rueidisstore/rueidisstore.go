@@ -68,6 +68,8 @@ type Store struct {
 	prefix string
 	sha    string
 	args   atomic.Pointer[refillArgs]
+
+	multiArgs atomic.Pointer[multiArgs]
 }
 
 // refillArgs caches a Refill's script arguments, formatted once.

@@ -1,0 +1,42 @@
+package redistest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+// CheckMultiArguments runs UpdateMulti on s with two sets of policies and
+// costs in turn, and with every op, and fails t unless each call's results
+// follow its own arguments: a store that reuses the arguments of an earlier
+// call (a cache of formatted arguments, say) must notice when they change.
+// The keys live under prefix.
+func CheckMultiArguments(t *testing.T, s kvstore.MultiAtomic, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	const big = 1_000_000_000_000 // refills 1 per µs: 10^6 in a second, far below the levels checked
+	a := kvstore.Refill{Max: big, Rate: 1}
+	b := kvstore.Refill{Max: 2 * big, Rate: 1}
+	res := make([]kvstore.OpResult, 2)
+	step := func(name string, op kvstore.Op, updates []kvstore.Update, want ...int64) {
+		t.Helper()
+		if err := s.UpdateMulti(ctx, "", op, updates, res); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		for i, w := range want {
+			if !res[i].OK || res[i].Value < w || res[i].Value > w+10_000_000 {
+				t.Fatalf("%s: key %d: %+v, want OK and level %d (plus at most 10 s of refill)", name, i, res[i], w)
+			}
+		}
+	}
+	first := []kvstore.Update{{Key: prefix + "a1", Refill: a, N: big / 2}, {Key: prefix + "a2", Refill: b, N: big / 4}}
+	second := []kvstore.Update{{Key: prefix + "b1", Refill: b, N: big}, {Key: prefix + "b2", Refill: a, N: big / 8}}
+	step("first take", kvstore.OpTake, first, big/2, 2*big-big/4)
+	step("second take", kvstore.OpTake, second, big, big-big/8)
+	step("first take again", kvstore.OpTake, first, 0, 2*big-big/2)
+	step("second peek", kvstore.OpPeek, second, big, big-big/8)
+	first[0].N, first[1].N = big/4, big/4
+	step("first refund", kvstore.OpRefund, first, big/4, 2*big-big/4)
+	step("first peek", kvstore.OpPeek, first, big/4, 2*big-big/4)
+}
