@@ -56,7 +56,19 @@ func (p *Proxy) Latency(latency, jitter time.Duration) {
 	}
 }
 
-// RemoveLatency removes what Latency added, if anything.
+// ReplyLatency delays the data from the server by latency (milliseconds,
+// toxiproxy's resolution), adding latency to every round trip, as a network
+// between client and server would. It replaces an earlier Latency.
+func (p *Proxy) ReplyLatency(latency time.Duration) {
+	p.t.Helper()
+	p.RemoveLatency()
+	js := fmt.Sprintf(`{"name":"lat-downstream","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, latency.Milliseconds())
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// RemoveLatency removes what Latency or ReplyLatency added, if anything.
 func (p *Proxy) RemoveLatency() {
 	for _, stream := range []string{"upstream", "downstream"} {
 		p.Toxics.RemoveToxic(context.Background(), "lat-"+stream) // absent is fine

@@ -3,11 +3,14 @@ package durable_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/pgstore"
@@ -52,30 +55,61 @@ func BenchmarkComposite(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	s := newStore(b, testenv.PostgresURL(b), 4)
-	single, burst, daily := limiters(s)
-	composite := newComposite(b, burst, daily)
-	for _, bc := range []struct {
-		name string
-		l    ratekit.Limiter
-	}{{"single", single}, {"composite2", composite}, {"two-calls", twoCalls{burst, daily}}} {
-		b.Run(bc.name, func(b *testing.B) {
-			var n atomic.Int64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := int(n.Add(1)) * 7919
-				for pb.Next() {
-					i++
-					d, err := bc.l.Allow(ctx, ratekit.Request{Key: keys[i%len(keys)], Cost: 1})
-					if err != nil || !d.Allowed {
-						b.Errorf("%+v, %v", d, err)
-						return
+	// On loopback, a round trip costs less than the server's work; behind
+	// a network (1 ms more per round trip here, through a proxy), the round
+	// trips that a composite saves are most of a decision's cost.
+	proxy := faultproxy.Start(b, postgresHost(b))
+	proxy.ReplyLatency(time.Millisecond)
+	for _, network := range []struct{ name, url string }{
+		{"loopback", testenv.PostgresURL(b)},
+		{"rtt+1ms", viaProxy(b, testenv.PostgresURL(b), proxy.Listen)},
+	} {
+		s := newStore(b, network.url, 4)
+		single, burst, daily := limiters(s)
+		composite := newComposite(b, burst, daily)
+		for _, bc := range []struct {
+			name string
+			l    ratekit.Limiter
+		}{{"single", single}, {"composite2", composite}, {"two-calls", twoCalls{burst, daily}}} {
+			b.Run(network.name+"/"+bc.name, func(b *testing.B) {
+				var n atomic.Int64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(n.Add(1)) * 7919
+					for pb.Next() {
+						i++
+						d, err := bc.l.Allow(ctx, ratekit.Request{Key: keys[i%len(keys)], Cost: 1})
+						if err != nil || !d.Allowed {
+							b.Errorf("%+v, %v", d, err)
+							return
+						}
 					}
-				}
+				})
 			})
-		})
+		}
 	}
+}
+
+// postgresHost returns the host:port of the test server.
+func postgresHost(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// viaProxy returns rawURL with its host:port replaced by addr.
+func viaProxy(t testing.TB, rawURL, addr string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = addr
+	return u.String()
 }
 
 // twoCalls decides two policies one after the other, as a caller without a

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -28,13 +29,20 @@ func BenchmarkComposite(b *testing.B) {
 		keys[i] = "client-" + strconv.Itoa(i)
 	}
 	big := tokenbucket.Rate{Tokens: 1, Per: 100 * time.Millisecond}
-	stores := []struct {
-		name  string
-		store func(b *testing.B) kvstore.Store
-	}{
-		{"memory", func(b *testing.B) kvstore.Store { return memStore(b, nil) }},
-		{"rueidis", func(b *testing.B) kvstore.Store {
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(b)}, DisableCache: true})
+	// On loopback, a round trip costs about what the server's work does;
+	// behind a network (1 ms more per round trip here, through a proxy),
+	// the round trips that a composite saves are most of a decision's cost.
+	proxy := faultproxy.Start(b, testenv.RedisAddr(b))
+	proxy.ReplyLatency(time.Millisecond)
+	redisAddr := func(b *testing.B, rtt bool) string {
+		if rtt {
+			return proxy.Listen
+		}
+		return testenv.RedisAddr(b)
+	}
+	rueidisStore := func(rtt bool) func(b *testing.B) kvstore.Store {
+		return func(b *testing.B) kvstore.Store {
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redisAddr(b, rtt)}, DisableCache: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -44,16 +52,28 @@ func BenchmarkComposite(b *testing.B) {
 				b.Fatal(err)
 			}
 			return s
-		}},
-		{"redis", func(b *testing.B) kvstore.Store {
-			c := redis.NewClient(&redis.Options{Addr: testenv.RedisAddr(b)})
+		}
+	}
+	redisStore := func(rtt bool) func(b *testing.B) kvstore.Store {
+		return func(b *testing.B) kvstore.Store {
+			c := redis.NewClient(&redis.Options{Addr: redisAddr(b, rtt)})
 			b.Cleanup(func() { c.Close() })
 			s, err := redisstore.New(c, redisstore.Config{Prefix: "ratekit-bench:composite:"})
 			if err != nil {
 				b.Fatal(err)
 			}
 			return s
-		}},
+		}
+	}
+	stores := []struct {
+		name  string
+		store func(b *testing.B) kvstore.Store
+	}{
+		{"memory", func(b *testing.B) kvstore.Store { return memStore(b, nil) }},
+		{"rueidis", rueidisStore(false)},
+		{"redis", redisStore(false)},
+		{"rueidis-rtt+1ms", rueidisStore(true)},
+		{"redis-rtt+1ms", redisStore(true)},
 	}
 	for _, st := range stores {
 		for _, kind := range []string{"single", "composite2"} {
