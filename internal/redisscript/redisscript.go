@@ -184,6 +184,36 @@ func MultiKeys(dst []string, prefix, group string, updates []kvstore.Update) []s
 	return dst
 }
 
+// Updates records the policies and costs of a multi-key update's updates,
+// for a store that caches the script arguments it formatted for them.
+type Updates struct {
+	refills []kvstore.Refill
+	ns      []int64
+}
+
+// NewUpdates records the policies and costs of updates.
+func NewUpdates(updates []kvstore.Update) Updates {
+	u := Updates{refills: make([]kvstore.Refill, len(updates)), ns: make([]int64, len(updates))}
+	for i := range updates {
+		u.refills[i], u.ns[i] = updates[i].Refill, updates[i].N
+	}
+	return u
+}
+
+// Match reports whether updates have the policies and costs recorded in u,
+// in order.
+func (u *Updates) Match(updates []kvstore.Update) bool {
+	if len(u.ns) != len(updates) {
+		return false
+	}
+	for i := range updates {
+		if u.refills[i] != updates[i].Refill || u.ns[i] != updates[i].N {
+			return false
+		}
+	}
+	return true
+}
+
 // decimalLen returns the number of decimal digits of n >= 0.
 func decimalLen(n int) int {
 	d := 1

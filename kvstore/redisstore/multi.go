@@ -71,7 +71,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		args = append(args, "r")
 	}
 	m := s.multiArgs.Load()
-	if !m.match(updates) {
+	if m == nil || !m.Match(updates) {
 		m = newMultiArgs(updates)
 		s.multiArgs.Store(m)
 	}
@@ -115,32 +115,17 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 // the same policies and costs over and over formats and allocates nothing
 // for them.
 type multiArgs struct {
-	refills []kvstore.Refill
-	ns      []int64
-	args    []any
+	redisscript.Updates
+	args []any
 }
 
 func newMultiArgs(updates []kvstore.Update) *multiArgs {
-	m := &multiArgs{refills: make([]kvstore.Refill, len(updates)), ns: make([]int64, len(updates)), args: make([]any, 0, 3*len(updates))}
+	m := &multiArgs{Updates: redisscript.NewUpdates(updates), args: make([]any, 0, 3*len(updates))}
 	for i := range updates {
 		u := &updates[i]
-		m.refills[i], m.ns[i] = u.Refill, u.N
 		m.args = append(m.args, u.Refill.Max, u.Refill.Rate, u.N)
 	}
 	return m
-}
-
-// match reports whether m holds the arguments of updates; m may be nil.
-func (m *multiArgs) match(updates []kvstore.Update) bool {
-	if m == nil || len(m.ns) != len(updates) {
-		return false
-	}
-	for i := range updates {
-		if m.refills[i] != updates[i].Refill || m.ns[i] != updates[i].N {
-			return false
-		}
-	}
-	return true
 }
 
 // multiSource is the multi-key update script, redisscript.Multi.

@@ -30,36 +30,20 @@ func (s *Store) Partitioned() bool {
 // that a composite that sends the same policies and costs over and over
 // formats and allocates nothing for them.
 type multiArgs struct {
-	refills            []kvstore.Refill
-	ns                 []int64
+	redisscript.Updates
 	take, peek, refund []string
 }
 
 func newMultiArgs(updates []kvstore.Update) *multiArgs {
-	n := len(updates)
-	m := &multiArgs{refills: make([]kvstore.Refill, n), ns: make([]int64, n), take: make([]string, 1, 1+3*n)}
+	m := &multiArgs{Updates: redisscript.NewUpdates(updates), take: make([]string, 1, 1+3*len(updates))}
 	m.take[0] = "t"
 	for i := range updates {
 		u := &updates[i]
-		m.refills[i], m.ns[i] = u.Refill, u.N
 		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(u.Refill.Rate, 10), strconv.FormatInt(u.N, 10))
 	}
 	m.peek = append([]string{"p"}, m.take[1:]...)
 	m.refund = append([]string{"r"}, m.take[1:]...)
 	return m
-}
-
-// match reports whether m holds the arguments of updates; m may be nil.
-func (m *multiArgs) match(updates []kvstore.Update) bool {
-	if m == nil || len(m.ns) != len(updates) {
-		return false
-	}
-	for i := range updates {
-		if m.refills[i] != updates[i].Refill || m.ns[i] != updates[i].N {
-			return false
-		}
-	}
-	return true
 }
 
 var (
@@ -114,7 +98,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 	}
 	m := s.multiArgs.Load()
-	if !m.match(updates) {
+	if m == nil || !m.Match(updates) {
 		m = newMultiArgs(updates)
 		s.multiArgs.Store(m)
 	}
