@@ -407,27 +407,51 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 	}
 }
 
+// TestSynchronousCommit: a decision on logged tables turns
+// synchronous_commit off for its transaction unless SynchronousCommit is
+// set; one on unlogged tables (which write no WAL, so never wait for a
+// flush) leaves it alone, in a caller's own transaction too. Composites
+// follow the same rule.
 func TestSynchronousCommit(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
 	ctx := ctxT(t)
 	newStore(t, pool).Migrate(ctx)
-	for _, sync := range []bool{false, true} {
+	for _, tc := range []struct {
+		durability pgengine.Durability
+		sync       bool
+		composite  bool
+		want       string
+	}{
+		{pgengine.Logged, false, false, "off"},
+		{pgengine.Logged, true, false, "on"},
+		{pgengine.Unlogged, false, false, "on"},
+		{pgengine.Logged, false, true, "off"},
+		{pgengine.Logged, true, true, "on"},
+		{pgengine.Unlogged, false, true, "on"},
+	} {
 		tx, err := pool.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := newStore(t, tx)
-		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgengine.Logged, SynchronousCommit: sync})
-		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
+		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 5, Durability: tc.durability, SynchronousCommit: tc.sync})
+		if tc.composite {
+			comp, err := pgengine.NewComposite(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := comp.Take(ctx, "k", 1, nil, ""); err != nil {
+				t.Fatal(err)
+			}
+		} else if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)
 		}
 		var got string
 		if err := tx.QueryRow(ctx, "SHOW synchronous_commit").Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		want := map[bool]string{false: "off", true: "on"}[sync]
-		if got != want {
-			t.Errorf("SynchronousCommit %v: synchronous_commit in the decision's transaction is %q, want %q", sync, got, want)
+		if got != tc.want {
+			t.Errorf("%+v: synchronous_commit in the decision's transaction is %q, want %q", tc, got, tc.want)
 		}
 		if err := tx.Rollback(ctx); err != nil {
 			t.Fatal(err)
