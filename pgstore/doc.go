@@ -39,7 +39,7 @@
 // # Coalescing under concurrency
 //
 // A [Store] keeps at most [Config.MaxInFlight] decisions in flight
-// ([DefaultMaxInFlight], 8). Below that, a decision goes alone at once on
+// ([DefaultMaxInFlight], 2). Below that, a decision goes alone at once on
 // its caller's goroutine, so a lone caller waits for nothing. Beyond it,
 // decisions wait in a queue, and when a decision in flight ends, the
 // goroutine of one waiting caller sends the whole queue as one statement:

@@ -16,8 +16,13 @@ import (
 
 // DefaultMaxInFlight is the bound on a Store's decisions in flight used when
 // [Config.MaxInFlight] is zero. Beyond it, decisions queue and go to
-// PostgreSQL together, one statement for the whole queue.
-const DefaultMaxInFlight = 8
+// PostgreSQL together, one statement for the whole queue. Two keeps a
+// lone caller and a pair of callers from waiting for each other, and lets
+// batches form from the third concurrent caller on, where one statement
+// and one commit for many decisions beat one each (benchmarks/README.md
+// has the measurements). A server with many cores can use more places in
+// flight: raise it towards their number.
+const DefaultMaxInFlight = 2
 
 // maxBatch bounds the decisions of one statement, so that its arrays stay
 // small whatever the queue holds; the rest wait for the next one.
