@@ -42,10 +42,13 @@ type turnContender struct {
 // turnEnv holds what the in-turn contenders share: the address, the key
 // prefix, the Node process and the clients to close.
 type turnEnv struct {
-	addr    string
-	prefix  string
-	node    *nodeRunner
-	closers []func()
+	addr   string
+	prefix string
+	// maxInFlight, when not 0, adds a redisstore contender with that
+	// Config.MaxInFlight beside the default one.
+	maxInFlight int
+	node        *nodeRunner
+	closers     []func()
 }
 
 func (t *turnEnv) close() {
@@ -104,6 +107,17 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			}
 			return tb(s, conc, store)
 		}},
+	}
+	if t.maxInFlight != 0 {
+		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, redisstore (go-redis), MaxInFlight %d", t.maxInFlight), ours, func(s scenario, conc int) (harness.Runner, error) {
+			store, err := redisstore.New(t.goRedis(conc), redisstore.Config{Prefix: fmt.Sprintf("%s:rm-%d:", t.prefix, conc), MaxInFlight: t.maxInFlight})
+			if err != nil {
+				return nil, err
+			}
+			return tb(s, conc, store)
+		}})
+	}
+	cs = append(cs, []turnContender{
 		{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, func(s scenario, conc int) (harness.Runner, error) {
 			c, err := t.rueidis()
 			if err != nil {
@@ -158,7 +172,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				return !c.Reached, nil
 			})
 		}},
-	}
+	}...)
 	if t.node != nil {
 		cs = append(cs, turnContender{"rate-limiter-flexible 11.4 (Node 20, ioredis: one pipelined connection)", peer, func(s scenario, conc int) (harness.Runner, error) {
 			r := t.node.runner(s, conc)
@@ -276,8 +290,8 @@ func (n *nodeRunner) close() {
 
 // runInTurn measures the Redis contenders at each concurrency of concs in
 // turn (harness.MeasureInTurn), runs times, and prints one table.
-func runInTurn(ctx context.Context, addr, prefix, rlfDir string, scenarios []scenario, concs []int, runs int, d, slice time.Duration) error {
-	t := &turnEnv{addr: addr, prefix: prefix + ":turn"}
+func runInTurn(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int, scenarios []scenario, concs []int, runs int, d, slice time.Duration) error {
+	t := &turnEnv{addr: addr, prefix: prefix + ":turn", maxInFlight: maxInFlight}
 	defer t.close()
 	if rlfDir != "" {
 		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")

@@ -174,6 +174,7 @@ func main() {
 	maxConns := flag.Int("pg-max-conns", 16, "PostgreSQL pool size")
 	inTurnFlag := flag.String("inturn", "1,8", "concurrencies of the Redis in-turn table (empty: none)")
 	slice := flag.Duration("slice", 50*time.Millisecond, "length of one contender's turn in the in-turn table")
+	redisMaxInFlight := flag.Int("redis-max-in-flight", 0, "when not 0, adds to the in-turn table a redisstore contender with this Config.MaxInFlight")
 	rlfDir := flag.String("rlf", "", "directory of rlf.js with rate-limiter-flexible installed (npm install): adds it to the in-turn table")
 	sequential := flag.Bool("sequential", true, "measure the tables of every backend and concurrency (false: only the in-turn table)")
 	flag.Parse()
@@ -238,7 +239,7 @@ func main() {
 	if *inTurnFlag != "" && e.redis != nil {
 		turnConcs, err := harness.ParseCounts(*inTurnFlag)
 		if err == nil {
-			err = runInTurn(ctx, redisAddr(), e.prefix, *rlfDir, scenarios, turnConcs, *runs, *duration, *slice)
+			err = runInTurn(ctx, redisAddr(), e.prefix, *rlfDir, *redisMaxInFlight, scenarios, turnConcs, *runs, *duration, *slice)
 		}
 		if err != nil {
 			e.cleanup()
