@@ -43,7 +43,9 @@ CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
 CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
 
 -- Fixed window: windows aligned to the epoch; count is the units taken in
--- the window that starts at window_start_us.
+-- the window that starts at window_start_us. A take decides on the state
+-- that lockrow read under the lock and writes the row by its ctid only when
+-- it admits: no upsert after the lock, and no second look-up of the key.
 DROP FUNCTION IF EXISTS {{.Fixed}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Fixed}}(
 {{template "signature"}}
@@ -57,16 +59,20 @@ BEGIN
 	ws := now_us - now_us % p_window_us;
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
-		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, expires_at_us)
-		VALUES (p_prefix, p_key, ws, p_cost, ws + p_window_us)
-		ON CONFLICT (prefix, key) DO UPDATE SET
-			count = CASE WHEN c.window_start_us < EXCLUDED.window_start_us THEN EXCLUDED.count ELSE c.count + EXCLUDED.count END,
-			window_start_us = GREATEST(c.window_start_us, EXCLUDED.window_start_us),
-			expires_at_us = GREATEST(c.expires_at_us, EXCLUDED.expires_at_us)
-		WHERE c.window_start_us < EXCLUDED.window_start_us OR c.count + EXCLUDED.count <= p_limit
-		RETURNING c.window_start_us, c.count INTO v_ws, v_count;
-		allowed := FOUND;
-		v_found := FOUND;
+		v_ws := l_ws;
+		v_count := l_count;
+		IF v_ws < ws THEN
+			v_ws := ws;
+			v_count := 0;
+		END IF;
+		allowed := v_count + p_cost <= p_limit;
+		IF allowed THEN
+			v_count := v_count + p_cost;
+			UPDATE {{.Counters}} AS c SET window_start_us = v_ws, count = v_count,
+				expires_at_us = GREATEST(c.expires_at_us, v_ws + p_window_us)
+			WHERE c.ctid = l_id;
+		END IF;
+		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
 		UPDATE {{.Counters}} AS c SET count = GREATEST(c.count - p_cost, 0)
 		WHERE c.prefix = p_prefix AND c.key = p_key AND c.window_start_us >= ws
@@ -205,17 +211,20 @@ BEGIN
 {{template "lockrow" .}}
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
-		-- expires_at_us is tat rounded up to a multiple of tau, so that it
-		-- changes about once per tau and most updates stay HOT.
-		INSERT INTO {{.Counters}} AS c (prefix, key, tat_us, expires_at_us)
-		VALUES (p_prefix, p_key, now_us + p_cost * p_window_us, ((now_us + p_cost * p_window_us) / tau + 1) * tau)
-		ON CONFLICT (prefix, key) DO UPDATE SET
-			tat_us = GREATEST(c.tat_us, now_us) + p_cost * p_window_us,
-			expires_at_us = GREATEST(c.expires_at_us, ((GREATEST(c.tat_us, now_us) + p_cost * p_window_us) / tau + 1) * tau)
-		WHERE GREATEST(c.tat_us, now_us) + p_cost * p_window_us - now_us <= tau
-		RETURNING c.tat_us INTO v_tat;
-		allowed := FOUND;
-		v_found := FOUND;
+		-- The state lockrow read under the lock decides; the row is
+		-- written by its ctid only when the take admits. expires_at_us is
+		-- tat rounded up to a multiple of tau, so that it changes about
+		-- once per tau and most updates stay HOT.
+		v_tat := GREATEST(l_tat, now_us) + p_cost * p_window_us;
+		allowed := v_tat - now_us <= tau;
+		IF allowed THEN
+			UPDATE {{.Counters}} AS c SET tat_us = v_tat,
+				expires_at_us = GREATEST(c.expires_at_us, (v_tat / tau + 1) * tau)
+			WHERE c.ctid = l_id;
+		ELSE
+			v_tat := v_tat - p_cost * p_window_us;
+		END IF;
+		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
 		UPDATE {{.Counters}} AS c SET tat_us = GREATEST(c.tat_us - p_cost * p_window_us, now_us)
 		WHERE c.prefix = p_prefix AND c.key = p_key AND c.tat_us > now_us
@@ -680,13 +689,16 @@ LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 	-- first takes queue on it too; so does a refund with an idempotency
 	-- key, so that every transaction touches a key's idempotency records
 	-- only while it holds the key's lock (two that locked two records in
-	-- opposite orders would deadlock).
+	-- opposite orders would deadlock). The row's ctid and state as locked
+	-- go to l_id, l_ws, l_count and l_tat, for a take to decide on.
 	IF p_op <> 1 THEN
 		LOOP
-			PERFORM 1 FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
+			SELECT c.ctid, c.window_start_us, c.count, c.tat_us INTO l_id, l_ws, l_count, l_tat
+			FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
 			EXIT WHEN FOUND OR p_op <> 0 AND p_idem IS NULL;
 			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
-			ON CONFLICT (prefix, key) DO NOTHING;
+			ON CONFLICT (prefix, key) DO NOTHING
+			RETURNING ctid, window_start_us, count, tat_us INTO l_id, l_ws, l_count, l_tat;
 			EXIT WHEN FOUND;
 		END LOOP;
 		now_us := {{template "clock"}};
@@ -705,7 +717,11 @@ DECLARE
 	remaining bigint;
 	retry_after_us bigint;
 	reset_after_us bigint;
-	duplicate boolean;{{end}}{{define "prologue"}}	duplicate := false;
+	duplicate boolean;
+	l_id tid;
+	l_ws bigint;
+	l_count bigint;
+	l_tat bigint;{{end}}{{define "prologue"}}	duplicate := false;
 	IF p_op <> 1 AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
