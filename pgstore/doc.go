@@ -11,10 +11,13 @@
 // decision is one SELECT of that function: one network round trip, one
 // implicit transaction, no BEGIN/COMMIT from the client. Single-row
 // algorithms (fixed window, sliding window, token bucket) first lock the
-// key's row (SELECT … FOR UPDATE; a take creates a missing row), which
-// serialises concurrent decisions on a key, then read the clock and decide
-// inside one INSERT … ON CONFLICT DO UPDATE … WHERE statement; a denial
-// updates nothing (a second statement reads the state under the same lock).
+// key's row and read its state (SELECT … FOR UPDATE; a take creates a
+// missing row), which serialises concurrent decisions on a key, then read
+// the clock and decide. The fixed window and the token bucket decide on the
+// state read under the lock and write the row (UPDATE by its ctid) only
+// when they admit, so a denial writes nothing and reads nothing more; the
+// sliding window decides inside one INSERT … ON CONFLICT DO UPDATE … WHERE
+// statement.
 // The sliding log touches many rows, so its function first takes a
 // transaction-level advisory lock on a 64-bit hash of (prefix, key), then
 // reads the clock and counts. Time is the database's clock_timestamp(), read
