@@ -728,3 +728,55 @@ func TestResetFunctionRefusesMalformedArrays(t *testing.T) {
 		t.Fatalf("after the refused resets: %+v, %v; want remaining 3", r, err)
 	}
 }
+
+// TestSlidingWindowWeighsThePreviousWindow: early in a window, the previous
+// window's admissions still count (weighted by the part of it that the
+// rolling window covers), and a take that admits keeps them for the takes
+// after it. With a quota of 10 filled in one 2 s window, the first take
+// 250 ms into the next sees an estimate of 8.75 and is admitted; the
+// second, before 400 ms, sees more than 8 + 1 and must be denied.
+func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	ctx := ctxT(t)
+	s := newStore(t, pool)
+	const window = 2 * time.Second
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingWindow, Quota: 10, Window: window})
+	// The functions' windows are aligned to the Unix epoch on the
+	// server's clock, here the same machine's.
+	intoNextWindow := func(phase time.Duration) {
+		time.Sleep(time.Until(time.Now().Truncate(window).Add(window + phase)))
+	}
+	for attempt := 0; ; attempt++ {
+		key := fmt.Sprintf("k%d", attempt)
+		intoNextWindow(50 * time.Millisecond)
+		start := time.Now()
+		for i := range 10 {
+			o, err := c.Take(ctx, key, 1, "")
+			if err != nil || !o.Allowed {
+				t.Fatalf("take %d in the first window: %+v, %v", i, o, err)
+			}
+		}
+		filled := time.Now()
+		intoNextWindow(250 * time.Millisecond)
+		first, err := c.Take(ctx, key, 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		second, err := c.Take(ctx, key, 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		late := time.Since(time.Now().Truncate(window))
+		if filled.Truncate(window) != start.Truncate(window) || late >= 400*time.Millisecond {
+			// The machine was too slow for the timing this relies on.
+			if attempt < 4 {
+				continue
+			}
+			t.Fatalf("could not run the takes within their windows in %d attempts (the last second take came %v into its window)", attempt+1, late)
+		}
+		if !first.Allowed || second.Allowed {
+			t.Fatalf("early in the next window: first take %+v (want admitted), second %+v (want denied: the previous window still weighs more than 8)", first, second)
+		}
+		return
+	}
+}
