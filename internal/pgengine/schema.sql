@@ -103,7 +103,8 @@ $fn$;
 
 -- Sliding window: the two-window weighted count. The estimate of the units
 -- in the rolling window is prev_count * (window - elapsed) / window + count;
--- the comparison is done in numeric so it is exact.
+-- the comparison is done in numeric so it is exact. A take decides on the
+-- state lockrow read, as the fixed window does.
 DROP FUNCTION IF EXISTS {{.Sliding}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Sliding}}(
 {{template "signature"}}
@@ -120,27 +121,13 @@ BEGIN
 	ws := now_us - now_us % p_window_us;
 {{template "prologue" .}}
 	IF p_op = 0 AND NOT duplicate THEN
-		INSERT INTO {{.Counters}} AS c (prefix, key, window_start_us, count, prev_count, expires_at_us)
-		VALUES (p_prefix, p_key, ws, p_cost, 0, ws + 2 * p_window_us)
-		ON CONFLICT (prefix, key) DO UPDATE SET
-			count = CASE WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.count ELSE 0 END + EXCLUDED.count,
-			prev_count = CASE
-				WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.prev_count
-				WHEN c.window_start_us = EXCLUDED.window_start_us - p_window_us THEN c.count
-				ELSE 0 END,
-			window_start_us = GREATEST(c.window_start_us, EXCLUDED.window_start_us),
-			expires_at_us = GREATEST(c.expires_at_us, EXCLUDED.expires_at_us)
-		WHERE
-			(CASE
-				WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.prev_count
-				WHEN c.window_start_us = EXCLUDED.window_start_us - p_window_us THEN c.count
-				ELSE 0 END)::numeric
-			* (p_window_us - GREATEST(now_us - GREATEST(c.window_start_us, EXCLUDED.window_start_us), 0))
-			+ (CASE WHEN c.window_start_us >= EXCLUDED.window_start_us THEN c.count ELSE 0 END + EXCLUDED.count)::numeric * p_window_us
-			<= p_limit::numeric * p_window_us
-		RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
-		allowed := FOUND;
-		v_found := FOUND;
+		-- The state lockrow read under the lock decides, once rolled
+		-- forward below; the row is written by its ctid only when the take
+		-- admits.
+		v_ws := l_ws;
+		v_cur := l_count;
+		v_prev := l_prev;
+		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
 		UPDATE {{.Counters}} AS c SET
 			count = GREATEST(c.count - p_cost, 0),
@@ -172,7 +159,16 @@ BEGIN
 	v_elapsed := GREATEST(now_us - v_ws, 0);
 	-- v_room is (limit - estimate) * window, exact in numeric.
 	v_room := p_limit::numeric * p_window_us - v_prev::numeric * (p_window_us - v_elapsed) - v_cur::numeric * p_window_us;
-	IF p_op = 1 OR duplicate THEN
+	IF p_op = 0 AND NOT duplicate THEN
+		allowed := v_room >= p_cost::numeric * p_window_us;
+		IF allowed THEN
+			v_cur := v_cur + p_cost;
+			v_room := v_room - p_cost::numeric * p_window_us;
+			UPDATE {{.Counters}} AS c SET window_start_us = v_ws, count = v_cur, prev_count = v_prev,
+				expires_at_us = GREATEST(c.expires_at_us, v_ws + 2 * p_window_us)
+			WHERE c.ctid = l_id;
+		END IF;
+	ELSIF p_op = 1 OR duplicate THEN
 		allowed := v_room >= p_cost::numeric * p_window_us OR duplicate;
 	END IF;
 	remaining := GREATEST(div(v_room, p_window_us), 0)::bigint;
@@ -690,15 +686,15 @@ LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 	-- key, so that every transaction touches a key's idempotency records
 	-- only while it holds the key's lock (two that locked two records in
 	-- opposite orders would deadlock). The row's ctid and state as locked
-	-- go to l_id, l_ws, l_count and l_tat, for a take to decide on.
+	-- go to l_id, l_ws, l_count, l_prev and l_tat, for a take to decide on.
 	IF p_op <> 1 THEN
 		LOOP
-			SELECT c.ctid, c.window_start_us, c.count, c.tat_us INTO l_id, l_ws, l_count, l_tat
+			SELECT c.ctid, c.window_start_us, c.count, c.prev_count, c.tat_us INTO l_id, l_ws, l_count, l_prev, l_tat
 			FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
 			EXIT WHEN FOUND OR p_op <> 0 AND p_idem IS NULL;
 			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
 			ON CONFLICT (prefix, key) DO NOTHING
-			RETURNING ctid, window_start_us, count, tat_us INTO l_id, l_ws, l_count, l_tat;
+			RETURNING ctid, window_start_us, count, prev_count, tat_us INTO l_id, l_ws, l_count, l_prev, l_tat;
 			EXIT WHEN FOUND;
 		END LOOP;
 		now_us := {{template "clock"}};
@@ -721,6 +717,7 @@ DECLARE
 	l_id tid;
 	l_ws bigint;
 	l_count bigint;
+	l_prev bigint;
 	l_tat bigint;{{end}}{{define "prologue"}}	duplicate := false;
 	IF p_op <> 1 AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
