@@ -13,19 +13,17 @@
 // algorithms (fixed window, sliding window, token bucket) first lock the
 // key's row and read its state (SELECT … FOR UPDATE; a take creates a
 // missing row), which serialises concurrent decisions on a key, then read
-// the clock and decide. The fixed window and the token bucket decide on the
-// state read under the lock and write the row (UPDATE by its ctid) only
-// when they admit, so a denial writes nothing and reads nothing more; the
-// sliding window decides inside one INSERT … ON CONFLICT DO UPDATE … WHERE
-// statement.
-// The sliding log touches many rows, so its function first takes a
-// transaction-level advisory lock on a 64-bit hash of (prefix, key), then
-// reads the clock and counts. Time is the database's clock_timestamp(), read
-// once per decision and only after the key's lock is held (a peek, which
-// locks nothing, reads it after the state). So the decisions on a key see
-// non-decreasing times in the order they commit, and a decision's Remaining
-// is exact: the takes of a concurrent burst on a fresh key report the distinct
-// values Quota-1 … 0 when no unit frees up during the burst.
+// the clock and decide on the state read under the lock, writing the row
+// (UPDATE by its ctid) only when they admit: a denial writes nothing and
+// reads nothing more. The sliding log touches many rows, so its function
+// first takes a transaction-level advisory lock on a 64-bit hash of
+// (prefix, key), then reads the clock and counts. Time is the database's
+// clock_timestamp(), read once per decision and only after the key's lock
+// is held (a peek, which locks nothing, reads it after the state). So the
+// decisions on a key see non-decreasing times in the order they commit, and
+// a decision's Remaining is exact: the takes of a concurrent burst on a
+// fresh key report the distinct values Quota-1 … 0 when no unit frees up
+// during the burst.
 //
 // # Several policies, one decision
 //
