@@ -131,20 +131,12 @@ end
 return out
 `
 
-// MultiKey returns the key under which a store with prefix keeps key of a
-// non-empty group (kvstore.MultiAtomic's groups): prefix + "g" +
-// kvstore.GroupKey(group, key), whose hash tag depends on the group alone,
-// so that a group's keys share a Redis Cluster hash slot. The "g" keeps
-// grouped keys apart from the ordinary ones, which follow the prefix with
-// "{".
-func MultiKey(prefix, group, key string) string {
-	return prefix + "g" + kvstore.GroupKey(group, key)
-}
-
 // MultiKeys appends to dst the Redis keys of updates in group, in order,
-// built in one string so that a call allocates once for all of them: Prefix
+// built in one string so that a call allocates once for all of them: prefix
 // + "{" + key + "}" in the empty group (the key of an ordinary Update), and
-// [MultiKey] otherwise.
+// otherwise prefix + "g" + kvstore.GroupKey(group, key), whose hash tag
+// depends on the group alone, so that a group's keys share a Redis Cluster
+// hash slot; the "g" keeps grouped keys apart from the ordinary ones.
 func MultiKeys(dst []string, prefix, group string, updates []kvstore.Update) []string {
 	// Every key but its own part is the same length: prefix, braces and,
 	// in a group, "g", the group's length, ':' and the group.

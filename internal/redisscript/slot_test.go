@@ -27,17 +27,18 @@ func TestSlot(t *testing.T) {
 	}
 }
 
-func TestMultiKey(t *testing.T) {
-	if got, want := MultiKey("p:", "org-7", "burst:u1"), "p:g{5:org-7}burst:u1"; got != want {
-		t.Errorf("MultiKey = %q, want %q", got, want)
+func TestMultiKeysOfAGroup(t *testing.T) {
+	keys := MultiKeys(nil, "p:", "org-7", []kvstore.Update{{Key: "burst:u1"}, {Key: "a"}, {Key: "b"}})
+	if want := "p:g{5:org-7}burst:u1"; keys[0] != want {
+		t.Errorf("MultiKeys: %q, want %q", keys[0], want)
 	}
-	if Slot(MultiKey("p:", "g", "a")) != Slot(MultiKey("p:", "g", "b")) {
+	if Slot(keys[1]) != Slot(keys[2]) {
 		t.Error("two keys of one group in different slots")
 	}
 }
 
 // TestMultiKeysMatchOneByOne checks that MultiKeys builds, in one string,
-// the keys that the single-key forms build one by one.
+// the keys that the ordinary and grouped forms build one by one.
 func TestMultiKeysMatchOneByOne(t *testing.T) {
 	updates := []kvstore.Update{{Key: "a"}, {Key: ""}, {Key: "client-42"}, {Key: "{x}"}}
 	for _, group := range []string{"", "g", "org-1234567890", "{9:}"} {
@@ -46,7 +47,7 @@ func TestMultiKeysMatchOneByOne(t *testing.T) {
 		for i, u := range updates {
 			want := "rk:{" + u.Key + "}"
 			if group != "" {
-				want = MultiKey("rk:", group, u.Key)
+				want = "rk:g" + kvstore.GroupKey(group, u.Key)
 			}
 			if keys[i] != want || keys2[i] != want {
 				t.Errorf("group %q, key %q: %q and %q, want %q", group, u.Key, keys[i], keys2[i], want)
