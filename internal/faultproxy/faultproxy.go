@@ -46,14 +46,7 @@ func Start(t testing.TB, upstream string) *Proxy {
 // (milliseconds, toxiproxy's resolution). It replaces an earlier Latency.
 func (p *Proxy) Latency(latency, jitter time.Duration) {
 	p.t.Helper()
-	p.RemoveLatency()
-	for _, stream := range []string{"upstream", "downstream"} {
-		js := fmt.Sprintf(`{"name":"lat-%s","type":"latency","stream":%q,"attributes":{"latency":%d,"jitter":%d}}`,
-			stream, stream, latency.Milliseconds(), jitter.Milliseconds())
-		if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			p.t.Fatal(err)
-		}
-	}
+	p.addLatency(latency, jitter, "upstream", "downstream")
 }
 
 // ReplyLatency delays the data from the server by latency (milliseconds,
@@ -61,10 +54,19 @@ func (p *Proxy) Latency(latency, jitter time.Duration) {
 // between client and server would. It replaces an earlier Latency.
 func (p *Proxy) ReplyLatency(latency time.Duration) {
 	p.t.Helper()
+	p.addLatency(latency, 0, "downstream")
+}
+
+// addLatency replaces the latency toxics with one per stream.
+func (p *Proxy) addLatency(latency, jitter time.Duration, streams ...string) {
+	p.t.Helper()
 	p.RemoveLatency()
-	js := fmt.Sprintf(`{"name":"lat-downstream","type":"latency","stream":"downstream","attributes":{"latency":%d}}`, latency.Milliseconds())
-	if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		p.t.Fatal(err)
+	for _, stream := range streams {
+		js := fmt.Sprintf(`{"name":"lat-%s","type":"latency","stream":%q,"attributes":{"latency":%d,"jitter":%d}}`,
+			stream, stream, latency.Milliseconds(), jitter.Milliseconds())
+		if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			p.t.Fatal(err)
+		}
 	}
 }
 
