@@ -94,7 +94,7 @@ func newAPI(cfg config) (*api, error) {
 	daily, err := durable.New(durable.Config{
 		Store: cfg.store,
 		// A fixed window aligned to the epoch in the database clock: the
-		// quota renews at 00:00 UTC, and no day ever admits more than its quota.
+		// quota renews at midnight UTC, and no day ever admits more than its quota.
 		Algorithm: ratekit.FixedWindow,
 		Policy:    ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour},
 		Prefix:    cfg.prefix,
