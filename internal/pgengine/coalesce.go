@@ -65,12 +65,13 @@ func (d *decision) row() rowID { return rowID{d.c.cfg.Durability, d.c.cfg.Prefix
 // on in turn. No goroutine is started: decisions are sent only by goroutines
 // of callers that wait for them.
 //
-// The statement calls the same decision functions as a lone decision, one
-// after another in (durability, prefix, key, idempotency key) order, in one
-// implicit transaction: one round trip, one commit. Every transaction that
-// takes more than one key's locks takes them in that order, so two batches
-// cannot deadlock over keys; a decision still sees every earlier one, in
-// its batch or committed before, as it would alone.
+// The statement calls the schema's batch function, which calls the same
+// decision functions as a lone decision, one after another in (durability,
+// prefix, key, idempotency key) order, in one implicit transaction: one round
+// trip, one commit. Every transaction that takes more than one key's locks
+// takes them in that order, so two batches cannot deadlock over keys; a
+// decision still sees every earlier one, in its batch or committed before,
+// as it would alone.
 type coalescer struct {
 	store *Store
 	max   int // decisions in flight at most; 0 turns coalescing off
@@ -433,25 +434,13 @@ func functionIndex(d Durability, a ratekit.Algorithm) int32 {
 	return int32(d)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
 }
 
-// batchSQL returns the statement that calls the decision function of each
-// array element in array order and returns their results as one
-// two-dimensional array in text form, in the same order.
+// batchSQL returns the statement that calls the schema's batch function:
+// element i of the array arguments is one decision, and the result is the
+// decisions' results as one two-dimensional array in text form, in the same
+// order.
 func batchSQL(quoted string) string {
-	var b bytes.Buffer
-	b.WriteString(batchMarker)
-	b.WriteString("SELECT array_agg(CASE d.f")
-	for _, dur := range []Durability{Unlogged, Logged} {
-		for _, alg := range batchAlgorithms {
-			b.WriteString(" WHEN ")
-			b.WriteString(string(rune('0' + functionIndex(dur, alg))))
-			b.WriteString(" THEN " + quoted + "." + dur.function(alg) +
-				"(d.op, d.prefix, d.key, d.cost, d.lim, d.win, d.lock, d.idem, d.ttl, d.cleanup, d.sync)")
-		}
-	}
-	b.WriteString(" END ORDER BY d.i)::text FROM unnest($1::int[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], " +
-		"$6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[], $10::bigint[], $11::bigint[], $12::boolean[]) " +
-		"WITH ORDINALITY AS d(f, op, prefix, key, cost, lim, win, lock, idem, ttl, cleanup, sync, i)")
-	return b.String()
+	return batchMarker + "SELECT " + quoted + ".batch($1::int[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], " +
+		"$6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[], $10::bigint[], $11::bigint[], $12::boolean[])::text"
 }
 
 // parseBatchResult parses the text form of n decision results as a

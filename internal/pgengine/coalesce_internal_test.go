@@ -113,3 +113,51 @@ func TestRolledBack(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchFunctionRefusesBadArrays: the batch function refuses arrays of
+// different lengths, empty ones and a function number it does not know,
+// rather than calling a decision function with missing arguments.
+func TestBatchFunctionRefusesBadArrays(t *testing.T) {
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	s, err := New(pool, Config{Schema: pgtest.Schema()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := [][]byte{[]byte("k")}
+	tests := []struct {
+		name string
+		fn   []int32
+		keys [][]byte
+		code string
+	}{
+		{"shorter key array", []int32{0, 0}, key, "22023"},
+		{"empty arrays", []int32{}, [][]byte{}, "22023"},
+		{"unknown function", []int32{int32(2 * len(batchAlgorithms))}, key, "20000"},
+	}
+	for _, tt := range tests {
+		n := len(tt.fn)
+		ints := func(v int64) []int64 {
+			a := make([]int64, n)
+			for i := range a {
+				a[i] = v
+			}
+			return a
+		}
+		prefixes := make([]string, n)
+		for i := range prefixes {
+			prefixes[i] = "p"
+		}
+		var raw []byte
+		err := pool.QueryRow(ctx, s.batchSQL, s.mode, tt.fn, ints(opTake), prefixes, tt.keys, ints(1), ints(10),
+			ints(int64(time.Hour/time.Microsecond)), ints(0), make([][]byte, n), ints(1), ints(0), make([]bool, n)).Scan(&raw)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != tt.code {
+			t.Errorf("%s: result %s, error %v; want SQLSTATE %s", tt.name, raw, err, tt.code)
+		}
+	}
+}

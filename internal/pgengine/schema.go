@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 10
+const SchemaVersion = 11
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -75,6 +75,9 @@ func SchemaSQL(schema string) (string, error) {
 			Composite:   data.Schema + "." + d.table("composite"),
 			Reset:       data.Schema + "." + d.table("reset"),
 		})
+		for _, a := range batchAlgorithms {
+			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.function(a)})
+		}
 	}
 	tmpl, err := schemaTemplate()
 	if err != nil {
@@ -112,9 +115,18 @@ func migrateSQL(schema string) (string, error) {
 const migrationLockID = 8689334289248001880
 
 type schemaData struct {
-	Schema  string
-	Version int
-	Tables  []tableData
+	Schema     string
+	Version    int
+	Tables     []tableData
+	BatchCases []batchCase
+}
+
+// A batchCase is one decision function that the batch function calls: the
+// number that names it in the batch's p_fn array (functionIndex) and its
+// name.
+type batchCase struct {
+	Index    int32
+	Function string
 }
 
 type tableData struct {

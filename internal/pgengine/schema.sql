@@ -673,6 +673,46 @@ BEGIN
 END
 $fn$;
 {{end}}
+-- Batch: the decisions of several callers in one statement, one round trip
+-- and one commit. Element i of the arrays is one call of a decision function
+-- above: p_fn[i] names it (see BatchCases in schema.go) and the other
+-- arrays hold its arguments. The calls run in array order, which the caller
+-- sorts into the lock order; each sees every earlier one, as it would
+-- alone. A statement that calls this one function costs the server little
+-- to plan; one that called the decision functions itself would cost much
+-- more, at every round trip, since exec mode and a transaction-mode pooler
+-- leave every statement unprepared. Returns the calls' results as a
+-- two-dimensional array, one row per element, in array order.
+DROP FUNCTION IF EXISTS {{.Schema}}.batch(int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bytea[], bigint[], bigint[], boolean[]);
+CREATE OR REPLACE FUNCTION {{.Schema}}.batch(
+	p_fn int[], p_op bigint[], p_prefix text[], p_key bytea[], p_cost bigint[], p_limit bigint[],
+	p_window_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[])
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE
+	n int := cardinality(p_fn);
+	r bigint[];
+	res bigint[] := '{}';
+BEGIN
+	IF n IS NULL OR n < 1 OR cardinality(p_op) <> n OR cardinality(p_prefix) <> n OR cardinality(p_key) <> n
+		OR cardinality(p_cost) <> n OR cardinality(p_limit) <> n OR cardinality(p_window_us) <> n
+		OR cardinality(p_lock) <> n OR cardinality(p_idem) <> n OR cardinality(p_idem_ttl_us) <> n
+		OR cardinality(p_cleanup) <> n OR cardinality(p_sync) <> n THEN
+		RAISE EXCEPTION 'ratekit: batch arrays must be non-empty and of equal length' USING ERRCODE = '22023';
+	END IF;
+	FOR i IN 1..n LOOP
+		CASE p_fn[i]
+{{- range .BatchCases}}
+		WHEN {{.Index}} THEN
+			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_limit[i], p_window_us[i],
+				p_lock[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i], p_sync[i]);
+{{- end}}
+		END CASE;
+		res := res || ARRAY[r];
+	END LOOP;
+	RETURN res;
+END
+$fn$;
+
 -- Version marker, created last: automatic migration skips all of the above
 -- when it exists.
 CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer
