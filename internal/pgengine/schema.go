@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 11
+const SchemaVersion = 12
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -74,6 +74,7 @@ func SchemaSQL(schema string) (string, error) {
 			SlidingLog:  data.Schema + "." + d.function(ratekit.SlidingLog),
 			Composite:   data.Schema + "." + d.table("composite"),
 			Reset:       data.Schema + "." + d.table("reset"),
+			Cleanup:     data.Schema + "." + d.table("cleanup"),
 		})
 		for _, a := range batchAlgorithms {
 			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.function(a)})
@@ -134,7 +135,7 @@ type tableData struct {
 	Counters, Log, Idem                string
 	CountersRaw, LogRaw, IdemRaw       string
 	Fixed, Sliding, Bucket, SlidingLog string
-	Composite, Reset                   string
+	Composite, Reset, Cleanup          string
 }
 
 // schemaSource is schema.sql: a text/template of the schema SQL, executed

@@ -42,6 +42,38 @@ CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
 );
 CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
 
+-- Cleanup: delete up to p_limit rows of each table under p_prefix that
+-- expired before p_before, skipping rows locked by others, and return how
+-- many of each (counters, log entries, idempotency records). Expired rows are
+-- found through the expiry indexes only. The planner estimates them from the
+-- histogram of the table's last ANALYZE; once the clock has passed its last
+-- bucket, it takes every row of the prefix for expired and prefers a scan of
+-- the whole table, which an inline cleanup would run while its decision
+-- holds a key's lock. Hence enable_seqscan off for this function.
+DROP FUNCTION IF EXISTS {{.Cleanup}}(text, bigint, bigint);
+CREATE OR REPLACE FUNCTION {{.Cleanup}}(p_prefix text, p_before bigint, p_limit bigint)
+RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
+DECLARE
+	a bigint;
+	b bigint;
+	c bigint;
+BEGIN
+	DELETE FROM {{.Counters}} AS x WHERE x.ctid = ANY (ARRAY(
+		SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
+		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS a = ROW_COUNT;
+	DELETE FROM {{.Log}} AS x WHERE x.ctid = ANY (ARRAY(
+		SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
+		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS b = ROW_COUNT;
+	DELETE FROM {{.Idem}} AS x WHERE x.ctid = ANY (ARRAY(
+		SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
+		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS c = ROW_COUNT;
+	RETURN ARRAY[a, b, c];
+END
+$fn$;
+
 -- Fixed window: windows aligned to the epoch; count is the units taken in
 -- the window that starts at window_start_us. A take decides on the state
 -- that lockrow read under the lock and writes the row by its ctid only when
@@ -612,15 +644,7 @@ BEGIN
 	END IF;
 	IF p_cleanup > 0 THEN
 		FOR i IN 1..n LOOP
-			DELETE FROM {{.Counters}} AS c WHERE c.ctid = ANY (ARRAY(
-				SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
-				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
-			DELETE FROM {{.Log}} AS l WHERE l.ctid = ANY (ARRAY(
-				SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
-				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
-			DELETE FROM {{.Idem}} AS x WHERE x.ctid = ANY (ARRAY(
-				SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefixes[i] AND e.expires_at_us < now_us - p_ttls[i]
-				LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+			PERFORM {{.Cleanup}}(p_prefixes[i], now_us - p_ttls[i], p_cleanup);
 		END LOOP;
 	END IF;
 	RETURN o;
@@ -788,13 +812,5 @@ DECLARE
 		-- Only rows that expired more than one window (p_idem_ttl_us) ago:
 		-- the row of a key in use is updated in place rather than deleted
 		-- and created again at every window.
-		DELETE FROM {{.Counters}} AS c WHERE c.ctid = ANY (ARRAY(
-			SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
-			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
-		DELETE FROM {{.Log}} AS l WHERE l.ctid = ANY (ARRAY(
-			SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
-			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
-		DELETE FROM {{.Idem}} AS i WHERE i.ctid = ANY (ARRAY(
-			SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < now_us - p_idem_ttl_us
-			LIMIT p_cleanup FOR UPDATE SKIP LOCKED));
+		PERFORM {{.Cleanup}}(p_prefix, now_us - p_idem_ttl_us, p_cleanup);
 	END IF;{{end}}

@@ -565,23 +565,21 @@ func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return 0, err
 	}
-	d := c.cfg.Durability
-	del := func(table, name string) string {
-		t := c.store.quoted + "." + d.table(table)
-		return name + " AS (DELETE FROM " + t + " WHERE ctid = ANY (ARRAY(SELECT ctid FROM " + t +
-			" WHERE prefix = $1 AND expires_at_us <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint" +
-			" LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
-	}
-	q := "WITH " + del("counters", "a") + ", " + del("log", "b") + ", " + del("idempotency", "c") +
-		" SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM b), (SELECT count(*) FROM c)"
+	// Rows that expired at or before now: before now + 1 µs.
+	q := "SELECT " + c.store.quoted + "." + c.cfg.Durability.table("cleanup") +
+		"($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1, $2)::text"
 	var total int64
 	for {
-		var a, b, cc int64
-		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&a, &b, &cc); err != nil {
+		var raw []byte
+		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&raw); err != nil {
 			return total, wrapErr(ctx, "cleanup", err)
 		}
-		total += a + b + cc
-		if a < c.batch && b < c.batch && cc < c.batch {
+		var n [3]int64
+		if !parseInts(raw, n[:]) {
+			return total, wrapErr(ctx, "cleanup", fmt.Errorf("unexpected cleanup result %q (schema version mismatch?)", raw))
+		}
+		total += n[0] + n[1] + n[2]
+		if n[0] < c.batch && n[1] < c.batch && n[2] < c.batch {
 			return total, nil
 		}
 	}

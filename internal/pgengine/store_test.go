@@ -673,6 +673,102 @@ func TestInlineCleanup(t *testing.T) {
 	}
 }
 
+// TestCleanupIgnoresStaleStatistics: the planner estimates expired rows from
+// the histogram of the table's last ANALYZE; once the clock has passed its
+// last bucket, it takes every row of the prefix for expired. A cleanup, inline
+// or scheduled, must still find expired rows through the expiry index rather
+// than scan the whole table while its decision holds a key's lock.
+func TestCleanupIgnoresStaleStatistics(t *testing.T) {
+	for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			// One connection, so that this test's statistics are flushed
+			// by the backend that reads them.
+			pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+			schema := pgtest.NewSchema()
+			t.Cleanup(func() { pgtest.Drop(schema) })
+			ctx := ctxT(t)
+			s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: time.Hour, CleanupProbability: 1})
+			if _, err := c.Peek(ctx, "k", 1); err != nil { // migrates
+				t.Fatal(err)
+			}
+			q := `"` + schema + `".`
+			tables := []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
+			// 20,000 rows of the prefix in every table, analysed while
+			// all of them look expired, then renewed without a new
+			// ANALYZE; and one row in each that is expired.
+			for _, stmt := range []string{
+				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1 FROM generate_series(1, 20000) AS i`,
+				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, 1 FROM generate_series(1, 20000) AS i`,
+				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\x74', 1 FROM generate_series(1, 20000) AS i`,
+				`ALTER TABLE ` + q + `counters_unlogged SET (autovacuum_enabled = false)`,
+				`ALTER TABLE ` + q + `log_unlogged SET (autovacuum_enabled = false)`,
+				`ALTER TABLE ` + q + `idempotency_unlogged SET (autovacuum_enabled = false)`,
+				`ANALYZE ` + q + `counters_unlogged, ` + q + `log_unlogged, ` + q + `idempotency_unlogged`,
+				`UPDATE ` + q + `counters_unlogged SET expires_at_us = 4611686018427387904`,
+				`UPDATE ` + q + `log_unlogged SET expires_at_us = 4611686018427387904`,
+				`UPDATE ` + q + `idempotency_unlogged SET expires_at_us = 4611686018427387904`,
+				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) VALUES ('p', 'old', 2)`,
+				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) VALUES ('p', 'old', 1, 1, 2)`,
+				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) VALUES ('p', 'old', '\x74', 2)`,
+			} {
+				if _, err := pool.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			seqScans := func() [3]int64 {
+				t.Helper()
+				var n [3]int64
+				if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+					t.Fatal(err)
+				}
+				for i, table := range tables {
+					if err := pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&n[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return n
+			}
+			expired := func() (n int64) {
+				t.Helper()
+				err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+q+`counters_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`log_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`idempotency_unlogged WHERE key = 'old')`).Scan(&n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			before := seqScans()
+			if r, err := c.Take(ctx, "k", 1, "x"); err != nil || !r.Allowed {
+				t.Fatalf("take: %+v, %v", r, err)
+			}
+			if got := seqScans(); got != before {
+				t.Errorf("inline cleanup: sequential scans of %v went from %v to %v", tables, before, got)
+			}
+			if n := expired(); n != 0 {
+				t.Fatalf("%d expired rows left by the inline cleanup, want 0", n)
+			}
+			for _, stmt := range []string{
+				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) VALUES ('p', 'old', 2)`,
+				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) VALUES ('p', 'old', 1, 1, 2)`,
+			} {
+				if _, err := pool.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			before = seqScans()
+			if n, err := c.Cleanup(ctx); err != nil || n != 2 {
+				t.Fatalf("Cleanup: %d, %v; want 2", n, err)
+			}
+			if got := seqScans(); got != before {
+				t.Errorf("Cleanup: sequential scans of %v went from %v to %v", tables, before, got)
+			}
+		})
+	}
+}
+
 func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PgBouncerURL(t), 2, "")
 	s, err := pgengine.New(pool, pgengine.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
