@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
@@ -49,16 +50,7 @@ func TestParseBatchResult(t *testing.T) {
 // send its own decision alone.
 func TestBatchRefusedAsAWhole(t *testing.T) {
 	for _, simple := range []bool{false, true} {
-		pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
-		s, err := New(pool, Config{Schema: pgtest.Schema(), SimpleProtocol: simple})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatal(err)
-		}
+		s, _, ctx := migratedStore(t, 2, simple)
 		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1})
 		if err != nil {
 			t.Fatal(err)
@@ -118,16 +110,7 @@ func TestRolledBack(t *testing.T) {
 // different lengths, empty ones and a function number it does not know,
 // rather than calling a decision function with missing arguments.
 func TestBatchFunctionRefusesBadArrays(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
-	s, err := New(pool, Config{Schema: pgtest.Schema()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	s, pool, ctx := migratedStore(t, 1, false)
 	key := [][]byte{[]byte("k")}
 	tests := []struct {
 		name string
@@ -160,4 +143,21 @@ func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 			t.Errorf("%s: result %s, error %v; want SQLSTATE %s", tt.name, raw, err, tt.code)
 		}
 	}
+}
+
+// migratedStore returns a Store on the test schema, migrated, with its pool
+// of conns connections, and a context that ends with the test.
+func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Pool, context.Context) {
+	t.Helper()
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), conns, "")
+	s, err := New(pool, Config{Schema: pgtest.Schema(), SimpleProtocol: simple})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, pool, ctx
 }
