@@ -44,10 +44,10 @@
 // its caller's goroutine, so a lone caller waits for nothing. Beyond it,
 // decisions wait in a queue, and when a decision in flight ends, the
 // goroutine of one waiting caller sends the whole queue as one statement:
-// it unnests array arguments and calls each decision's function in turn,
-// in (durability, prefix, key, idempotency key) order, in one implicit
-// transaction. That is one round trip, one parse and one commit for all of
-// them. Each decision is decided exactly as if alone: the same function,
+// it passes the decisions as array arguments to one server-side function,
+// which calls each decision's function in turn, in (durability, prefix,
+// key, idempotency key) order, in one implicit transaction. That is one
+// round trip, one parse and one commit for all of them. Each decision is decided exactly as if alone: the same function,
 // its own clock reading, and it sees every decision before it, including
 // earlier ones on the same key in the same batch. Because every batch takes
 // its keys' locks in the same order, two batches cannot deadlock; a batch
@@ -83,9 +83,11 @@
 // expires_at_us column indexed together with its prefix, through which
 // inline cleanup (a decision deletes up to CleanupBatch rows of its own
 // prefix that expired more than one window ago, with probability
-// CleanupProbability, skipping rows other decisions hold) and
-// durable's Limiter.Cleanup (every expired row) find their rows. No goroutine runs
-// in the background.
+// CleanupProbability, skipping rows other decisions hold) and durable's
+// Limiter.Cleanup (every expired row) find their rows, always through that
+// index: the planner, estimating expired rows from statistics older than the
+// clock, would otherwise scan the whole table while a decision holds its
+// key's lock. No goroutine runs in the background.
 //
 // # Durability
 //
