@@ -84,10 +84,12 @@
 // inline cleanup (a decision deletes up to CleanupBatch rows of its own
 // prefix that expired more than one window ago, with probability
 // CleanupProbability, skipping rows other decisions hold) and durable's
-// Limiter.Cleanup (every expired row) find their rows, always through that
-// index: the planner, estimating expired rows from statistics older than the
-// clock, would otherwise scan the whole table while a decision holds its
-// key's lock. No goroutine runs in the background.
+// Limiter.Cleanup (every expired row) find their rows. The functions run with
+// enable_seqscan off, so that every look-up goes through an index whatever
+// the statistics say: plans kept from when a table was tiny, or expiry
+// estimates from statistics older than the clock, would otherwise scan a
+// whole table while a decision holds its key's lock. No goroutine runs in
+// the background.
 //
 // # Durability
 //

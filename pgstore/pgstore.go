@@ -124,7 +124,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 12
+const SchemaVersion = 13
 
 // ValidateSchemaName reports whether name can be used as [Config.Schema]:
 // 1 to 63 bytes of lower-case ASCII letters, digits and '_', starting with a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -719,19 +720,6 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 					t.Fatalf("%s: %v", stmt, err)
 				}
 			}
-			seqScans := func() [3]int64 {
-				t.Helper()
-				var n [3]int64
-				if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
-					t.Fatal(err)
-				}
-				for i, table := range tables {
-					if err := pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&n[i]); err != nil {
-						t.Fatal(err)
-					}
-				}
-				return n
-			}
 			expired := func() (n int64) {
 				t.Helper()
 				err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+q+`counters_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`log_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`idempotency_unlogged WHERE key = 'old')`).Scan(&n)
@@ -740,11 +728,11 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 				}
 				return n
 			}
-			before := seqScans()
+			before := seqScans(t, pool, schema, tables)
 			if r, err := c.Take(ctx, "k", 1, "x"); err != nil || !r.Allowed {
 				t.Fatalf("take: %+v, %v", r, err)
 			}
-			if got := seqScans(); got != before {
+			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
 				t.Errorf("inline cleanup: sequential scans of %v went from %v to %v", tables, before, got)
 			}
 			if n := expired(); n != 0 {
@@ -758,15 +746,93 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 					t.Fatalf("%s: %v", stmt, err)
 				}
 			}
-			before = seqScans()
+			before = seqScans(t, pool, schema, tables)
 			if n, err := c.Cleanup(ctx); err != nil || n != 2 {
 				t.Fatalf("Cleanup: %d, %v; want 2", n, err)
 			}
-			if got := seqScans(); got != before {
+			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
 				t.Errorf("Cleanup: sequential scans of %v went from %v to %v", tables, before, got)
 			}
 		})
 	}
+}
+
+// TestDecisionsIgnoreStaleStatistics: a decision function's statements are
+// planned once per session and kept. Planned while the tables were tiny (as
+// analysed), a look-up by key would stay a scan of the whole table as the
+// table grows, until the next ANALYZE; every decision must use the indexes
+// whatever the statistics say.
+func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			// One connection, so that the plans are cached in the session
+			// the test measures and its statistics are flushed by the
+			// backend that reads them.
+			pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+			schema := pgtest.NewSchema()
+			t.Cleanup(func() { pgtest.Drop(schema) })
+			ctx := ctxT(t)
+			s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour})
+			q := `"` + schema + `".`
+			tables := []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
+			decide := func(n int) {
+				t.Helper()
+				for i := range n {
+					if r, err := c.Take(ctx, "k", 1, fmt.Sprint("t", i)); err != nil || !r.Allowed {
+						t.Fatalf("take: %+v, %v", r, err)
+					}
+					if _, err := c.Refund(ctx, "k", 1, fmt.Sprint("r", i)); err != nil {
+						t.Fatalf("refund: %v", err)
+					}
+					if _, err := c.Peek(ctx, "k", 1); err != nil {
+						t.Fatalf("peek: %v", err)
+					}
+				}
+			}
+			decide(1)
+			// Analysed while tiny, then used often enough for the
+			// sessions' plans to settle.
+			if _, err := pool.Exec(ctx, `ANALYZE `+q+tables[0]+`, `+q+tables[1]+`, `+q+tables[2]); err != nil {
+				t.Fatal(err)
+			}
+			decide(10)
+			for _, stmt := range []string{
+				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 4611686018427387904 FROM generate_series(1, 20000) AS i`,
+				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, 4611686018427387904 FROM generate_series(1, 20000) AS i`,
+				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\\x74', 4611686018427387904 FROM generate_series(1, 20000) AS i`,
+			} {
+				if _, err := pool.Exec(ctx, stmt); err != nil {
+					t.Fatalf("%s: %v", stmt, err)
+				}
+			}
+			before := seqScans(t, pool, schema, tables)
+			decide(3)
+			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
+				t.Errorf("sequential scans of %v went from %v to %v", tables, before, got)
+			}
+		})
+	}
+}
+
+// seqScans returns the sequential scans of each of tables in schema so far,
+// after flushing the statistics of pool's connection (pool must have one).
+func seqScans(t *testing.T, pool *pgxpool.Pool, schema string, tables []string) []int64 {
+	t.Helper()
+	ctx := ctxT(t)
+	if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	n := make([]int64, len(tables))
+	for i, table := range tables {
+		if err := pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&n[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }
 
 func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
