@@ -682,16 +682,8 @@ func TestInlineCleanup(t *testing.T) {
 func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 	for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
-			// One connection, so that this test's statistics are flushed
-			// by the backend that reads them.
-			pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
-			schema := pgtest.NewSchema()
-			t.Cleanup(func() { pgtest.Drop(schema) })
+			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
 			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: time.Hour, CleanupProbability: 1})
 			if _, err := c.Peek(ctx, "k", 1); err != nil { // migrates
 				t.Fatal(err)
@@ -765,17 +757,8 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			// One connection, so that the plans are cached in the session
-			// the test measures and its statistics are flushed by the
-			// backend that reads them.
-			pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
-			schema := pgtest.NewSchema()
-			t.Cleanup(func() { pgtest.Drop(schema) })
+			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
 			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour})
 			q := `"` + schema + `".`
 			tables := []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
@@ -816,6 +799,22 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 			}
 		})
 	}
+}
+
+// soleSessionStore returns a pool of one connection, a Store on it and the
+// Store's schema, a fresh one dropped when t ends. With one connection the
+// plans a test relies on are cached in the session it measures, and the
+// statistics it reads are flushed by the backend that wrote them.
+func soleSessionStore(t *testing.T) (*pgxpool.Pool, *pgengine.Store, string) {
+	t.Helper()
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	schema := pgtest.NewSchema()
+	t.Cleanup(func() { pgtest.Drop(schema) })
+	s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, s, schema
 }
 
 // seqScans returns the sequential scans of each of tables in schema so far,
