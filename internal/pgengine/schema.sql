@@ -246,14 +246,13 @@ BEGIN
 		-- written by its ctid only when the take admits. expires_at_us is
 		-- tat rounded up to a multiple of tau, so that it changes about
 		-- once per tau and most updates stay HOT.
-		v_tat := GREATEST(l_tat, now_us) + p_cost * p_window_us;
-		allowed := v_tat - now_us <= tau;
+		v_tat := GREATEST(l_tat, now_us);
+		allowed := v_tat + p_cost * p_window_us - now_us <= tau;
 		IF allowed THEN
+			v_tat := v_tat + p_cost * p_window_us;
 			UPDATE {{.Counters}} AS c SET tat_us = v_tat,
 				expires_at_us = GREATEST(c.expires_at_us, (v_tat / tau + 1) * tau)
 			WHERE c.ctid = l_id;
-		ELSE
-			v_tat := v_tat - p_cost * p_window_us;
 		END IF;
 		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN

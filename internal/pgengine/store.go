@@ -566,20 +566,16 @@ func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	// Rows that expired at or before now: before now + 1 µs.
-	q := "SELECT " + c.store.quoted + "." + c.cfg.Durability.table("cleanup") +
-		"($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1, $2)::text"
+	q := "SELECT r[1], r[2], r[3] FROM " + c.store.quoted + "." + c.cfg.Durability.table("cleanup") +
+		"($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1, $2) AS r"
 	var total int64
 	for {
-		var raw []byte
-		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&raw); err != nil {
+		var a, b, cc int64
+		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&a, &b, &cc); err != nil {
 			return total, wrapErr(ctx, "cleanup", err)
 		}
-		var n [3]int64
-		if !parseInts(raw, n[:]) {
-			return total, wrapErr(ctx, "cleanup", fmt.Errorf("unexpected cleanup result %q (schema version mismatch?)", raw))
-		}
-		total += n[0] + n[1] + n[2]
-		if n[0] < c.batch && n[1] < c.batch && n[2] < c.batch {
+		total += a + b + cc
+		if a < c.batch && b < c.batch && cc < c.batch {
 			return total, nil
 		}
 	}

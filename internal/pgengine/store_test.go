@@ -786,7 +786,7 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 			for _, stmt := range []string{
 				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 4611686018427387904 FROM generate_series(1, 20000) AS i`,
 				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, 4611686018427387904 FROM generate_series(1, 20000) AS i`,
-				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\\x74', 4611686018427387904 FROM generate_series(1, 20000) AS i`,
+				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\x74', 4611686018427387904 FROM generate_series(1, 20000) AS i`,
 			} {
 				if _, err := pool.Exec(ctx, stmt); err != nil {
 					t.Fatalf("%s: %v", stmt, err)
