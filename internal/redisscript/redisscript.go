@@ -29,10 +29,15 @@ const Malformed = "kvstore: malformed record"
 // v + elapsed*rate of a long-idle key, which is only compared with max (and
 // replaced by it): a double that large is far above any max. The script
 // avoids what costs most in Redis's Lua: no pattern matching, no math.*
-// calls, one string built per write; it only uses the string library every
+// calls, no tonumber on its own arguments (arithmetic coerces them with one
+// string conversion where tonumber makes two; the record is still read with
+// tonumber, which returns nil where coercion would raise), and no number
+// handed to redis.call, which Redis formats with printf's %.17g (the TTL
+// goes as a string.format('%d') string, whose truncation rounds the positive
+// TTL down before the + 1). It only uses the string library every
 // Redis-compatible server ships.
 const Update = `
-local max, rate, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local t = redis.call('TIME')
 local clock = t[1] * 1000000 + t[2]
 local now, v = clock, max
@@ -64,7 +69,7 @@ if v >= max then
   redis.call('DEL', KEYS[1])
 else
   local ttl = (now - clock + (max - v) / rate) / 1000
-  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', ttl - ttl % 1 + 1)
+  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', string.format('%d', ttl + 1))
 end
 return v
 `
@@ -86,7 +91,7 @@ local op = ARGV[1]
 local k = #KEYS
 local lv, at, mx, rt, ns, all = {}, {}, {}, {}, {}, true
 for i = 1, k do
-  local max, rate, n = tonumber(ARGV[3*i-1]), tonumber(ARGV[3*i]), tonumber(ARGV[3*i+1])
+  local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
   mx[i], rt[i], ns[i] = max, rate, n
   local now, v = clock, max
   local s = redis.call('GET', KEYS[i])
@@ -123,7 +128,7 @@ for i = 1, k do
       redis.call('DEL', KEYS[i])
     else
       local ttl = (now - clock + (max - v) / rate) / 1000
-      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', ttl - ttl % 1 + 1)
+      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', string.format('%d', ttl + 1))
     end
   end
   if op ~= 'r' and lv[i] < n then out[i] = -v - 1 else out[i] = v end
