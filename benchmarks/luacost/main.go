@@ -1,0 +1,218 @@
+// Command luacost measures how much of Redis's own time ratekit's update
+// scripts take per decision, beside the two script shapes of counter-based
+// peers (a fixed window counted with INCRBY and read back with PTTL, and the
+// same with a SET … NX that creates the key first) and beside bare commands.
+//
+// A script's cost per call is hard to read from INFO commandstats under a
+// benchmark client: on a shared machine the client's preemption of Redis
+// moves the figure by half from one pass to the next. So luacost wraps each
+// script body in a Lua function and calls it n times within one EVALSHA; the
+// command's usec in INFO commandstats, divided by n, is the body's cost with
+// warm caches and no network. What it leaves out, the same for every script,
+// is the fixed cost of one EVALSHA (parsing, argument strings, the reply),
+// which it reports as the cost of an empty script called by itself.
+//
+// Usage:
+//
+//	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua]
+//
+// -candidate measures a script of the same arguments as the update script
+// (a change under study, or an earlier version from git) beside it, in the
+// same passes.
+//
+// The server comes from RATEKIT_REDIS_ADDR (default 127.0.0.1:6379). The
+// program resets the server's command statistics (CONFIG RESETSTAT), uses
+// keys under ratekit-luacost: and deletes them at the end. Figures are the
+// median of the passes, in nanoseconds per call.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/internal/redisscript"
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+// A body is a script measured in a loop: its source, the key's content
+// before each pass (empty: no key) and its arguments.
+type body struct {
+	name string
+	src  string
+	keys int
+	init string
+	args []any
+}
+
+func main() {
+	n := flag.Int("n", 10000, "calls of the script body within one EVALSHA")
+	passes := flag.Int("passes", 5, "passes per body; the table shows medians")
+	candidate := flag.String("candidate", "", "file of a candidate for the update script, measured beside it with the same arguments")
+	flag.Parse()
+	addr := os.Getenv("RATEKIT_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	if err := c.Ping(ctx).Err(); err != nil {
+		log.Fatalf("redis at %s (RATEKIT_REDIS_ADDR): %v", addr, err)
+	}
+	const prefix = "ratekit-luacost:"
+	defer func() {
+		keys, _ := c.Keys(ctx, prefix+"*").Result()
+		if len(keys) > 0 {
+			c.Del(ctx, keys...)
+		}
+	}()
+	// A live record whose level stays far above any take: 10^15 units
+	// refilling one per microsecond, a decision taking 10^6.
+	live := redisscript.FormatRecord(kvstore.Record{Value: 1e14, Time: time.Now().UnixMicro()})
+	const max, rate = "1000000000000000", "1"
+	bodies := []body{
+		{"ratekit Update, take on a live record", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}},
+		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "t"}},
+		{"ratekit Update, denied", redisscript.Update, 1, "0 " + strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10), []any{max, rate, "1000000", "t"}},
+		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}},
+		{"ratekit Multi, take on two live records", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}},
+		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}},
+		{"counter: SET NX (the key exists), INCRBY, PTTL", "redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')\nlocal v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1", "3600"}},
+		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}},
+		{"TIME alone", "return redis.call('TIME')", 0, "", nil},
+		{"GET alone", "return redis.call('GET', KEYS[1])", 1, live, nil},
+		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, "", []any{live, "60000"}},
+	}
+	if *candidate != "" {
+		src, err := os.ReadFile(*candidate)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, b := range bodies[:4] {
+			b.name = strings.Replace(b.name, "ratekit Update", "candidate", 1)
+			b.src = string(src)
+			bodies = append(bodies, b)
+		}
+	}
+	fmt.Printf("Redis %s, %d calls per EVALSHA, median of %d passes\n\n", addr, *n, *passes)
+	// The passes go round every body in turn, so that a slower phase of a
+	// shared machine falls on all of them.
+	got := make([][]int64, len(bodies))
+	for range *passes {
+		for i, b := range bodies {
+			ns, err := measure(ctx, c, prefix, b, *n)
+			if err != nil {
+				log.Fatalf("%s: %v", b.name, err)
+			}
+			got[i] = append(got[i], ns)
+		}
+	}
+	fmt.Println("| script body | ns per call |")
+	fmt.Println("|---|---:|")
+	for i, b := range bodies {
+		fmt.Printf("| %s | %d |\n", b.name, median(got[i]))
+	}
+	ns, err := single(ctx, c, *passes)
+	if err != nil {
+		log.Fatalf("empty script: %v", err)
+	}
+	fmt.Printf("\nOne EVALSHA of an empty script, called by itself: %d ns\n", ns)
+}
+
+// measure returns b's cost per call in ns, over n calls in one EVALSHA.
+func measure(ctx context.Context, c *redis.Client, prefix string, b body, n int) (int64, error) {
+	keys := make([]string, b.keys)
+	for i := range keys {
+		keys[i] = prefix + "{k}" + strconv.Itoa(i)
+	}
+	// A body that must find no key gets a DEL of its keys before each call.
+	del := ""
+	if b.init == "" {
+		for i := range keys {
+			del += "redis.call('DEL', KEYS[" + strconv.Itoa(i+1) + "]) "
+		}
+	}
+	src := "local function body()\n" + b.src + "\nend\nfor _ = 1, " + strconv.Itoa(n) + " do " + del + "body() end\nreturn 1"
+	sha, err := c.ScriptLoad(ctx, src).Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, k := range keys {
+		if b.init == "" {
+			c.Del(ctx, k)
+		} else {
+			c.Set(ctx, k, b.init, time.Hour)
+		}
+	}
+	usec, err := timed(ctx, c, func() error { return c.EvalSha(ctx, sha, keys, b.args...).Err() })
+	if err != nil {
+		return 0, err
+	}
+	return usec * 1000 / int64(n), nil
+}
+
+// single returns the median cost of one EVALSHA of an empty script, in ns,
+// averaged over 10,000 calls per pass.
+func single(ctx context.Context, c *redis.Client, passes int) (int64, error) {
+	sha, err := c.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		return 0, err
+	}
+	const calls = 10000
+	var got []int64
+	for range passes {
+		usec, err := timed(ctx, c, func() error {
+			for range calls {
+				if err := c.EvalSha(ctx, sha, nil).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		got = append(got, usec*1000/calls)
+	}
+	return median(got), nil
+}
+
+// timed resets the server's command statistics, runs f and returns the
+// microseconds INFO commandstats counts for EVALSHA.
+func timed(ctx context.Context, c *redis.Client, f func() error) (int64, error) {
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		return 0, err
+	}
+	if err := f(); err != nil {
+		return 0, err
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
+			continue
+		}
+		for _, f := range strings.Split(strings.TrimSpace(line[len("cmdstat_evalsha:"):]), ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				return strconv.ParseInt(v, 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no cmdstat_evalsha in INFO commandstats")
+}
+
+func median(v []int64) int64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
