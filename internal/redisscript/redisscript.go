@@ -32,9 +32,10 @@ const Malformed = "kvstore: malformed record"
 // calls, no tonumber on its own arguments (arithmetic coerces them with one
 // string conversion where tonumber makes two; the record is still read with
 // tonumber, which returns nil where coercion would raise), and no number
-// handed to redis.call, which Redis formats with printf's %.17g (the TTL
-// goes as a string.format('%d') string, whose truncation rounds the positive
-// TTL down before the + 1). It only uses the string library every
+// handed to redis.call, which Redis formats with printf's %.17g (the TTL,
+// rounded down to a whole number before the + 1, goes as a
+// string.format('%d') string; a whole number also suits Lua 5.3 and later,
+// whose %d refuses a fraction). It only uses the string library every
 // Redis-compatible server ships.
 const Update = `
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
@@ -69,7 +70,7 @@ if v >= max then
   redis.call('DEL', KEYS[1])
 else
   local ttl = (now - clock + (max - v) / rate) / 1000
-  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', string.format('%d', ttl + 1))
+  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', string.format('%d', ttl - ttl % 1 + 1))
 end
 return v
 `
@@ -128,7 +129,7 @@ for i = 1, k do
       redis.call('DEL', KEYS[i])
     else
       local ttl = (now - clock + (max - v) / rate) / 1000
-      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', string.format('%d', ttl + 1))
+      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', string.format('%d', ttl - ttl % 1 + 1))
     end
   end
   if op ~= 'r' and lv[i] < n then out[i] = -v - 1 else out[i] = v end
