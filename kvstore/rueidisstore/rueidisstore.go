@@ -26,8 +26,9 @@
 // program that already has a go-redis client.
 //
 // Timeouts: rueidis stops waiting for a command when its context ends. Give
-// every call a context with a deadline; ClientOption.ConnWriteTimeout
-// bounds how long a dead connection takes to notice.
+// every call a context with a deadline, and build the client with
+// [ServerlessOptions], which bounds how long a connection that went silent
+// (an instance thawing behind a NAT gateway) stays in use.
 package rueidisstore
 
 import (
@@ -97,6 +98,48 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	}
 	sum := sha1.Sum([]byte(redisscript.Update))
 	return &Store{client: client, prefix: cfg.Prefix, sha: hex.EncodeToString(sum[:])}, nil
+}
+
+// ServerlessOptions sets o for a function that must answer within its own
+// deadline and may be frozen between requests, and returns o:
+//
+//   - ConnWriteTimeout: timeout. rueidis closes a connection on which a
+//     reply is that late;
+//   - Dialer.KeepAlive: timeout. rueidis sends a PING on a connection that
+//     has received nothing for that long, and closes it when the PING is not
+//     answered within ConnWriteTimeout (the kernel's TCP keepalive uses the
+//     same period);
+//   - Dialer.Timeout: timeout, when not set;
+//   - DisableRetry: true (a retry would spend the caller's budget on a
+//     server that just failed).
+//
+// rueidis's defaults (ten seconds and one second) leave a connection that
+// went silent, as a NAT gateway or load balancer leaves the flows it
+// dropped while an instance was frozen, in use for seconds, and every
+// decision sent on it meanwhile fails at its deadline. With these options,
+// after such a thaw at most one decision fails per connection that went
+// silent (rueidis keeps one pipelined connection per server on one CPU and
+// two on two or three: ClientOption.PipelineMultiplex), after timeout (on a
+// connection that has run pipelined, up to twice timeout: the PING's wait
+// and its answer's), and the next ones go on new connections. timeout is
+// the longest one command may take; 0 means 250ms. Keep it below half the
+// decisions' deadlines, so that rueidis gives up on a silent connection
+// before the caller does. Use it as
+//
+//	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{
+//		InitAddress: []string{addr},
+//	}, 0))
+func ServerlessOptions(o *rueidis.ClientOption, timeout time.Duration) *rueidis.ClientOption {
+	if timeout <= 0 {
+		timeout = 250 * time.Millisecond
+	}
+	o.ConnWriteTimeout = timeout
+	if o.Dialer.Timeout == 0 {
+		o.Dialer.Timeout = timeout
+	}
+	o.Dialer.KeepAlive = timeout
+	o.DisableRetry = true
+	return o
 }
 
 // Key returns the Redis key under which s stores key.

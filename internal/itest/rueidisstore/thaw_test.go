@@ -1,0 +1,166 @@
+package rueidisstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
+)
+
+// thawCost is the cost of one take in the thaw test: so large against the
+// refill (1 unit per microsecond) that the record's value counts the takes
+// that reached Redis exactly.
+const thawCost = 1_000_000_000_000
+
+var thawRefill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+
+// TestThawWithSilentConnections is an instance thawing after a NAT gateway
+// dropped its connections without a FIN or RST: they swallow what they are
+// sent and never answer, while new connections work. The client is set up
+// with rueidisstore.ServerlessOptions. Decisions made one after another,
+// each with a deadline longer than the options' timeout, must see at most
+// one failure per silenced connection, each within twice the timeout, and then
+// succeed; no take may count twice. The connections are in either of
+// rueidis's states: writing and reading on the caller's goroutine (only lone
+// decisions so far), or pipelined (after a burst). With rueidis's defaults,
+// every decision fails for seconds after a burst.
+func TestThawWithSilentConnections(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		burst bool
+	}{
+		{name: "lone decisions"},
+		{name: "after a burst", burst: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testThaw(t, tc.burst) })
+	}
+}
+
+// client returns a rueidis client of the Redis at addr, closed at cleanup.
+func client(t *testing.T, addr string) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func testThaw(t *testing.T, burst bool) {
+	// timeout is each decision's deadline, and command the options' timeout.
+	const timeout, command = 500 * time.Millisecond, 250 * time.Millisecond
+	srv := redistest.Start(t)
+	relay := faultproxy.StartRelay(t, srv.Addr)
+	c := clientWith(t, *rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{relay.Addr}, DisableCache: true}, command))
+	s, err := rueidisstore.New(c, rueidisstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	take := func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.Update(ctx, "k", thawRefill, kvstore.OpTake, thawCost)
+		return err
+	}
+	var mu sync.Mutex
+	done, doneFailed := 0, 0
+	count := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			done++
+		} else {
+			doneFailed++
+		}
+	}
+	for range 10 {
+		count(take(5 * time.Second))
+	}
+	if burst {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 10 {
+					count(take(5 * time.Second))
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if doneFailed > 0 {
+		t.Fatalf("%d takes failed before the freeze", doneFailed)
+	}
+	time.Sleep(500 * time.Millisecond)
+	silenced := relay.Silence()
+
+	type attempt struct {
+		start, end time.Time
+		err        error
+	}
+	var log []attempt
+	for range 20 {
+		a := attempt{start: time.Now()}
+		a.err = take(timeout)
+		a.end = time.Now()
+		log = append(log, a)
+	}
+	failed, firstOK := 0, -1
+	for i, a := range log {
+		if a.err != nil {
+			failed++
+			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
+		} else if firstOK < 0 {
+			firstOK = i
+		}
+	}
+	if firstOK < 0 {
+		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
+	}
+	recovery := log[firstOK].end.Sub(log[0].start)
+	t.Logf("%d silenced connections: %d decisions failed, first success %v after the thaw's first decision started; %d new connections",
+		silenced, failed, recovery.Round(time.Millisecond), relay.Accepted()-silenced)
+	if failed > silenced {
+		t.Errorf("%d decisions failed after the thaw, want at most %d, one per silenced connection", failed, silenced)
+	}
+	for i, a := range log {
+		// A pipelined connection is found silent by a PING sent after
+		// the options' timeout without a reply, and answered within it.
+		if d := a.end.Sub(a.start); a.err != nil && d > 2*command+redistest.Slack {
+			t.Errorf("decision %d failed after %v, want within twice the options' timeout %v", i, d, command)
+		}
+	}
+	if limit := time.Duration(silenced)*2*command + redistest.Slack; recovery > limit {
+		t.Errorf("first success %v after the thaw, want within %v", recovery, limit)
+	}
+
+	// Exactly the successful takes reached Redis, and a failed one at most
+	// once.
+	direct := client(t, srv.Addr)
+	ds, _ := rueidisstore.New(direct, rueidisstore.Config{})
+	rec, ok, err := ds.Get(context.Background(), "k")
+	if err != nil || !ok {
+		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
+	}
+	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
+	if ok := int64(done + len(log) - failed); applied < ok || applied > ok+int64(failed) {
+		t.Errorf("Redis counted %d takes; %d succeeded and %d failed", applied, ok, failed)
+	}
+}
+
+func clientWith(t *testing.T, o rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
