@@ -286,7 +286,7 @@ func (tb *tab) state() string {
 	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`JSON.stringify({
 		url: location.href, ready: document.readyState, busy, waiting, sent, solved, workers: running.length, cur,
 		send: { disabled: send.disabled, text: send.textContent },
-		result: result.textContent, work: work.hidden ? "" : worktext.textContent,
+		result: result.textContent, work: work.style.visibility === "hidden" ? "" : worktext.textContent,
 	})`))
 	if err != nil {
 		return fmt.Sprintf("(unavailable: %v)", err)
@@ -569,6 +569,58 @@ func TestBrowserHashRate(t *testing.T) {
 	}
 	if sync < browserHashRate/8 {
 		t.Errorf("synchronous SHA-256 at %.0f/s is far below the %d/s difficulties are calibrated to", sync, browserHashRate)
+	}
+	tb.checkClean(t)
+}
+
+// TestBrowserSendStaysPut: the proof of work's progress, shown below Send
+// while a challenge is solved, must not move Send when it appears or goes
+// away, or a click aimed at Send as a solve ends lands beside it (it did,
+// on a page scrolled to its end: hiding the progress shortened the page and
+// the browser scrolled the form down under the pointer).
+func TestBrowserSendStaysPut(t *testing.T) {
+	ctx := browser(t)
+	base := start(t)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(800, 360)); err != nil {
+		t.Fatal(err)
+	}
+	tb := openTab(t, ctx, "stays put", base+"/", 0)
+	waitSolved := func() {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`solved !== null && running.length === 0`, chromedp.WithPollingTimeout(0))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top := func() float64 {
+		return eval[float64](t, tb, `document.getElementById("send").getBoundingClientRect().top`)
+	}
+	waitSolved()
+	if h := eval[float64](t, tb, `document.documentElement.scrollHeight - innerHeight`); h <= 0 {
+		t.Fatalf("the page is not taller than the viewport (%v px more): the test cannot scroll it", h)
+	}
+	before := top()
+	// A visitor scrolls to the end of the page while a challenge is solved,
+	// as the tests' clicks do when they bring Send into view. A solve that
+	// ends before the scroll proves nothing, and is tried again.
+	for attempt := 1; ; attempt++ {
+		eval[chromedp.Void](t, tb, `window.scrollTo(0, 0); renew()`)
+		if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`running.length > 0`, chromedp.WithPollingTimeout(0))); err != nil {
+			t.Fatal(err)
+		}
+		eval[chromedp.Void](t, tb, `window.scrollTo(0, document.documentElement.scrollHeight)`)
+		solving := top()
+		if !eval[bool](t, tb, `running.length > 0`) {
+			if attempt == 5 {
+				t.Fatal("five solves ended before the page was scrolled")
+			}
+			waitSolved()
+			continue
+		}
+		waitSolved()
+		if after := top(); after != solving {
+			t.Errorf("Send's top moved from %v px to %v px when the solve ended (%v px before it began, unscrolled)", solving, after, before)
+		}
+		break
 	}
 	tb.checkClean(t)
 }
