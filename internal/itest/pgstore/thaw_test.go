@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/pgengine"
 	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -133,40 +134,16 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	}
 	silenced := relay.Silence()
 
-	type attempt struct {
-		start, end time.Time
-		err        error
-	}
-	var log []attempt
-	for streak, begin := 0, time.Now(); streak < 5 && len(log) < 40 && time.Since(begin) < 30*time.Second; {
-		a := attempt{start: time.Now()}
-		a.err = decide()
-		a.end = time.Now()
-		log = append(log, a)
-		if a.err == nil {
+	log := thawtest.Decide(decide, func(log []thawtest.Attempt) bool {
+		// Five successes in a row, within bounds.
+		streak := 0
+		for i := len(log) - 1; i >= 0 && log[i].Err == nil; i-- {
 			streak++
-		} else {
-			streak = 0
 		}
-	}
-	failed, inARow, firstOK := 0, 0, -1
-	for i, a := range log {
-		if a.err != nil {
-			failed++
-			if firstOK < 0 {
-				inARow++
-			}
-			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
-		} else if firstOK < 0 {
-			firstOK = i
-		}
-	}
-	if firstOK < 0 {
-		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
-	}
-	recovery := log[firstOK].end.Sub(log[0].start)
-	t.Logf("%d silenced connections: %d decisions failed (%d in a row), first success %v after the thaw's first decision started (took %v)",
-		silenced, failed, inARow, recovery.Round(time.Millisecond), log[firstOK].end.Sub(log[firstOK].start).Round(time.Millisecond))
+		return streak < 5 && len(log) < 40 && (len(log) == 0 || time.Since(log[0].Start) < 30*time.Second)
+	})
+	rd := thawtest.Read(t, silenced, log)
+	failed, recovery := rd.Failed, rd.Recovery
 	if failed > 1 {
 		t.Errorf("%d decisions failed after the thaw, want at most 1", failed)
 	}

@@ -12,18 +12,11 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
-
-// thawCost is the cost of one take in the thaw test: so large against the
-// refill (1 unit per microsecond) that the record's value counts the takes
-// that reached Redis exactly.
-const thawCost = 1_000_000_000_000
-
-var thawRefill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
 
 // opaqueConn hides the socket under a connection, as crypto/tls.Conn does:
 // go-redis's health check cannot peek at it.
@@ -81,12 +74,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	if err != nil {
 		t.Fatal(err)
 	}
-	take := func(d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		_, err := s.Update(ctx, "k", thawRefill, kvstore.OpTake, thawCost)
-		return err
-	}
+	take := thawtest.Take(s)
 
 	// Fill the pool: concurrent takes open several connections. The
 	// client's timeout can cut a take short on a loaded machine: such a
@@ -135,35 +123,9 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	}
 	silenced := relay.Silence()
 
-	type attempt struct {
-		start, end time.Time
-		err        error
-	}
-	var log []attempt
-	for range 20 {
-		a := attempt{start: time.Now()}
-		a.err = decide()
-		a.end = time.Now()
-		log = append(log, a)
-	}
-	failed, inARow, firstOK := 0, 0, -1
-	for i, a := range log {
-		if a.err != nil {
-			failed++
-			if firstOK < 0 {
-				inARow++
-			}
-			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
-		} else if firstOK < 0 {
-			firstOK = i
-		}
-	}
-	if firstOK < 0 {
-		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
-	}
-	recovery := log[firstOK].end.Sub(log[0].start)
-	t.Logf("%d silenced connections: %d decisions failed (%d in a row), first success %v after the thaw's first decision started; %d new connections",
-		silenced, failed, inARow, recovery.Round(time.Millisecond), relay.Accepted()-silenced)
+	log := thawtest.Decide(decide, thawtest.Count(20))
+	rd := thawtest.Read(t, silenced, log)
+	failed, recovery := rd.Failed, rd.Recovery
 	if failed > maxFail {
 		t.Errorf("%d decisions failed after the thaw, want at most %d", failed, maxFail)
 	}
@@ -184,7 +146,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	if err != nil || !ok {
 		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
 	}
-	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
+	applied := thawtest.Applied(rec.Value)
 	// A take that failed on a new connection (a loaded machine) may have
 	// run in Redis; none may count twice.
 	if ok := int64(filled + len(log) - failed); applied < ok || applied > ok+int64(failed+fillFailed) {

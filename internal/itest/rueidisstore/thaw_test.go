@@ -9,17 +9,10 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/redistest"
-	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 )
-
-// thawCost is the cost of one take in the thaw test: so large against the
-// refill (1 unit per microsecond) that the record's value counts the takes
-// that reached Redis exactly.
-const thawCost = 1_000_000_000_000
-
-var thawRefill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
 
 // TestThawWithSilentConnections is an instance thawing after a NAT gateway
 // dropped its connections without a FIN or RST: they swallow what they are
@@ -64,12 +57,7 @@ func testThaw(t *testing.T, burst bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	take := func(d time.Duration) error {
-		ctx, cancel := context.WithTimeout(context.Background(), d)
-		defer cancel()
-		_, err := s.Update(ctx, "k", thawRefill, kvstore.OpTake, thawCost)
-		return err
-	}
+	take := thawtest.Take(s)
 	var mu sync.Mutex
 	done, doneFailed := 0, 0
 	count := func(err error) {
@@ -101,39 +89,16 @@ func testThaw(t *testing.T, burst bool) {
 	time.Sleep(500 * time.Millisecond)
 	silenced := relay.Silence()
 
-	type attempt struct {
-		start, end time.Time
-		err        error
-	}
-	var log []attempt
-	for range 20 {
-		a := attempt{start: time.Now()}
-		a.err = take(timeout)
-		a.end = time.Now()
-		log = append(log, a)
-	}
-	failed, firstOK := 0, -1
-	for i, a := range log {
-		if a.err != nil {
-			failed++
-			t.Logf("decision %d after the thaw failed after %v: %v", i, a.end.Sub(a.start).Round(time.Millisecond), a.err)
-		} else if firstOK < 0 {
-			firstOK = i
-		}
-	}
-	if firstOK < 0 {
-		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
-	}
-	recovery := log[firstOK].end.Sub(log[0].start)
-	t.Logf("%d silenced connections: %d decisions failed, first success %v after the thaw's first decision started; %d new connections",
-		silenced, failed, recovery.Round(time.Millisecond), relay.Accepted()-silenced)
+	log := thawtest.Decide(func() error { return take(timeout) }, thawtest.Count(20))
+	rd := thawtest.Read(t, silenced, log)
+	failed, recovery := rd.Failed, rd.Recovery
 	if failed > silenced {
 		t.Errorf("%d decisions failed after the thaw, want at most %d, one per silenced connection", failed, silenced)
 	}
 	for i, a := range log {
 		// A pipelined connection is found silent by a PING sent after
 		// the options' timeout without a reply, and answered within it.
-		if d := a.end.Sub(a.start); a.err != nil && d > 2*command+redistest.Slack {
+		if d := a.End.Sub(a.Start); a.Err != nil && d > 2*command+redistest.Slack {
 			t.Errorf("decision %d failed after %v, want within twice the options' timeout %v", i, d, command)
 		}
 	}
@@ -149,7 +114,7 @@ func testThaw(t *testing.T, burst bool) {
 	if err != nil || !ok {
 		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
 	}
-	applied := (kvstore.MaxValue - rec.Value + thawCost/2) / thawCost
+	applied := thawtest.Applied(rec.Value)
 	if ok := int64(done + len(log) - failed); applied < ok || applied > ok+int64(failed) {
 		t.Errorf("Redis counted %d takes; %d succeeded and %d failed", applied, ok, failed)
 	}
