@@ -22,7 +22,7 @@
 //
 // The server comes from RATEKIT_REDIS_ADDR (default 127.0.0.1:6379). The
 // program resets the server's command statistics (CONFIG RESETSTAT), uses
-// keys under ratekit-luacost: and deletes them at the end. Figures are the
+// two keys under ratekit-luacost: and deletes them at the end. Figures are the
 // median of the passes, in nanoseconds per call.
 package main
 
@@ -69,12 +69,7 @@ func main() {
 		log.Fatalf("redis at %s (RATEKIT_REDIS_ADDR): %v", addr, err)
 	}
 	const prefix = "ratekit-luacost:"
-	defer func() {
-		keys, _ := c.Keys(ctx, prefix+"*").Result()
-		if len(keys) > 0 {
-			c.Del(ctx, keys...)
-		}
-	}()
+	defer c.Del(ctx, key(prefix, 0), key(prefix, 1))
 	// A live record whose level stays far above any take: 10^15 units
 	// refilling one per microsecond, a decision taking 10^6.
 	live := redisscript.FormatRecord(kvstore.Record{Value: 1e14, Time: time.Now().UnixMicro()})
@@ -90,7 +85,7 @@ func main() {
 		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}},
 		{"TIME alone", "return redis.call('TIME')", 0, "", nil},
 		{"GET alone", "return redis.call('GET', KEYS[1])", 1, live, nil},
-		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, "", []any{live, "60000"}},
+		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, live, []any{live, "60000"}},
 	}
 	if *candidate != "" {
 		src, err := os.ReadFile(*candidate)
@@ -128,11 +123,14 @@ func main() {
 	fmt.Printf("\nOne EVALSHA of an empty script, called by itself: %d ns\n", ns)
 }
 
+// key returns the i-th key of a body (at most two): one hash slot for all.
+func key(prefix string, i int) string { return prefix + "{k}" + strconv.Itoa(i) }
+
 // measure returns b's cost per call in ns, over n calls in one EVALSHA.
 func measure(ctx context.Context, c *redis.Client, prefix string, b body, n int) (int64, error) {
 	keys := make([]string, b.keys)
 	for i := range keys {
-		keys[i] = prefix + "{k}" + strconv.Itoa(i)
+		keys[i] = key(prefix, i)
 	}
 	// A body that must find no key gets a DEL of its keys before each call.
 	del := ""
