@@ -142,8 +142,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 		}
 		return streak < 5 && len(log) < 40 && (len(log) == 0 || time.Since(log[0].Start) < 30*time.Second)
 	})
-	rd := thawtest.Read(t, silenced, log)
-	failed, recovery := rd.Failed, rd.Recovery
+	failed, recovery := thawtest.Read(t, silenced, log)
 	if failed > 1 {
 		t.Errorf("%d decisions failed after the thaw, want at most 1", failed)
 	}

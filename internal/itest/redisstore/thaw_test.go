@@ -124,8 +124,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	silenced := relay.Silence()
 
 	log := thawtest.Decide(decide, thawtest.Count(20))
-	rd := thawtest.Read(t, silenced, log)
-	failed, recovery := rd.Failed, rd.Recovery
+	failed, recovery := thawtest.Read(t, silenced, log)
 	if failed > maxFail {
 		t.Errorf("%d decisions failed after the thaw, want at most %d", failed, maxFail)
 	}

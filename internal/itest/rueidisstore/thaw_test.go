@@ -36,10 +36,10 @@ func TestThawWithSilentConnections(t *testing.T) {
 	}
 }
 
-// client returns a rueidis client of the Redis at addr, closed at cleanup.
-func client(t *testing.T, addr string) rueidis.Client {
+// client returns a rueidis client with options o, closed at cleanup.
+func client(t *testing.T, o rueidis.ClientOption) rueidis.Client {
 	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+	c, err := rueidis.NewClient(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,46 +52,43 @@ func testThaw(t *testing.T, burst bool) {
 	const timeout, command = 500 * time.Millisecond, 250 * time.Millisecond
 	srv := redistest.Start(t)
 	relay := faultproxy.StartRelay(t, srv.Addr)
-	c := clientWith(t, *rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{relay.Addr}, DisableCache: true}, command))
+	c := client(t, *rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{relay.Addr}, DisableCache: true}, command))
 	s, err := rueidisstore.New(c, rueidisstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	take := thawtest.Take(s)
-	var mu sync.Mutex
-	done, doneFailed := 0, 0
-	count := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err == nil {
-			done++
-		} else {
-			doneFailed++
+	// Lone takes, then (burst) concurrent ones: none may fail before the
+	// freeze, so that the takes Redis counts are known.
+	fill := func() {
+		if err := take(5 * time.Second); err != nil {
+			t.Errorf("take before the freeze: %v", err)
 		}
 	}
-	for range 10 {
-		count(take(5 * time.Second))
+	filled := 10
+	for range filled {
+		fill()
 	}
 	if burst {
+		filled += 16 * 10
 		var wg sync.WaitGroup
 		for range 16 {
 			wg.Go(func() {
 				for range 10 {
-					count(take(5 * time.Second))
+					fill()
 				}
 			})
 		}
 		wg.Wait()
 	}
-	if doneFailed > 0 {
-		t.Fatalf("%d takes failed before the freeze", doneFailed)
+	if t.Failed() {
+		t.FailNow()
 	}
 	time.Sleep(500 * time.Millisecond)
 	silenced := relay.Silence()
 
 	log := thawtest.Decide(func() error { return take(timeout) }, thawtest.Count(20))
-	rd := thawtest.Read(t, silenced, log)
-	failed, recovery := rd.Failed, rd.Recovery
+	failed, recovery := thawtest.Read(t, silenced, log)
 	if failed > silenced {
 		t.Errorf("%d decisions failed after the thaw, want at most %d, one per silenced connection", failed, silenced)
 	}
@@ -108,24 +105,14 @@ func testThaw(t *testing.T, burst bool) {
 
 	// Exactly the successful takes reached Redis, and a failed one at most
 	// once.
-	direct := client(t, srv.Addr)
+	direct := client(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
 	ds, _ := rueidisstore.New(direct, rueidisstore.Config{})
 	rec, ok, err := ds.Get(context.Background(), "k")
 	if err != nil || !ok {
 		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
 	}
 	applied := thawtest.Applied(rec.Value)
-	if ok := int64(done + len(log) - failed); applied < ok || applied > ok+int64(failed) {
+	if ok := int64(filled + len(log) - failed); applied < ok || applied > ok+int64(failed) {
 		t.Errorf("Redis counted %d takes; %d succeeded and %d failed", applied, ok, failed)
 	}
-}
-
-func clientWith(t *testing.T, o rueidis.ClientOption) rueidis.Client {
-	t.Helper()
-	c, err := rueidis.NewClient(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c
 }

@@ -47,37 +47,30 @@ func Count(n int) func([]Attempt) bool {
 	return func(log []Attempt) bool { return len(log) < n }
 }
 
-// A Reading is what the attempts after a thaw show.
-type Reading struct {
-	Failed   int           // decisions that failed
-	InARow   int           // of them, before the first success
-	FirstOK  int           // index of the first success
-	Recovery time.Duration // from the first decision's start to the first success's end
-}
-
-// Read logs every failed attempt and a summary, and returns the reading. It
-// fails the test at once when no attempt succeeded.
-func Read(t testing.TB, silenced int, log []Attempt) Reading {
+// Read logs every failed attempt and a summary, and returns how many
+// failed and the time from the first attempt's start to the first
+// success's end. It fails the test at once when no attempt succeeded.
+func Read(t testing.TB, silenced int, log []Attempt) (failed int, recovery time.Duration) {
 	t.Helper()
-	r := Reading{FirstOK: -1}
+	inARow, firstOK := 0, -1
 	for i, a := range log {
 		if a.Err != nil {
-			r.Failed++
-			if r.FirstOK < 0 {
-				r.InARow++
+			failed++
+			if firstOK < 0 {
+				inARow++
 			}
 			t.Logf("decision %d after the thaw failed after %v: %v", i, a.End.Sub(a.Start).Round(time.Millisecond), a.Err)
-		} else if r.FirstOK < 0 {
-			r.FirstOK = i
+		} else if firstOK < 0 {
+			firstOK = i
 		}
 	}
-	if r.FirstOK < 0 {
+	if firstOK < 0 {
 		t.Fatalf("%d silenced connections: all %d decisions after the thaw failed", silenced, len(log))
 	}
-	r.Recovery = log[r.FirstOK].End.Sub(log[0].Start)
+	recovery = log[firstOK].End.Sub(log[0].Start)
 	t.Logf("%d silenced connections: %d decisions failed (%d in a row), first success %v after the thaw's first decision started (took %v)",
-		silenced, r.Failed, r.InARow, r.Recovery.Round(time.Millisecond), log[r.FirstOK].End.Sub(log[r.FirstOK].Start).Round(time.Millisecond))
-	return r
+		silenced, failed, inARow, recovery.Round(time.Millisecond), log[firstOK].End.Sub(log[firstOK].Start).Round(time.Millisecond))
+	return failed, recovery
 }
 
 // Take returns a take of Cost from the Refill bucket "k" of s, bounded by a
