@@ -689,29 +689,18 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := `"` + schema + `".`
-			tables := []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
 			// 20,000 rows of the prefix in every table, analysed while
 			// all of them look expired, then renewed without a new
 			// ANALYZE; and one row in each that is expired.
-			for _, stmt := range []string{
-				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1 FROM generate_series(1, 20000) AS i`,
-				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, 1 FROM generate_series(1, 20000) AS i`,
-				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\x74', 1 FROM generate_series(1, 20000) AS i`,
-				`ALTER TABLE ` + q + `counters_unlogged SET (autovacuum_enabled = false)`,
-				`ALTER TABLE ` + q + `log_unlogged SET (autovacuum_enabled = false)`,
-				`ALTER TABLE ` + q + `idempotency_unlogged SET (autovacuum_enabled = false)`,
-				`ANALYZE ` + q + `counters_unlogged, ` + q + `log_unlogged, ` + q + `idempotency_unlogged`,
-				`UPDATE ` + q + `counters_unlogged SET expires_at_us = 4611686018427387904`,
-				`UPDATE ` + q + `log_unlogged SET expires_at_us = 4611686018427387904`,
-				`UPDATE ` + q + `idempotency_unlogged SET expires_at_us = 4611686018427387904`,
-				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) VALUES ('p', 'old', 2)`,
-				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) VALUES ('p', 'old', 1, 1, 2)`,
-				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) VALUES ('p', 'old', '\x74', 2)`,
-			} {
-				if _, err := pool.Exec(ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
+			execAll(t, pool, fillRows(q, "1")...)
+			for _, table := range statTables {
+				execAll(t, pool, `ALTER TABLE `+q+table+` SET (autovacuum_enabled = false)`)
 			}
+			execAll(t, pool, analyze(q))
+			for _, table := range statTables {
+				execAll(t, pool, `UPDATE `+q+table+` SET expires_at_us = 4611686018427387904`)
+			}
+			execAll(t, pool, oldRows(q)...)
 			expired := func() (n int64) {
 				t.Helper()
 				err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+q+`counters_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`log_unlogged WHERE key = 'old') + (SELECT count(*) FROM `+q+`idempotency_unlogged WHERE key = 'old')`).Scan(&n)
@@ -720,30 +709,23 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 				}
 				return n
 			}
-			before := seqScans(t, pool, schema, tables)
+			before := seqScans(t, pool, schema)
 			if r, err := c.Take(ctx, "k", 1, "x"); err != nil || !r.Allowed {
 				t.Fatalf("take: %+v, %v", r, err)
 			}
-			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
-				t.Errorf("inline cleanup: sequential scans of %v went from %v to %v", tables, before, got)
+			if got := seqScans(t, pool, schema); !slices.Equal(got, before) {
+				t.Errorf("inline cleanup: sequential scans of %v went from %v to %v", statTables, before, got)
 			}
 			if n := expired(); n != 0 {
 				t.Fatalf("%d expired rows left by the inline cleanup, want 0", n)
 			}
-			for _, stmt := range []string{
-				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) VALUES ('p', 'old', 2)`,
-				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) VALUES ('p', 'old', 1, 1, 2)`,
-			} {
-				if _, err := pool.Exec(ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
-			}
-			before = seqScans(t, pool, schema, tables)
+			execAll(t, pool, oldRows(q)[:2]...)
+			before = seqScans(t, pool, schema)
 			if n, err := c.Cleanup(ctx); err != nil || n != 2 {
 				t.Fatalf("Cleanup: %d, %v; want 2", n, err)
 			}
-			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
-				t.Errorf("Cleanup: sequential scans of %v went from %v to %v", tables, before, got)
+			if got := seqScans(t, pool, schema); !slices.Equal(got, before) {
+				t.Errorf("Cleanup: sequential scans of %v went from %v to %v", statTables, before, got)
 			}
 		})
 	}
@@ -761,7 +743,6 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 			ctx := ctxT(t)
 			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour})
 			q := `"` + schema + `".`
-			tables := []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
 			decide := func(n int) {
 				t.Helper()
 				for i := range n {
@@ -779,23 +760,13 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 			decide(1)
 			// Analysed while tiny, then used often enough for the
 			// sessions' plans to settle.
-			if _, err := pool.Exec(ctx, `ANALYZE `+q+tables[0]+`, `+q+tables[1]+`, `+q+tables[2]); err != nil {
-				t.Fatal(err)
-			}
+			execAll(t, pool, analyze(q))
 			decide(10)
-			for _, stmt := range []string{
-				`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 4611686018427387904 FROM generate_series(1, 20000) AS i`,
-				`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, 4611686018427387904 FROM generate_series(1, 20000) AS i`,
-				`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\x74', 4611686018427387904 FROM generate_series(1, 20000) AS i`,
-			} {
-				if _, err := pool.Exec(ctx, stmt); err != nil {
-					t.Fatalf("%s: %v", stmt, err)
-				}
-			}
-			before := seqScans(t, pool, schema, tables)
+			execAll(t, pool, fillRows(q, "4611686018427387904")...)
+			before := seqScans(t, pool, schema)
 			decide(3)
-			if got := seqScans(t, pool, schema, tables); !slices.Equal(got, before) {
-				t.Errorf("sequential scans of %v went from %v to %v", tables, before, got)
+			if got := seqScans(t, pool, schema); !slices.Equal(got, before) {
+				t.Errorf("sequential scans of %v went from %v to %v", statTables, before, got)
 			}
 		})
 	}
@@ -817,16 +788,55 @@ func soleSessionStore(t *testing.T) (*pgxpool.Pool, *pgengine.Store, string) {
 	return pool, s, schema
 }
 
-// seqScans returns the sequential scans of each of tables in schema so far,
-// after flushing the statistics of pool's connection (pool must have one).
-func seqScans(t *testing.T, pool *pgxpool.Pool, schema string, tables []string) []int64 {
+// statTables are the tables of unlogged counters that the stale-statistics
+// tests fill and watch.
+var statTables = []string{"counters_unlogged", "log_unlogged", "idempotency_unlogged"}
+
+// fillRows returns the statements that add 20,000 rows of prefix p,
+// expiring at expires (microseconds), to each of statTables under q (the
+// quoted schema and a dot).
+func fillRows(q, expires string) []string {
+	return []string{
+		`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), ` + expires + ` FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), 1, 1, ` + expires + ` FROM generate_series(1, 20000) AS i`,
+		`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) SELECT 'p', convert_to('f' || i, 'UTF8'), '\x74', ` + expires + ` FROM generate_series(1, 20000) AS i`,
+	}
+}
+
+// oldRows returns the statements that add one expired row of key "old" and
+// prefix p to each of statTables under q.
+func oldRows(q string) []string {
+	return []string{
+		`INSERT INTO ` + q + `counters_unlogged (prefix, key, expires_at_us) VALUES ('p', 'old', 2)`,
+		`INSERT INTO ` + q + `log_unlogged (prefix, key, at_us, cost, expires_at_us) VALUES ('p', 'old', 1, 1, 2)`,
+		`INSERT INTO ` + q + `idempotency_unlogged (prefix, key, idempotency_key, expires_at_us) VALUES ('p', 'old', '\x74', 2)`,
+	}
+}
+
+// analyze returns the statement that analyses statTables under q.
+func analyze(q string) string { return "ANALYZE " + q + strings.Join(statTables, ", "+q) }
+
+// execAll runs stmts on pool in order.
+func execAll(t *testing.T, pool *pgxpool.Pool, stmts ...string) {
+	t.Helper()
+	for _, stmt := range stmts {
+		if _, err := pool.Exec(ctxT(t), stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+}
+
+// seqScans returns the sequential scans of each of statTables in schema so
+// far, after flushing the statistics of pool's connection (pool must have
+// one).
+func seqScans(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
 	t.Helper()
 	ctx := ctxT(t)
 	if _, err := pool.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
 		t.Fatal(err)
 	}
-	n := make([]int64, len(tables))
-	for i, table := range tables {
+	n := make([]int64, len(statTables))
+	for i, table := range statTables {
 		if err := pool.QueryRow(ctx, `SELECT seq_scan FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2`, schema, table).Scan(&n[i]); err != nil {
 			t.Fatal(err)
 		}
