@@ -3,8 +3,8 @@ module github.com/ratekit/ratekit/breaker
 go 1.25.0
 
 require (
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
 	github.com/sony/gobreaker/v2 v2.4.0
 )
 
-replace github.com/ratekit/ratekit => ../
+replace github.com/ratekit/ratekit => ..

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/pgengine"
+	"github.com/ratekit/ratekit/durable/internal/pgengine"
 )
 
 // Composite is a [ratekit.Limiter] over several durable policies that

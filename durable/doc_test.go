@@ -3,7 +3,7 @@ package durable_test
 import (
 	"testing"
 
-	"github.com/ratekit/ratekit/internal/pgengine"
+	"github.com/ratekit/ratekit/durable/internal/pgengine"
 )
 
 // TestDocumentedCleanupDefaults: Config.CleanupProbability and

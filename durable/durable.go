@@ -32,8 +32,8 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/pgengine"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/durable/internal/pgengine"
+	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
 // Config configures a [Limiter].

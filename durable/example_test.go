@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
 // A paid tier of 1000 calls a day, exactly, stored in a logged table. The

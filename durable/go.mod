@@ -4,9 +4,7 @@ go 1.25.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
 )
 
 require (
@@ -17,9 +15,4 @@ require (
 	golang.org/x/text v0.41.0 // indirect
 )
 
-replace (
-	github.com/ratekit/ratekit => ../
-	github.com/ratekit/ratekit/internal/pgengine => ../internal/pgengine
-	github.com/ratekit/ratekit/internal/pgtest => ../internal/pgtest
-	github.com/ratekit/ratekit/pgstore => ../pgstore
-)
+replace github.com/ratekit/ratekit => ..

@@ -2,15 +2,12 @@ module github.com/ratekit/ratekit/examples
 
 go 1.26.0
 
-replace github.com/ratekit/ratekit => ../
-
 require (
 	github.com/GoogleCloudPlatform/functions-framework-go v1.9.2
 	github.com/aws/aws-lambda-go v1.55.1
 	github.com/chromedp/cdproto v0.159.2
 	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/ratekit/ratekit v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp v1.47.0
@@ -31,7 +28,6 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/matttproud/golang_protobuf_extensions v1.0.1 // indirect
-	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
@@ -65,7 +61,6 @@ require (
 	github.com/prometheus/client_model v0.2.0 // indirect
 	github.com/prometheus/common v0.37.0 // indirect
 	github.com/prometheus/procfs v0.8.0 // indirect
-	github.com/ratekit/ratekit/otelratekit v0.0.0
 	github.com/rs/xid v1.4.0 // indirect
 	github.com/rs/zerolog v1.28.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
@@ -78,27 +73,28 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-replace github.com/ratekit/ratekit/otelratekit => ../otelratekit
-
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
-	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/dynamostore v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/lambda v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/durable v0.1.0
+	github.com/ratekit/ratekit/internal/itest v0.1.0
+	github.com/ratekit/ratekit/kvstore/dynamostore v0.1.0
+	github.com/ratekit/ratekit/kvstore/redisstore v0.1.0
+	github.com/ratekit/ratekit/lambda v0.1.0
+	github.com/ratekit/ratekit/otelratekit v0.1.0
 )
 
-replace (
-	github.com/ratekit/ratekit/durable => ../durable
-	github.com/ratekit/ratekit/internal/faultproxy => ../internal/faultproxy
-	github.com/ratekit/ratekit/internal/pgengine => ../internal/pgengine
-	github.com/ratekit/ratekit/internal/pgtest => ../internal/pgtest
-	github.com/ratekit/ratekit/internal/redistest => ../internal/redistest
-	github.com/ratekit/ratekit/kvstore/dynamostore => ../kvstore/dynamostore
-	github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
-	github.com/ratekit/ratekit/lambda => ../lambda
-	github.com/ratekit/ratekit/pgstore => ../pgstore
-)
+replace github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore
+
+replace github.com/ratekit/ratekit/internal/itest => ../internal/itest
+
+replace github.com/ratekit/ratekit/lambda => ../lambda
+
+replace github.com/ratekit/ratekit => ..
+
+replace github.com/ratekit/ratekit/kvstore/dynamostore => ../kvstore/dynamostore
+
+replace github.com/ratekit/ratekit/durable => ../durable
+
+replace github.com/ratekit/ratekit/otelratekit => ../otelratekit

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/aws/aws-lambda-go v1.55.1
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
 )
 
-replace github.com/ratekit/ratekit => ../
+replace github.com/ratekit/ratekit => ..

@@ -4,11 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"net/http"
-	"net/http/httptest"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -16,11 +13,15 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-// Three requests through a limit of two, read back with a ManualReader.
+// An observer on a limiter. A program passes its own MeterProvider (and
+// TracerProvider); this one records nowhere.
 func ExampleNewObserver() {
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	obs, err := otelratekit.NewObserver(otelratekit.Config{MeterProvider: mp, NoSpans: true, Strategy: "tokenbucket", Store: "memory"})
+	obs, err := otelratekit.NewObserver(otelratekit.Config{
+		MeterProvider: noop.NewMeterProvider(),
+		NoSpans:       true,
+		Strategy:      "tokenbucket",
+		Store:         "memory",
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -29,29 +30,16 @@ func ExampleNewObserver() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{
-		GuardConfig: ratekit.GuardConfig{Limiter: ratekit.Observe(bucket, obs), OnError: ratekit.FailClosed, Observer: obs},
-		Key:         ratekit.RemoteAddrKey(),
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	h := mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	limiter := ratekit.Observe(bucket, obs)
 	for range 3 {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
-	}
-
-	var rm metricdata.ResourceMetrics
-	reader.Collect(context.Background(), &rm)
-	for _, m := range rm.ScopeMetrics[0].Metrics {
-		if sum, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "ratekit.decisions" {
-			for _, dp := range sum.DataPoints {
-				outcome, _ := dp.Attributes.Value(otelratekit.OutcomeKey)
-				fmt.Println(m.Name, outcome.AsString(), dp.Value)
-			}
+		d, err := limiter.Allow(context.Background(), ratekit.Request{Key: "client-1", Cost: 1})
+		if err != nil {
+			log.Fatal(err)
 		}
+		fmt.Println(d.Allowed, d.Remaining)
 	}
-	// Unordered output:
-	// ratekit.decisions allowed 2
-	// ratekit.decisions denied 1
+	// Output:
+	// true 1
+	// true 0
+	// false 0
 }

@@ -92,10 +92,10 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/benchmarks/internal/harness"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
-	"github.com/ratekit/ratekit/pgstore"
 	"github.com/ratekit/ratekit/signedwindow"
 	"github.com/ratekit/ratekit/tokenbucket"
 )

@@ -35,7 +35,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/benchmarks/internal/harness"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
 func main() {

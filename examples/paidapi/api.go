@@ -15,8 +15,8 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/lambda"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // policyName is the name clients see in RateLimit-Policy for the daily

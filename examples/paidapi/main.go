@@ -40,7 +40,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
 func main() {

@@ -26,9 +26,9 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 func TestPoolConfig(t *testing.T) {

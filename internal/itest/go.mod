@@ -8,23 +8,24 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.13.0
-	github.com/ratekit/ratekit v0.0.0
-	github.com/ratekit/ratekit/breaker v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/durable v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/faultproxy v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/pgengine v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/pgtest v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/dynamostore v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/redisstore v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/kvstore/rueidisstore v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/pgstore v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
+	github.com/ratekit/ratekit/breaker v0.1.0
+	github.com/ratekit/ratekit/durable v0.1.0
+	github.com/ratekit/ratekit/kvstore/dynamostore v0.1.0
+	github.com/ratekit/ratekit/kvstore/redisstore v0.1.0
+	github.com/ratekit/ratekit/kvstore/rueidisstore v0.1.0
+	github.com/ratekit/ratekit/lambda v0.1.0
+	github.com/ratekit/ratekit/otelratekit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
 	github.com/rs/zerolog v1.28.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 )
 
 require (
+	github.com/aws/aws-lambda-go v1.55.1 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.11 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.11 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.24 // indirect
@@ -32,7 +33,10 @@ require (
 	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/golang/protobuf v1.5.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -45,7 +49,12 @@ require (
 	github.com/prometheus/procfs v0.8.0 // indirect
 	github.com/rs/xid v1.4.0 // indirect
 	github.com/sony/gobreaker/v2 v2.4.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/mod v0.43.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -53,16 +62,18 @@ require (
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
 
-replace (
-	github.com/ratekit/ratekit => ../../
-	github.com/ratekit/ratekit/breaker => ../../breaker
-	github.com/ratekit/ratekit/durable => ../../durable
-	github.com/ratekit/ratekit/internal/faultproxy => ../faultproxy
-	github.com/ratekit/ratekit/internal/pgengine => ../pgengine
-	github.com/ratekit/ratekit/internal/pgtest => ../pgtest
-	github.com/ratekit/ratekit/internal/redistest => ../redistest
-	github.com/ratekit/ratekit/kvstore/dynamostore => ../../kvstore/dynamostore
-	github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
-	github.com/ratekit/ratekit/kvstore/rueidisstore => ../../kvstore/rueidisstore
-	github.com/ratekit/ratekit/pgstore => ../../pgstore
-)
+replace github.com/ratekit/ratekit/kvstore/redisstore => ../../kvstore/redisstore
+
+replace github.com/ratekit/ratekit/breaker => ../../breaker
+
+replace github.com/ratekit/ratekit/kvstore/rueidisstore => ../../kvstore/rueidisstore
+
+replace github.com/ratekit/ratekit/lambda => ../../lambda
+
+replace github.com/ratekit/ratekit => ../..
+
+replace github.com/ratekit/ratekit/kvstore/dynamostore => ../../kvstore/dynamostore
+
+replace github.com/ratekit/ratekit/durable => ../../durable
+
+replace github.com/ratekit/ratekit/otelratekit => ../../otelratekit

@@ -1,13 +1,12 @@
 // Package redistest holds what ratekit's Redis tests share: a throwaway
 // redis-server that a test may stop, pause and restart without touching the
 // shared server, a throwaway Sentinel deployment (master, replica, Sentinel)
-// and Redis Cluster, and a go-redis hook that counts the commands a client
-// sends. Every server listens on a free loopback port and is killed when
+// and Redis Cluster. It needs no Redis client library, so every module's
+// tests can use it. Every server listens on a free loopback port and is killed when
 // its test ends.
 package redistest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -16,12 +15,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/internal/testenv"
 )
@@ -181,20 +177,14 @@ func StartSentinel(t *testing.T, downAfter, failoverTimeout time.Duration) *Sent
 	t.Cleanup(s.Stop)
 	d.Sentinel = s
 
-	ctx := context.Background()
-	replica := redis.NewClient(&redis.Options{Addr: d.Replica.Addr})
-	defer replica.Close()
-	sentinel := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
-	defer sentinel.Close()
+	cli := cliBin(t)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		info, _ := replica.Info(ctx, "replication").Result()
-		replicas, _ := sentinel.Replicas(ctx, d.MasterName).Result()
-		known := false
-		for _, r := range replicas {
-			if r["name"] == d.Replica.Addr && r["flags"] == "slave" && r["master-link-status"] == "ok" {
-				known = true
-			}
-		}
+		info := command(cli, d.Replica.Addr, "INFO", "replication")
+		replicas := command(cli, s.Addr, "SENTINEL", "REPLICAS", d.MasterName)
+		// redis-cli prints a reply's fields one a line: name, value, ….
+		known := strings.Contains(replicas, "name\n"+d.Replica.Addr+"\n") &&
+			strings.Contains(replicas, "flags\nslave\n") &&
+			strings.Contains(replicas, "master-link-status\nok\n")
 		if known && strings.Contains(info, "master_link_status:up") {
 			return d
 		}
@@ -226,13 +216,7 @@ func (c *Cluster) Addrs() []string {
 func StartCluster(t *testing.T, n int) *Cluster {
 	t.Helper()
 	bin := serverBin(t)
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		if testenv.InCI() {
-			t.Fatal("redis-cli binary not found; CI must install redis-tools")
-		}
-		t.Skip("redis-cli binary not found; install redis-tools to run this test")
-	}
+	cli := cliBin(t)
 	c := &Cluster{}
 	for range n {
 		// The cluster bus listens on a port of its own, chosen free too.
@@ -244,64 +228,40 @@ func StartCluster(t *testing.T, n int) *Cluster {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v\n%s", err, out)
 	}
-	ctx := context.Background()
 	for _, m := range c.Masters {
-		node := redis.NewClient(&redis.Options{Addr: m.Addr})
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			info, _ := node.ClusterInfo(ctx).Result()
+			info := command(cli, m.Addr, "CLUSTER", "INFO")
 			if strings.Contains(info, "cluster_state:ok") && strings.Contains(info, fmt.Sprintf("cluster_known_nodes:%d", n)) {
 				break
 			}
 			if time.Now().After(deadline) {
-				node.Close()
 				t.Fatalf("redistest: cluster node %s not ok after 30s: %q", m.Addr, info)
 			}
 		}
-		node.Close()
 	}
 	return c
 }
 
-// CommandCounter is a go-redis hook (client.AddHook) that counts the
-// commands a client sends, pipelined ones included.
-type CommandCounter struct {
-	N         atomic.Int64 // commands
-	Pipelined atomic.Int64 // commands sent in pipelines of two or more
-}
-
-// DialHook does not count dials.
-func (h *CommandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-// ProcessHook counts one command.
-func (h *CommandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.N.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-// ProcessPipelineHook counts every command of a pipeline.
-func (h *CommandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.N.Add(int64(len(cmds)))
-		if len(cmds) > 1 {
-			h.Pipelined.Add(int64(len(cmds)))
+// cliBin returns the path of redis-cli, or skips (fails in CI).
+func cliBin(t *testing.T) string {
+	t.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("redis-cli binary not found; CI must install redis-tools")
 		}
-		return next(ctx, cmds)
+		t.Skip("redis-cli binary not found; install redis-tools to run this test")
 	}
+	return cli
 }
 
-// DeleteAtCleanup deletes every key under prefix from c's server when t
-// ends, and then closes c.
-func DeleteAtCleanup(t testing.TB, c redis.UniversalClient, prefix string) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			c.Del(ctx, iter.Val())
-		}
-		c.Close()
-	})
+// command runs one command with redis-cli against the server at addr and
+// returns its reply as redis-cli prints it, with \r\n folded to \n; a
+// failure (the server not up yet) returns what was printed.
+func command(cli, addr string, args ...string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	out, _ := exec.Command(cli, append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+	return strings.ReplaceAll(string(out), "\r\n", "\n")
 }
 
 // Prefix returns a key prefix no other test or package uses: the test's name
@@ -311,12 +271,4 @@ func Prefix(t testing.TB) string {
 	rand.Read(b)
 	name := strings.NewReplacer("/", ".", "{", "", "}", "").Replace(t.Name())
 	return "ratekit-test:" + name + ":" + hex.EncodeToString(b) + ":"
-}
-
-// Client returns a go-redis client of the Redis at addr that deletes every
-// key under prefix and closes when t ends.
-func Client(t testing.TB, addr, prefix string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	DeleteAtCleanup(t, c, prefix)
-	return c
 }

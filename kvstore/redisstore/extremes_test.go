@@ -18,7 +18,7 @@ import (
 // shared test Redis.
 func TestNewExtremes(t *testing.T) {
 	p := redistest.Prefix(t)
-	c := redistest.Client(t, testenv.RedisAddr(t), p)
+	c := newClient(t, testenv.RedisAddr(t), p)
 	for _, v := range extremes.Ints {
 		var s *redisstore.Store
 		if !extremes.Check(t, extremes.Name("MaxInFlight", v), func() (err error) {

@@ -3,8 +3,7 @@ module github.com/ratekit/ratekit/kvstore/redisstore
 go 1.26.0
 
 require (
-	github.com/ratekit/ratekit v0.0.0-00010101000000-000000000000
-	github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
+	github.com/ratekit/ratekit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -14,7 +13,4 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace (
-	github.com/ratekit/ratekit => ../../
-	github.com/ratekit/ratekit/internal/redistest => ../../internal/redistest
-)
+replace github.com/ratekit/ratekit => ../..

@@ -18,7 +18,7 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &commandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
@@ -69,7 +69,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &commandCounter{}
 	c.AddHook(counter)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: redistest.Prefix(t)})
 	if err != nil {

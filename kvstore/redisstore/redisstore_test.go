@@ -31,7 +31,7 @@ func newStore(t *testing.T) (*redisstore.Store, *redis.Client) {
 func newStoreMaxInFlight(t *testing.T, n int) (*redisstore.Store, *redis.Client) {
 	t.Helper()
 	p := redistest.Prefix(t)
-	c := redistest.Client(t, testenv.RedisAddr(t), p)
+	c := newClient(t, testenv.RedisAddr(t), p)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func TestOneRoundTrip(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &commandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()

@@ -2,20 +2,10 @@ module github.com/ratekit/ratekit/kvstore/rueidisstore
 
 go 1.26.0
 
-require (
-	github.com/ratekit/ratekit v0.0.0
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	github.com/redis/rueidis v1.0.79
-)
+require github.com/redis/rueidis v1.0.79
 
-require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-)
+require github.com/ratekit/ratekit v0.1.0
+
+require golang.org/x/sys v0.48.0 // indirect
 
 replace github.com/ratekit/ratekit => ../..
-
-require github.com/ratekit/ratekit/internal/redistest v0.0.0-00010101000000-000000000000
-
-replace github.com/ratekit/ratekit/internal/redistest => ../../internal/redistest

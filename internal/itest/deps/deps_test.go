@@ -14,23 +14,14 @@ import (
 // direct lists, for every library module (by directory from the
 // repository's root), the modules its go.mod may require directly.
 var direct = map[string][]string{
-	"pgstore": {"github.com/jackc/pgx/v5", "github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/pgengine"},
-	"durable": {"github.com/jackc/pgx/v5", "github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/pgengine", "github.com/ratekit/ratekit/pgstore"},
-	"lambda":  {"github.com/aws/aws-lambda-go", "github.com/ratekit/ratekit"},
-	"breaker": {"github.com/ratekit/ratekit", "github.com/sony/gobreaker/v2"},
-	"otelratekit": {"github.com/ratekit/ratekit", "go.opentelemetry.io/otel", "go.opentelemetry.io/otel/metric",
-		"go.opentelemetry.io/otel/trace",
-		// The SDK is what the tests and the example read metrics with.
-		"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/sdk/metric"},
-	"kvstore/dynamostore": {"github.com/aws/aws-sdk-go-v2", "github.com/aws/aws-sdk-go-v2/service/dynamodb",
-		"github.com/aws/smithy-go", "github.com/ratekit/ratekit"},
-	// The engine's own tests (some of them internal) use the PostgreSQL
-	// test helper module, which requires pgx and ratekit only.
-	"internal/pgengine": {"github.com/jackc/pgx/v5", "github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/pgtest"},
-	// The Redis stores' tests share a helper module (throwaway servers,
-	// faults) that requires go-redis and ratekit only.
-	"kvstore/redisstore":   {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/go-redis/v9"},
-	"kvstore/rueidisstore": {"github.com/ratekit/ratekit", "github.com/ratekit/ratekit/internal/redistest", "github.com/redis/rueidis"},
+	".":                    {},
+	"durable":              {"github.com/jackc/pgx/v5", "github.com/ratekit/ratekit"},
+	"lambda":               {"github.com/aws/aws-lambda-go", "github.com/ratekit/ratekit"},
+	"breaker":              {"github.com/ratekit/ratekit", "github.com/sony/gobreaker/v2"},
+	"otelratekit":          {"github.com/ratekit/ratekit", "go.opentelemetry.io/otel", "go.opentelemetry.io/otel/metric", "go.opentelemetry.io/otel/trace"},
+	"kvstore/dynamostore":  {"github.com/aws/aws-sdk-go-v2", "github.com/aws/aws-sdk-go-v2/service/dynamodb", "github.com/aws/smithy-go", "github.com/ratekit/ratekit"},
+	"kvstore/redisstore":   {"github.com/ratekit/ratekit", "github.com/redis/go-redis/v9"},
+	"kvstore/rueidisstore": {"github.com/ratekit/ratekit", "github.com/redis/rueidis"},
 }
 
 func TestLibraryModulesRequireOnlyTheirClients(t *testing.T) {
@@ -40,7 +31,7 @@ func TestLibraryModulesRequireOnlyTheirClients(t *testing.T) {
 			t.Fatal(err)
 		}
 		reqs := requires(string(b))
-		if len(reqs) == 0 {
+		if len(reqs) == 0 && len(allowed) > 0 {
 			t.Errorf("%s/go.mod: no direct requirement found", dir)
 		}
 		for _, r := range reqs {

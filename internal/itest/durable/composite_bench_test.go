@@ -10,10 +10,10 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/internal/faultproxy"
-	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // BenchmarkComposite compares, side by side in one run, a decision of one

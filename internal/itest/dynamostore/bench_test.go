@@ -19,12 +19,12 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
-	"github.com/ratekit/ratekit/pgstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
@@ -47,7 +47,7 @@ func BenchmarkAllow(b *testing.B) {
 		{"redis", func(b *testing.B) ratekit.Limiter {
 			c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(b)}, PoolSize: 64})
 			p := fmt.Sprintf("ratekit-bench:dynamostore:%d:", time.Now().UnixNano())
-			redistest.DeleteAtCleanup(b, c, p)
+			redisclient.DeleteAtCleanup(b, c, p)
 			store, err := redisstore.New(c, redisstore.Config{Prefix: p})
 			if err != nil {
 				b.Fatal(err)

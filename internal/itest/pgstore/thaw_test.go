@@ -14,12 +14,11 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
-	"github.com/ratekit/ratekit/internal/pgengine"
-	"github.com/ratekit/ratekit/internal/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/pgstore"
 )
 
 // thawPool returns a pool of at most maxConns connections on the test
@@ -88,7 +87,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	pool := thawPool(t, relay, maxConns, timeout)
 	s := newStore(t, pool)
 	const limit = 1_000_000
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: limit})
+	c := newCounter(t, s, ratekit.FixedWindow, limit)
 	take := func(d time.Duration) error {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -154,8 +153,8 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 		return
 	}
 	// Exactly the successful takes reached the server.
-	direct := newCounter(t, newStore(t, directPool(t)), c.Config())
-	r, err := direct.Peek(ctxT(t), "k", 1)
+	direct := c.on(newStore(t, directPool(t)))
+	r, err := direct.l.Peek(ctxT(t), ratekit.Request{Key: "k", Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

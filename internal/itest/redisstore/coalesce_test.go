@@ -12,7 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/internal/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/faultproxy"
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
@@ -22,10 +23,10 @@ import (
 // coalescingStore returns a store on the shared test Redis that allows one
 // round trip in flight, so that concurrent commands queue and go in
 // pipelines, and the counter of the commands its client sends.
-func coalescingStore(t *testing.T) (*redisstore.Store, *redistest.CommandCounter) {
+func coalescingStore(t *testing.T) (*redisstore.Store, *redisclient.CommandCounter) {
 	t.Helper()
 	s, c := newStoreMaxInFlight(t, 1)
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	c.AddHook(counter)
 	return s, counter
 }
@@ -105,7 +106,7 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 	proxy := faultproxy.Start(t, srv.Addr)
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}}, time.Second))
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 1})
 	late := testenv.MeasureLateness(t)
@@ -199,7 +200,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 1})
 	ctx := context.Background()
@@ -267,7 +268,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	// patient, so that deadlines can grow on a busy machine (below).
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{proxy.Listen}, PoolSize: 4}, time.Second))
 	t.Cleanup(func() { c.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 2})
 	// A client of the server itself, with go-redis's patient defaults,

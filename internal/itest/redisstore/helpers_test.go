@@ -5,6 +5,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { leakcheck.VerifyTestMain(m) }
 func newStoreMaxInFlight(t *testing.T, n int) (*redisstore.Store, *redis.Client) {
 	t.Helper()
 	p := redistest.Prefix(t)
-	c := redistest.Client(t, testenv.RedisAddr(t), p)
+	c := redisclient.Client(t, testenv.RedisAddr(t), p)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: n})
 	if err != nil {
 		t.Fatal(err)

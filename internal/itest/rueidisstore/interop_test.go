@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
@@ -31,7 +32,7 @@ func near(level, want int64) bool { return level >= want && level < want+1e9 }
 // cleanup.
 func stores(t *testing.T) (*rueidisstore.Store, *redisstore.Store) {
 	p := redistest.Prefix(t)
-	gc := redistest.Client(t, testenv.RedisAddr(t), p)
+	gc := redisclient.Client(t, testenv.RedisAddr(t), p)
 	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(t)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -25,16 +26,16 @@ import (
 // redisStore returns a store on the shared test Redis under a key prefix of
 // its own, deleting its keys and closing its client at cleanup, and a hook
 // that counts the commands the client sends.
-func redisStore(t *testing.T) (*redisstore.Store, *redistest.CommandCounter) {
+func redisStore(t *testing.T) (*redisstore.Store, *redisclient.CommandCounter) {
 	t.Helper()
 	addr := testenv.RedisAddr(t)
 	b := make([]byte, 6)
 	rand.Read(b)
 	prefix := "ratekit-test:tokenbucket:" + strings.ReplaceAll(t.Name(), "/", ".") + ":" + hex.EncodeToString(b) + ":"
 	c := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{addr}}, time.Second))
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	c.AddHook(counter)
-	redistest.DeleteAtCleanup(t, c, prefix)
+	redisclient.DeleteAtCleanup(t, c, prefix)
 	s, err := redisstore.New(c, redisstore.Config{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func TestRedisClusterAtomicExact(t *testing.T) {
 	cluster := redistest.StartCluster(t, 3)
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), PoolSize: 16})
 	t.Cleanup(func() { client.Close() })
-	counter := &redistest.CommandCounter{}
+	counter := &redisclient.CommandCounter{}
 	client.AddHook(counter)
 	store, err := redisstore.New(client, redisstore.Config{})
 	if err != nil {

@@ -1,0 +1,89 @@
+package durable_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable"
+	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/extremes"
+	"github.com/ratekit/ratekit/internal/testenv"
+)
+
+// TestNewExtremes feeds every numeric field of Config extreme values, for
+// every algorithm: New returns a limiter or an error matching
+// ratekit.ErrInvalidConfig, never panics nor reserves memory for the denied
+// cache's size, and a limiter it returns answers Allow, Peek and Refund on
+// the test database.
+func TestNewExtremes(t *testing.T) {
+	s := newStore(t, testenv.PostgresURL(t), 2)
+	prefix := pgtest.Prefix(t)
+	fields := map[string]func(*durable.Config, int64){
+		"Policy.Quota":    func(c *durable.Config, v int64) { c.Policy.Quota = v },
+		"Policy.Window":   func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
+		"DeniedCacheSize": func(c *durable.Config, v int64) { c.DeniedCacheSize = int(v) },
+		"Algorithm":       func(c *durable.Config, v int64) { c.Algorithm = ratekit.Algorithm(v) },
+		"Durability":      func(c *durable.Config, v int64) { c.Durability = durable.Durability(v) },
+	}
+	values := append([]int64{}, extremes.Ints...)
+	for _, d := range extremes.Durations {
+		values = append(values, int64(d))
+	}
+	type named struct {
+		name string
+		set  func(*durable.Config)
+	}
+	var cases []named
+	for field, set := range fields {
+		for _, v := range values {
+			cases = append(cases, named{extremes.Name(field, v), func(c *durable.Config) { set(c, v) }})
+		}
+	}
+	for _, p := range extremes.Floats {
+		cases = append(cases, named{extremes.Name("CleanupProbability", p), func(c *durable.Config) { c.CleanupProbability = p }})
+	}
+	for _, alg := range algorithms {
+		for _, c := range cases {
+			cfg := durable.Config{
+				Store:              s,
+				Algorithm:          alg,
+				Policy:             ratekit.Policy{Name: "x", Quota: 5, Window: time.Minute},
+				Prefix:             prefix,
+				CleanupProbability: -1,
+				DeniedCacheSize:    16,
+			}
+			c.set(&cfg)
+			var l *durable.Limiter
+			if !extremes.Check(t, fmt.Sprintf("%v/%s", alg, c.name), func() (err error) {
+				l, err = durable.New(cfg)
+				return err
+			}) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			for _, cost := range []int64{1, cfg.Policy.Quota, math.MaxInt64} {
+				req := ratekit.Request{Key: "k", Cost: cost}
+				for name, f := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){"Allow": l.Allow, "Peek": l.Peek, "Refund": l.Refund} {
+					d, err := f(ctx, req)
+					if err != nil {
+						if cost == 1 {
+							t.Fatalf("%v/%s: %s cost %d: %v", alg, c.name, name, cost, err)
+						}
+						continue
+					}
+					if d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0 {
+						t.Fatalf("%v/%s: %s cost %d: decision out of range: %+v", alg, c.name, name, cost, d)
+					}
+				}
+			}
+			if err := l.Reset(ctx, "k"); err != nil {
+				t.Fatalf("%v/%s: Reset: %v", alg, c.name, err)
+			}
+			cancel()
+		}
+	}
+}

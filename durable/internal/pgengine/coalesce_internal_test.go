@@ -1,0 +1,163 @@
+package pgengine
+
+import (
+	"context"
+	"errors"
+	"github.com/ratekit/ratekit"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/internal/testenv"
+)
+
+func TestParseBatchResult(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want [][5]int64
+	}{
+		{"{{1,4,0,123,0}}", 1, [][5]int64{{1, 4, 0, 123, 0}}},
+		{"{{1,4,0,123,0},{0,0,5,6,1}}", 2, [][5]int64{{1, 4, 0, 123, 0}, {0, 0, 5, 6, 1}}},
+		{"{{1,4,0,123,0},{0,0,5,6,1}}", 1, nil},
+		{"{{1,4,0,123,0},{0,0,5,6,1}}", 3, nil},
+		{"{{1,4,0,123,0}{0,0,5,6,1}}", 2, nil},
+		{"{{1,4,0,123,0},{0,0,5,6}}", 2, nil},
+		{"{{1,4,0,123,0},}", 1, nil},
+		{"{1,4,0,123,0}", 1, nil},
+		{"{}", 1, nil},
+		{"", 0, nil},
+		{"{{1,2,3,4,5}}", 0, nil},
+	}
+	for _, tt := range tests {
+		got, ok := parseBatchResult([]byte(tt.in), tt.n)
+		if ok != (tt.want != nil) {
+			t.Errorf("parseBatchResult(%q, %d) ok = %v", tt.in, tt.n, ok)
+			continue
+		}
+		for i := range tt.want {
+			if got[i] != tt.want[i] {
+				t.Errorf("parseBatchResult(%q, %d)[%d] = %v, want %v", tt.in, tt.n, i, got[i], tt.want[i])
+			}
+		}
+	}
+}
+
+// TestBatchRefusedAsAWhole: a decision the server refuses fails its batch's
+// statement, nothing of the batch is applied, and every caller is told to
+// send its own decision alone.
+func TestBatchRefusedAsAWhole(t *testing.T) {
+	for _, simple := range []bool{false, true} {
+		s, _, ctx := migratedStore(t, 2, simple)
+		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		good := &waiter{ctx: ctx, d: &decision{c: c, op: opTake, key: "a", cost: 1, idem: []byte("tx")}}
+		// Cost 0 passes no validation in Go; the function refuses it.
+		bad := &waiter{ctx: ctx, d: &decision{c: c, op: opTake, key: "b", cost: 0}}
+		s.co.send([]*waiter{good, bad}, time.Time{}, false)
+		for _, w := range []*waiter{good, bad} {
+			if !w.alone || w.err != nil {
+				t.Fatalf("simple %v: waiter %q: alone %v, err %v; want alone", simple, w.d.key, w.alone, w.err)
+			}
+		}
+		_, err = s.sendBatch(ctx, []*decision{good.d, bad.d})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" {
+			t.Fatalf("simple %v: batch error %v, want 22023", simple, err)
+		}
+		r, err := c.Peek(ctx, "a", 1)
+		if err != nil || r.Remaining != 10 {
+			t.Fatalf("simple %v: after the refused batch: %+v, %v; want nothing taken", simple, r, err)
+		}
+		// Alone, the good decision is applied once, the bad one refused.
+		if r, err := c.Take(ctx, "a", 1, "x"); err != nil || !r.Allowed || r.Remaining != 9 || r.Duplicate {
+			t.Fatalf("simple %v: alone: %+v, %v", simple, r, err)
+		}
+	}
+}
+
+func TestRolledBack(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "22023"}, true},
+		{&pgconn.PgError{Code: "40P01"}, true},
+		{&pgconn.PgError{Code: "40001"}, true},
+		{&pgconn.PgError{Code: "42883"}, true},
+		{&pgconn.PgError{Code: "P0001"}, true},
+		{&pgconn.PgError{Code: "57014"}, true},
+		{&pgconn.PgError{Code: "57P01"}, false}, // admin shutdown: the commit may have happened
+		{&pgconn.PgError{Code: "08P01"}, false}, // PgBouncer: server conn crashed?
+		{&pgconn.PgError{Code: "XX000"}, false},
+		{&pgconn.PgError{Code: ""}, false},
+		{errors.New("connection reset"), false},
+		{context.DeadlineExceeded, false},
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := rolledBack(tt.err); got != tt.want {
+			t.Errorf("rolledBack(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestBatchFunctionRefusesBadArrays: the batch function refuses arrays of
+// different lengths, empty ones and a function number it does not know,
+// rather than calling a decision function with missing arguments.
+func TestBatchFunctionRefusesBadArrays(t *testing.T) {
+	s, pool, ctx := migratedStore(t, 1, false)
+	key := [][]byte{[]byte("k")}
+	tests := []struct {
+		name string
+		fn   []int32
+		keys [][]byte
+		code string
+	}{
+		{"shorter key array", []int32{0, 0}, key, "22023"},
+		{"empty arrays", []int32{}, [][]byte{}, "22023"},
+		{"unknown function", []int32{int32(2 * len(batchAlgorithms))}, key, "20000"},
+	}
+	for _, tt := range tests {
+		n := len(tt.fn)
+		ints := func(v int64) []int64 {
+			a := make([]int64, n)
+			for i := range a {
+				a[i] = v
+			}
+			return a
+		}
+		prefixes := make([]string, n)
+		for i := range prefixes {
+			prefixes[i] = "p"
+		}
+		var raw []byte
+		err := pool.QueryRow(ctx, s.batchSQL, s.mode, tt.fn, ints(opTake), prefixes, tt.keys, ints(1), ints(10),
+			ints(int64(time.Hour/time.Microsecond)), ints(0), make([][]byte, n), ints(1), ints(0), make([]bool, n)).Scan(&raw)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != tt.code {
+			t.Errorf("%s: result %s, error %v; want SQLSTATE %s", tt.name, raw, err, tt.code)
+		}
+	}
+}
+
+// migratedStore returns a Store on the test schema, migrated, with its pool
+// of conns connections, and a context that ends with the test.
+func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Pool, context.Context) {
+	t.Helper()
+	pool := pgtest.Pool(t, testenv.PostgresURL(t), conns, "")
+	s, err := New(pool, Config{Schema: pgtest.Schema(), SimpleProtocol: simple})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return s, pool, ctx
+}

@@ -1,0 +1,160 @@
+package pgstore
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ratekit/ratekit/durable/internal/pgengine"
+)
+
+// DB is the part of a pgx connection that a [Store] uses. *pgxpool.Pool
+// satisfies it, and so do *pgx.Conn and pgx.Tx (a Store over a transaction
+// makes every decision part of that transaction).
+type DB interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Config configures a [Store]. The zero value is valid: schema "ratekit",
+// created on first use, queries in pgx's exec mode.
+type Config struct {
+	// Schema is the PostgreSQL schema that holds the tables and functions
+	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
+	Schema string
+
+	// DisableAutoMigrate turns off the creation of the schema on first use.
+	// Create it beforehand with [SchemaSQL] (or the ratekit-schema command)
+	// and give the role that the pool connects as USAGE on the schema,
+	// SELECT, INSERT, UPDATE and DELETE on its tables and EXECUTE on its
+	// functions.
+	DisableAutoMigrate bool
+
+	// SimpleProtocol makes the Store send its statements with pgx's simple
+	// protocol (client-side parameter interpolation by pgx) instead of the
+	// default pgx.QueryExecModeExec (extended protocol with the unnamed
+	// statement). Neither creates server-side prepared statements, so both
+	// work through PgBouncer in transaction mode and RDS Proxy; use simple
+	// protocol for poolers that also refuse the extended protocol.
+	SimpleProtocol bool
+
+	// MaxInFlight bounds the decisions the Store has in flight at once.
+	// Up to MaxInFlight, each decision is sent alone, at once, on its
+	// caller's goroutine. Decisions beyond it wait, and when a decision in
+	// flight ends, the goroutine of one waiting caller sends all that wait
+	// as one statement (coalescing): one round trip and one commit for
+	// all of them, each decided as if alone, in a fixed key order (see
+	// [Store]). Zero means [DefaultMaxInFlight]; a negative value turns
+	// coalescing off. Decisions use the DB's connections, so a pool
+	// smaller than MaxInFlight makes decisions wait for a connection
+	// rather than coalesce.
+	MaxInFlight int
+}
+
+// DefaultMaxInFlight is the bound on a Store's decisions in flight used when
+// [Config.MaxInFlight] is zero. Beyond it, decisions queue and go to
+// PostgreSQL together, one statement for the whole queue. Two keeps a
+// lone caller and a pair of callers from waiting for each other, and lets
+// batches form from the third concurrent caller on, where one statement
+// and one commit for many decisions beat one each (benchmarks/README.md
+// has the measurements). A server with many cores can use more places in
+// flight: raise it towards their number.
+const DefaultMaxInFlight = 2
+
+// Store runs ratekit's decisions in PostgreSQL for the limiters of package
+// durable that share it. Create one per pool with [New] and pass it to
+// every durable.Config; a Store is safe for concurrent use. It holds no
+// connection of its own and starts no goroutine: every statement is sent by
+// the goroutine of a caller waiting for it. The zero Store is not usable.
+//
+// Beyond [Config.MaxInFlight] decisions in flight, waiting decisions go to
+// PostgreSQL together in one statement that calls each one's decision
+// function in turn, ordered by durability, prefix, key and idempotency key,
+// in one implicit transaction. Each decision is decided exactly as if it
+// were alone (it sees every decision before it, in its batch or not);
+// several decisions on one key in a batch are decided one after the other.
+// The commit is asynchronous only when no decision in the batch asks for a
+// synchronous commit on logged tables. When the server refuses the
+// statement, its transaction rolled back and none of its decisions was
+// applied: each caller then sends its own decision alone, so that one
+// decision's failure is not another's. A caller whose context ends while
+// its decision waits returns at once, and its decision is never sent; one
+// whose decision was already sent returns at once too, and the decision may
+// be applied.
+type Store struct {
+	// handle carries the engine, a *pgengine.Store, which package durable
+	// reads with pgengine.From: the Handle's one method is unexported, so
+	// nothing of the engine is exported through Store.
+	handle
+}
+
+// handle names the embedded field: embedding pgengine.Handle by its own
+// name would export the field.
+type handle = pgengine.Handle
+
+// New returns a Store that runs its statements on db. It returns an error
+// matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
+// New does not contact the database: with automatic migration the schema is
+// created by the first decision (or by [Store.Migrate]).
+func New(db DB, cfg Config) (*Store, error) {
+	s, err := pgengine.New(db, pgengine.Config(cfg))
+	if err != nil {
+		return nil, err
+	}
+	return &Store{handle: pgengine.NewHandle(s)}, nil
+}
+
+// Schema returns the name of the schema the Store uses.
+func (s *Store) Schema() string { return pgengine.From(s).Schema() }
+
+// Migrate creates the schema's tables and functions unless they exist, in
+// one statement that holds a transaction-level advisory lock while it works,
+// so that any number of processes may call it at once. A Store with
+// automatic migration calls it before its first decision; later calls cost
+// one round trip that finds the version marker and does nothing. Errors wrap
+// the database error (and ctx.Err() when ctx ended).
+func (s *Store) Migrate(ctx context.Context) error { return pgengine.From(s).Migrate(ctx) }
+
+// DefaultSchema is the PostgreSQL schema that holds ratekit's tables and
+// functions when [Config.Schema] is empty.
+const DefaultSchema = "ratekit"
+
+// SchemaVersion is the version of the tables and functions that this package
+// creates and calls. The schema SQL creates a marker function named
+// ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
+// work when it exists.
+const SchemaVersion = 13
+
+// ValidateSchemaName reports whether name can be used as [Config.Schema]:
+// 1 to 63 bytes of lower-case ASCII letters, digits and '_', starting with a
+// letter or '_'. Schema names are identifiers, which cannot be query
+// parameters, so this package only accepts names that need no escaping and
+// still double-quotes them. The error matches [ratekit.ErrInvalidConfig].
+func ValidateSchemaName(name string) error { return pgengine.ValidateSchemaName(name) }
+
+// SchemaSQL returns the statements that create ratekit's tables, indexes and
+// functions in schema. Every statement is idempotent (CREATE … IF NOT EXISTS,
+// CREATE OR REPLACE FUNCTION), so running it again is harmless, but
+// concurrent runs can fail on PostgreSQL's catalog constraints: run it from
+// one migration job, or let [Store] migrate (it serialises concurrent
+// migrations with an advisory lock). It returns an error matching
+// [ratekit.ErrInvalidConfig] for an invalid schema name (see
+// [ValidateSchemaName]).
+func SchemaSQL(schema string) (string, error) { return pgengine.SchemaSQL(schema) }
+
+// DefaultSchemaSQL returns [SchemaSQL] for [DefaultSchema]: the statements
+// that create every table, index and function this package uses, for users
+// who run migrations themselves (set [Config.DisableAutoMigrate]). The SQL
+// is rendered on each call from the schema template embedded in the package
+// (nothing is built when the package is imported). It is safe for
+// concurrent use and cannot fail: the default schema name is valid and the
+// embedded template is checked by the package's tests; should it ever be
+// broken, DefaultSchemaSQL panics with the template's error.
+func DefaultSchemaSQL() string {
+	s, err := SchemaSQL(DefaultSchema)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
