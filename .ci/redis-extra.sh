@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Makes sure the binaries of ratekit's throwaway Redis servers are installed:
 # redis-server (which also runs Sentinel, with --sentinel) and redis-cli
-# (which creates a Redis Cluster, --cluster create). internal/redistest starts
+# (which creates a Redis Cluster, --cluster create). internal/redistest (in the root module) starts
 # them on free loopback ports for the failover and cluster tests; the shared
 # server on 6379 may come from elsewhere, so services.sh alone does not
 # guarantee them. Idempotent; needs root to install.
