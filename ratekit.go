@@ -78,7 +78,8 @@ type Limiter interface {
 // without consuming from it.
 //
 // Peek returns the Decision that Allow would return for req at this moment
-// (Allowed reports whether req.Cost units are available), but takes nothing.
+// (Allowed reports whether req.Cost units are available, Remaining how many
+// the key holds), but takes nothing.
 // It returns the same errors as [Limiter.Allow].
 type Peeker interface {
 	Peek(ctx context.Context, req Request) (Decision, error)

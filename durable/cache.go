@@ -41,14 +41,32 @@ func (c *deniedCache) get(key string, cost int64) (ratekit.Decision, bool) {
 	return d, true
 }
 
-// put records that a request of cost for key was denied with d. An entry
-// for a smaller cost that has not expired stays: it answers more requests.
-func (c *deniedCache) put(key string, cost int64, d ratekit.Decision) {
+// put records that a request of cost for key was denied with d, unless
+// key changed after ticket (taken before the request's round trip).
+// An entry for a smaller cost that has not expired stays: it answers more
+// requests.
+func (c *deniedCache) put(key string, cost int64, d ratekit.Decision, ticket uint64) {
 	now := c.now()
 	e := deniedEntry{resetAt: now.Add(d.ResetAfter), cost: cost, d: d}
-	c.c.Put(key, e, now, now.Add(d.RetryAfter), func(old deniedEntry) bool { return old.cost < cost })
+	c.c.Put(key, e, now, now.Add(d.RetryAfter), ticket, func(old deniedEntry) bool { return old.cost < cost })
 }
 
-func (c *deniedCache) remove(key string) { c.c.Remove(key) }
-
 func (c *deniedCache) len() int { return c.c.Len() }
+
+// begin registers a decision about key that asks the database and returns
+// its ticket; 0 on a nil cache. Every begin is followed by one finish.
+func (c *deniedCache) begin(key string) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.c.Begin(key)
+}
+
+// finish ends the decision begin registered; changed reports that the
+// database may have changed the key (an admission, a refund, a reset, or
+// one of them that failed). A nil cache does nothing.
+func (c *deniedCache) finish(key string, changed bool) {
+	if c != nil {
+		c.c.Finish(key, changed)
+	}
+}

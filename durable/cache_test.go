@@ -16,7 +16,7 @@ func TestDeniedCacheUnit(t *testing.T) {
 	}
 	c := newDeniedCache(3, clock)
 
-	c.put("a", 2, denial(10*time.Second))
+	c.put("a", 2, denial(10*time.Second), 0)
 	tests := []struct {
 		name  string
 		key   string
@@ -38,11 +38,11 @@ func TestDeniedCacheUnit(t *testing.T) {
 
 	// A later denial of a larger cost does not replace the entry for the
 	// smaller one; a denial of a smaller cost does.
-	c.put("a", 4, denial(20*time.Second))
+	c.put("a", 4, denial(20*time.Second), 0)
 	if d, ok := c.get("a", 2); !ok || d.RetryAfter != 10*time.Second {
 		t.Errorf("entry for cost 2 replaced by cost 4: %+v, %v", d, ok)
 	}
-	c.put("a", 1, denial(5*time.Second))
+	c.put("a", 1, denial(5*time.Second), 0)
 	if d, ok := c.get("a", 1); !ok || d.RetryAfter != 5*time.Second {
 		t.Errorf("entry for cost 1: %+v, %v", d, ok)
 	}
@@ -61,17 +61,18 @@ func TestDeniedCacheUnit(t *testing.T) {
 	}
 
 	// Bounded: never more than max entries; expired ones go first.
-	c.put("x", 1, denial(time.Second))
+	c.put("x", 1, denial(time.Second), 0)
 	now = now.Add(2 * time.Second)
 	for i := 0; i < 10; i++ {
-		c.put(fmt.Sprint("k", i), 1, denial(time.Minute))
+		c.put(fmt.Sprint("k", i), 1, denial(time.Minute), 0)
 		if c.len() > 3 {
 			t.Fatalf("len %d after %d puts, max 3", c.len(), i+1)
 		}
 	}
-	c.remove("k9")
+	c.begin("k9")
+	c.finish("k9", true)
 	if _, ok := c.get("k9", 1); ok {
-		t.Error("removed entry still answers")
+		t.Error("an entry answers after a change of its key")
 	}
 }
 
@@ -82,7 +83,7 @@ func BenchmarkDeniedCacheGet(b *testing.B) {
 	keys := make([]string, 256)
 	for i := range keys {
 		keys[i] = fmt.Sprint("blocked-", i)
-		c.put(keys[i], 1, ratekit.Decision{RetryAfter: time.Hour})
+		c.put(keys[i], 1, ratekit.Decision{RetryAfter: time.Hour}, 0)
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -45,8 +45,8 @@ var (
 // may take part, the sliding log included. Their SynchronousCommit settings
 // combine to the safer one. The limiters stay usable on their own and
 // share their counts with the composite. Decisions of the composite never
-// use the limiters' denied caches; its Refund and Reset remove the key from
-// them. NewComposite returns an error matching [ratekit.ErrInvalidConfig]
+// use the limiters' denied caches; its admissions, refunds and resets
+// remove the keys they change from them. NewComposite returns an error matching [ratekit.ErrInvalidConfig]
 // for an invalid combination and does not contact the database.
 func NewComposite(limiters ...*Limiter) (*Composite, error) {
 	counters := make([]*pgengine.Counter, len(limiters))
@@ -81,11 +81,15 @@ func (c *Composite) Policies() []ratekit.Policy {
 // limit; store errors wrapping the pgx error (and ctx.Err()), after which
 // the request may have been counted by every policy or by none.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	c.begin(req)
 	r, err := c.c.Take(ctx, req.Key, req.Cost, req.Parts, req.IdempotencyKey)
 	if err != nil {
+		c.finish(req, true)
 		return ratekit.Decision{}, err
 	}
-	return c.decision(r), nil
+	d := c.decision(r)
+	c.finish(req, d.Allowed)
+	return d, nil
 }
 
 // Peek reports the Decision that Allow would return for req now without
@@ -104,17 +108,9 @@ func (c *Composite) Peek(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // once. It returns the same errors as Allow, except that a cost above a
 // limit is accepted.
 func (c *Composite) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
-	for i, l := range c.limiters {
-		if l.cache == nil {
-			continue
-		}
-		if len(req.Parts) == len(c.limiters) {
-			l.cache.remove(req.Parts[i].Key)
-		} else {
-			l.cache.remove(req.Key)
-		}
-	}
+	c.begin(req)
 	r, err := c.c.Refund(ctx, req.Key, req.Cost, req.Parts, req.IdempotencyKey)
+	c.finish(req, true)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -132,11 +128,37 @@ func (c *Composite) Refund(ctx context.Context, req ratekit.Request) (ratekit.De
 // the pgx error otherwise.
 func (c *Composite) Reset(ctx context.Context, key string) error {
 	for _, l := range c.limiters {
-		if l.cache != nil {
-			l.cache.remove(key)
-		}
+		l.cache.begin(key)
 	}
-	return c.c.Reset(ctx, key)
+	err := c.c.Reset(ctx, key)
+	for _, l := range c.limiters {
+		l.cache.finish(key, true)
+	}
+	return err
+}
+
+// partKey returns the key that req counts under policy i.
+func (c *Composite) partKey(req ratekit.Request, i int) string {
+	if len(req.Parts) == len(c.limiters) {
+		return req.Parts[i].Key
+	}
+	return req.Key
+}
+
+// begin registers, in the limiters' denied caches, a decision about the
+// keys req counts: while it is in flight, they answer none of those keys.
+func (c *Composite) begin(req ratekit.Request) {
+	for i, l := range c.limiters {
+		l.cache.begin(c.partKey(req, i))
+	}
+}
+
+// finish ends what begin registered; changed reports that the database
+// may have changed the keys.
+func (c *Composite) finish(req ratekit.Request, changed bool) {
+	for i, l := range c.limiters {
+		l.cache.finish(c.partKey(req, i), changed)
+	}
 }
 
 func (c *Composite) decision(r []pgengine.Outcome) ratekit.Decision {

@@ -226,12 +226,15 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decis
 	if d, ok := l.cached(req); ok {
 		return d, nil
 	}
+	ticket := l.cache.begin(req.Key)
 	r, err := l.counter.Take(ctx, req.Key, req.Cost, req.IdempotencyKey)
 	if err != nil {
+		l.cache.finish(req.Key, true)
 		return ratekit.Decision{}, err
 	}
 	d := l.decision(r)
-	l.remember(req, d)
+	l.remember(req, d, ticket)
+	l.cache.finish(req.Key, d.Allowed)
 	return d, nil
 }
 
@@ -260,10 +263,9 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 	if len(req.Parts) > 0 {
 		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
 	}
-	if l.cache != nil {
-		l.cache.remove(req.Key)
-	}
+	l.cache.begin(req.Key)
 	r, err := l.counter.Refund(ctx, req.Key, req.Cost, req.IdempotencyKey)
+	l.cache.finish(req.Key, true)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -278,10 +280,10 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid key and a
 // store error wrapping the pgx error otherwise.
 func (l *Limiter) Reset(ctx context.Context, key string) error {
-	if l.cache != nil {
-		l.cache.remove(key)
-	}
-	return l.counter.Reset(ctx, key)
+	l.cache.begin(key)
+	err := l.counter.Reset(ctx, key)
+	l.cache.finish(key, true)
+	return err
 }
 
 // Cleanup deletes all expired rows of this limiter's prefix and returns how
@@ -316,9 +318,9 @@ func (l *Limiter) cached(req ratekit.Request) (ratekit.Decision, bool) {
 	return l.cache.get(req.Key, req.Cost)
 }
 
-func (l *Limiter) remember(req ratekit.Request, d ratekit.Decision) {
+func (l *Limiter) remember(req ratekit.Request, d ratekit.Decision, ticket uint64) {
 	if l.cache == nil || d.Allowed || d.RetryAfter <= 0 {
 		return
 	}
-	l.cache.put(req.Key, req.Cost, d)
+	l.cache.put(req.Key, req.Cost, d, ticket)
 }

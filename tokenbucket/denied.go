@@ -45,11 +45,29 @@ func (c *deniedCache) lookup(key string, n int64, now time.Time, r kvstore.Refil
 	return level, true
 }
 
-func (c *deniedCache) add(key string, level int64, sent, expires time.Time) {
-	c.c.Put(key, denial{level: level, sent: sent}, sent, expires, nil)
+// add records a denial of key that the store decided after ticket was
+// taken, unless key changed since.
+func (c *deniedCache) add(key string, level int64, sent, expires time.Time, ticket uint64) {
+	c.c.Put(key, denial{level: level, sent: sent}, sent, expires, ticket, nil)
 }
 
-func (c *deniedCache) remove(key string) { c.c.Remove(key) }
+// begin registers a decision about key that asks the store and returns its
+// ticket; 0 on a nil cache. Every begin is followed by one finish.
+func (c *deniedCache) begin(key string) uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.c.Begin(key)
+}
+
+// finish ends the decision begin registered; changed reports that the
+// store may have changed the bucket (a take, a refund, a reset, or one of
+// them that failed). A nil cache does nothing.
+func (c *deniedCache) finish(key string, changed bool) {
+	if c != nil {
+		c.c.Finish(key, changed)
+	}
+}
 
 // size returns the number of entries, for tests.
 func (c *deniedCache) size() int { return c.c.Len() }

@@ -13,7 +13,7 @@ func TestDeniedCacheBound(t *testing.T) {
 	for _, size := range []int{1, 5, 16, 17, 100} {
 		c := newDeniedCache(size)
 		for i := 0; i < 50*size; i++ {
-			c.add(strconv.Itoa(i), 0, start, start.Add(time.Duration(i+1)*time.Second))
+			c.add(strconv.Itoa(i), 0, start, start.Add(time.Duration(i+1)*time.Second), 0)
 			if n := c.size(); n > size {
 				t.Fatalf("size %d: %d entries after %d adds", size, n, i+1)
 			}
@@ -25,7 +25,7 @@ func TestDeniedCacheExpiry(t *testing.T) {
 	r := kvstore.Refill{Max: 1000, Rate: 1}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := newDeniedCache(4)
-	c.add("k", 100, start, start.Add(400*time.Microsecond)) // 500 units at +400µs
+	c.add("k", 100, start, start.Add(400*time.Microsecond), 0) // 500 units at +400µs
 	if level, hit := c.lookup("k", 500, start.Add(399*time.Microsecond), r); !hit || level != 499 {
 		t.Fatalf("lookup at +399µs = %d, %v; want 499, hit", level, hit)
 	}
@@ -44,8 +44,8 @@ func TestDeniedCacheExpiry(t *testing.T) {
 	}
 	// The evictor removes expired entries first, then the soonest to expire.
 	c = newDeniedCache(1)
-	c.add("a", 0, start, start.Add(time.Second))
-	c.add("b", 0, start.Add(2*time.Second), start.Add(3*time.Second))
+	c.add("a", 0, start, start.Add(time.Second), 0)
+	c.add("b", 0, start.Add(2*time.Second), start.Add(3*time.Second), 0)
 	if _, hit := c.lookup("b", 1, start.Add(2*time.Second), r); !hit || c.size() != 1 {
 		t.Fatal("a new entry did not replace an expired one")
 	}

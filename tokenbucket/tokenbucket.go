@@ -364,12 +364,14 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 			return d, nil
 		}
 	}
+	ticket := l.denied.begin(req.Key)
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
+	if err == nil && !res.OK && l.denied != nil {
+		l.denied.add(req.Key, res.Value, sent, sent.Add(l.refill.TimeUntil(res.Value, n)), ticket)
+	}
+	l.denied.finish(req.Key, err != nil || res.OK)
 	if err != nil {
 		return ratekit.Decision{}, err
-	}
-	if !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Value, sent, sent.Add(l.refill.TimeUntil(res.Value, n)))
 	}
 	l.decide(&d, res.OK, res.Value, n)
 	return d, nil
@@ -399,10 +401,9 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (d ratekit.De
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	if l.denied != nil {
-		l.denied.remove(req.Key)
-	}
+	l.denied.begin(req.Key)
 	res, err := l.apply(ctx, req.Key, kvstore.OpRefund, n)
+	l.denied.finish(req.Key, true)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -417,10 +418,10 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := ratekit.ValidateKey(key); err != nil {
 		return err
 	}
-	if l.denied != nil {
-		l.denied.remove(key)
-	}
-	if err := l.store.Delete(ctx, l.storeKey(key)); err != nil {
+	l.denied.begin(key)
+	err := l.store.Delete(ctx, l.storeKey(key))
+	l.denied.finish(key, true)
+	if err != nil {
 		return fmt.Errorf("tokenbucket: reset: %w", err)
 	}
 	return nil

@@ -60,7 +60,7 @@ type Config struct {
 // and one commit for many decisions beat one each (benchmarks/README.md
 // has the measurements). A server with many cores can use more places in
 // flight: raise it towards their number.
-const DefaultMaxInFlight = 2
+const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 
 // Store runs ratekit's decisions in PostgreSQL for the limiters of package
 // durable that share it. Create one per pool with [New] and pass it to
@@ -118,13 +118,13 @@ func (s *Store) Migrate(ctx context.Context) error { return pgengine.From(s).Mig
 
 // DefaultSchema is the PostgreSQL schema that holds ratekit's tables and
 // functions when [Config.Schema] is empty.
-const DefaultSchema = "ratekit"
+const DefaultSchema = pgengine.DefaultSchema
 
 // SchemaVersion is the version of the tables and functions that this package
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 13
+const SchemaVersion = pgengine.SchemaVersion
 
 // ValidateSchemaName reports whether name can be used as [Config.Schema]:
 // 1 to 63 bytes of lower-case ASCII letters, digits and '_', starting with a

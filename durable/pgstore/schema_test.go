@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/durable/internal/pgengine"
 	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
@@ -25,16 +24,5 @@ func TestSchemaSQL(t *testing.T) {
 		if _, err := pgstore.New(nil, pgstore.Config{Schema: name}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("New with schema %q: %v, want ErrInvalidConfig", name, err)
 		}
-	}
-}
-
-// TestConstantsMatchEngine: the constants this package documents are the
-// ones its engine uses.
-func TestConstantsMatchEngine(t *testing.T) {
-	if pgstore.DefaultSchema != pgengine.DefaultSchema || pgstore.SchemaVersion != pgengine.SchemaVersion ||
-		pgstore.DefaultMaxInFlight != pgengine.DefaultMaxInFlight {
-		t.Errorf("pgstore: schema %q, version %d, max in flight %d; engine: %q, %d, %d",
-			pgstore.DefaultSchema, pgstore.SchemaVersion, pgstore.DefaultMaxInFlight,
-			pgengine.DefaultSchema, pgengine.SchemaVersion, pgengine.DefaultMaxInFlight)
 	}
 }

@@ -6,6 +6,18 @@
 // when a Get finds them expired or a full shard needs room; a full shard
 // evicts by one rule: among five sampled entries, the expired ones, or else
 // the one that expires first.
+//
+// A cached denial must never be answered once a change of its key that it
+// did not see could have been observed. So every decision that asks the
+// store about a key is registered for the time of its round trip:
+// [Cache.Begin] before the store call returns a ticket, [Cache.Finish]
+// after it says whether the store may have changed the key (an admission,
+// a refund, a reset, or a call that failed). While a decision about a key is
+// in flight, [Cache.Get] misses for that key, so no answer from memory
+// races a change that the store may already show other callers; Finish of a
+// change forgets the key and refuses every [Cache.Put] whose ticket was
+// taken before it, so a denial decided before the change is never stored
+// after it.
 package deniedcache
 
 import (
@@ -21,6 +33,11 @@ const maxShards = 16
 // sample is how many entries a full shard inspects to make room.
 const sample = 5
 
+// maxChanged is how many changed keys a shard remembers; past that it
+// forgets them all and refuses every ticket taken before (a denial that is
+// then not cached only costs its next request a round trip).
+const maxChanged = 256
+
 // Cache maps keys to values of type V until an expiry time. It is safe for
 // concurrent use.
 type Cache[V any] struct {
@@ -33,6 +50,13 @@ type shard[V any] struct {
 	mu      sync.Mutex
 	max     int
 	entries map[string]entry[V]
+	// inFlight counts the decisions registered for each key.
+	inFlight map[string]int
+	// gen counts the shard's changes; changed holds, for the keys changed
+	// since floor, the gen their last change made.
+	gen     uint64
+	changed map[string]uint64
+	floor   uint64
 }
 
 type entry[V any] struct {
@@ -50,6 +74,8 @@ func New[V any](size int) *Cache[V] {
 			c.shards[i].max++
 		}
 		c.shards[i].entries = make(map[string]entry[V])
+		c.shards[i].changed = make(map[string]uint64)
+		c.shards[i].inFlight = make(map[string]int)
 	}
 	return c
 }
@@ -59,11 +85,15 @@ func (c *Cache[V]) shard(key string) *shard[V] {
 }
 
 // Get returns the value of key and its expiry when the entry has not expired
-// at now. It removes an expired entry.
+// at now and no decision about key is in flight. It removes an expired
+// entry.
 func (c *Cache[V]) Get(key string, now time.Time) (v V, expires time.Time, ok bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if sh.inFlight[key] > 0 {
+		return v, time.Time{}, false
+	}
 	e, ok := sh.entries[key]
 	if !ok {
 		return v, time.Time{}, false
@@ -75,13 +105,53 @@ func (c *Cache[V]) Get(key string, now time.Time) (v V, expires time.Time, ok bo
 	return e.v, e.expires, true
 }
 
-// Put stores v under key until expires, unless keep is not nil and reports
-// true for the value of an entry of key that has not expired at now. A full
-// shard first makes room by the package's eviction rule.
-func (c *Cache[V]) Put(key string, v V, now, expires time.Time, keep func(old V) bool) {
+// Begin registers a decision about key that is about to ask the store and
+// returns its ticket, for [Cache.Put] and [Cache.Finish]. Every Begin must
+// be followed by one Finish.
+func (c *Cache[V]) Begin(key string) (ticket uint64) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	sh.inFlight[key]++
+	ticket = sh.gen
+	sh.mu.Unlock()
+	return ticket
+}
+
+// Finish ends the decision about key that Begin registered. When changed
+// (the store may have changed key), it forgets key's entry and refuses every
+// later Put of key whose ticket was taken before this call.
+func (c *Cache[V]) Finish(key string, changed bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	if n := sh.inFlight[key]; n > 1 {
+		sh.inFlight[key] = n - 1
+	} else {
+		delete(sh.inFlight, key)
+	}
+	if changed {
+		delete(sh.entries, key)
+		sh.gen++
+		if len(sh.changed) >= maxChanged {
+			clear(sh.changed)
+			sh.floor = sh.gen
+		} else {
+			sh.changed[key] = sh.gen
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// Put stores v under key until expires, unless key changed (see
+// [Cache.Finish]) after ticket was taken, or keep is not nil and reports true for the value of an
+// entry of key that has not expired at now. A full shard first makes room by
+// the package's eviction rule.
+func (c *Cache[V]) Put(key string, v V, now, expires time.Time, ticket uint64, keep func(old V) bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	if ticket < sh.floor || sh.changed[key] > ticket {
+		return
+	}
 	old, exists := sh.entries[key]
 	if exists && keep != nil && now.Before(old.expires) && keep(old.v) {
 		return
@@ -92,7 +162,8 @@ func (c *Cache[V]) Put(key string, v V, now, expires time.Time, keep func(old V)
 	sh.entries[key] = entry[V]{v: v, expires: expires}
 }
 
-// Remove forgets key.
+// Remove forgets key's entry, for an entry that proved too old to answer;
+// it changes nothing else.
 func (c *Cache[V]) Remove(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()

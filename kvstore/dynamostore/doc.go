@@ -72,15 +72,17 @@
 // # Time and clock skew
 //
 // DynamoDB has no clock that a request can read, so every decision uses the
-// clock of the instance that makes it ([Config.Now], time.Now by default).
-// A decision at time now reads the line at now. Let S be the largest
-// difference between the clocks of the instances sharing a table:
+// clock of the instance that makes it ([Config.Now], time.Now by default),
+// or the item's own time when that clock is behind it: a decision never runs
+// at a time before the last one written to its item, so the decisions on a
+// key are those of [kvstore.Refill.Apply] in the order DynamoDB applied
+// them, and one instance's concurrent decisions are linearizable. Let S be
+// the largest difference between the clocks of the instances sharing a
+// table:
 //
-//   - an instance whose clock is ahead by S sees S × RefillRate more units than
-//     the bucket holds in true time, and one behind by S sees as many fewer;
-//     a read before the item's own time reads the line there, below v, never
-//     above (where [kvstore.Refill.Apply] would keep v: this is the one
-//     difference from it);
+//   - an instance whose clock is ahead by S sees up to S × RefillRate more
+//     units than the bucket holds in true time, and one behind decides at the
+//     time of the item it reads until its clock catches up;
 //   - so over any span of time the limiter admits at most
 //     Burst + RefillRate × (span + S): skew adds at most S × RefillRate
 //     admissions, once, not per period, and costs nothing while no request

@@ -109,11 +109,22 @@ BEGIN
 		END IF;
 		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
-		UPDATE {{.Counters}} AS c SET count = GREATEST(c.count - p_cost, 0)
-		WHERE c.prefix = p_prefix AND c.key = p_key AND c.window_start_us >= ws
-		RETURNING c.window_start_us, c.count INTO v_ws, v_count;
+		-- A refund changes only a row that lockrow locked; without one the
+		-- key is full as of that look-up, and a row another decision
+		-- committed since must be neither changed nor read here (its clock
+		-- may be later than this one's).
+		IF l_id IS NOT NULL THEN
+			UPDATE {{.Counters}} AS c SET count = GREATEST(c.count - p_cost, 0)
+			WHERE c.ctid = l_id AND c.window_start_us >= ws
+			RETURNING c.window_start_us, c.count INTO v_ws, v_count;
+			v_found := FOUND;
+		END IF;
+		IF NOT v_found THEN
+			v_ws := ws;
+			v_count := 0;
+			v_found := true;
+		END IF;
 		allowed := true;
-		v_found := FOUND;
 	END IF;
 	IF NOT v_found THEN
 		SELECT c.window_start_us, c.count INTO v_ws, v_count
@@ -164,13 +175,20 @@ BEGIN
 		v_prev := l_prev;
 		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
-		UPDATE {{.Counters}} AS c SET
-			count = GREATEST(c.count - p_cost, 0),
-			prev_count = CASE WHEN c.window_start_us >= ws THEN GREATEST(c.prev_count - GREATEST(p_cost - c.count, 0), 0) ELSE c.prev_count END
-		WHERE c.prefix = p_prefix AND c.key = p_key AND c.window_start_us >= ws - p_window_us
-		RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
+		-- Only a row that lockrow locked (see the fixed window).
+		IF l_id IS NOT NULL THEN
+			UPDATE {{.Counters}} AS c SET
+				count = GREATEST(c.count - p_cost, 0),
+				prev_count = CASE WHEN c.window_start_us >= ws THEN GREATEST(c.prev_count - GREATEST(p_cost - c.count, 0), 0) ELSE c.prev_count END
+			WHERE c.ctid = l_id AND c.window_start_us >= ws - p_window_us
+			RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
+			v_found := FOUND;
+		END IF;
+		IF NOT v_found THEN
+			v_ws := ws; v_cur := 0; v_prev := 0;
+			v_found := true;
+		END IF;
 		allowed := true;
-		v_found := FOUND;
 	END IF;
 	IF NOT v_found THEN
 		SELECT c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev
@@ -256,11 +274,18 @@ BEGIN
 		END IF;
 		v_found := true;
 	ELSIF p_op = 2 AND NOT duplicate THEN
-		UPDATE {{.Counters}} AS c SET tat_us = GREATEST(c.tat_us - p_cost * p_window_us, now_us)
-		WHERE c.prefix = p_prefix AND c.key = p_key AND c.tat_us > now_us
-		RETURNING c.tat_us INTO v_tat;
+		-- Only a row that lockrow locked (see the fixed window).
+		IF l_id IS NOT NULL THEN
+			UPDATE {{.Counters}} AS c SET tat_us = GREATEST(c.tat_us - p_cost * p_window_us, now_us)
+			WHERE c.ctid = l_id AND c.tat_us > now_us
+			RETURNING c.tat_us INTO v_tat;
+			v_found := FOUND;
+		END IF;
+		IF NOT v_found THEN
+			v_tat := now_us;
+			v_found := true;
+		END IF;
 		allowed := true;
-		v_found := FOUND;
 	END IF;
 	IF NOT v_found THEN
 		SELECT c.tat_us INTO v_tat FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
@@ -434,10 +459,13 @@ BEGIN
 			END LOOP;
 			ord[j + 1] := i;
 		END LOOP;
-		-- Lock each key and read its state under the lock; a take, and a
-		-- refund with an idempotency key, create a missing row in a state
-		-- that means the same as no row, so that its idempotency records
-		-- are touched only under the key's lock (see the reset function).
+		-- Lock each key and read its state under the lock; a take or a
+		-- refund creates a missing row in a state that means the same as no
+		-- row. So a refund waits for a take that is creating a key's rows
+		-- and sees all of that take or none of it (reading one policy's new
+		-- row and not yet another's would refund only part of it), and
+		-- idempotency records are touched only under the key's lock (see
+		-- the reset function).
 		FOREACH i IN ARRAY ord LOOP
 			IF p_algs[i] = 4 THEN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
@@ -450,7 +478,6 @@ BEGIN
 						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
 						EXIT;
 					END IF;
-					EXIT WHEN p_op <> 0 AND p_idem IS NULL;
 					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
 					ON CONFLICT (prefix, key) DO NOTHING RETURNING ctid INTO v_id;
 					IF FOUND THEN
@@ -462,19 +489,26 @@ BEGIN
 		END LOOP;
 		now_us := {{template "clock"}};
 	ELSE
-		-- A peek locks nothing: it reads the counters, then the clock, then
-		-- the logs.
-		FOR i IN 1..n LOOP
-			IF p_algs[i] <> 4 THEN
-				SELECT c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
-				INTO v_ws, v_a, v_b
-				FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i];
-				IF FOUND THEN
-					s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
-				END IF;
-			END IF;
-		END LOOP;
-		now_us := {{template "clock"}};
+		-- A peek locks nothing. It reads every policy's state in one
+		-- statement, so in one snapshot: reading them one statement each
+		-- could see a take between two of them and report a state that
+		-- never was. The clock is read after the snapshot is taken, so
+		-- every decision the peek sees read its clock no later; the logs
+		-- are summed at that clock.
+		SELECT min(x.now_us), array_agg(x.ws ORDER BY x.i), array_agg(x.a ORDER BY x.i), array_agg(x.b ORDER BY x.i)
+		INTO now_us, s_ws, s_a, s_b
+		FROM (
+			SELECT u.i, t.now_us, COALESCE(c.window_start_us, 0) AS ws,
+				CASE u.alg WHEN 4 THEN COALESCE(l.used, 0) WHEN 3 THEN COALESCE(c.tat_us, 0) ELSE COALESCE(c.count, 0) END AS a,
+				CASE u.alg WHEN 4 THEN COALESCE(l.last, 0) ELSE COALESCE(c.prev_count, 0) END AS b
+			FROM unnest(p_prefixes, p_keys, p_algs) WITH ORDINALITY AS u(prefix, key, alg, i)
+			CROSS JOIN (SELECT {{template "clock"}} AS now_us OFFSET 0) AS t
+			LEFT JOIN {{.Counters}} AS c ON u.alg <> 4 AND c.prefix = u.prefix AND c.key = u.key
+			LEFT JOIN LATERAL (
+				SELECT sum(g.cost)::bigint AS used, max(g.expires_at_us) AS last FROM {{.Log}} AS g
+				WHERE u.alg = 4 AND g.prefix = u.prefix AND g.key = u.key AND g.expires_at_us + 0 > t.now_us
+			) AS l ON true
+		) AS x;
 	END IF;
 	-- Roll each policy's state forward to now (a missing row reads as
 	-- zeros, which means the same as no row) and ask whether it would
@@ -505,11 +539,11 @@ BEGIN
 		ELSE
 			IF p_op <> 1 THEN
 				DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 <= now_us;
+				SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO v_a, v_b
+				FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us;
+				s_a[i] := v_a; s_b[i] := v_b;
 			END IF;
-			SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO v_a, v_b
-			FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us;
-			s_a[i] := v_a; s_b[i] := v_b;
-			ok[i] := v_a + cst <= lim;
+			ok[i] := s_a[i] + cst <= lim;
 		END CASE;
 		all_ok := all_ok AND ok[i];
 	END LOOP;
