@@ -109,11 +109,13 @@ type Config struct {
 	// to that many denied keys. While a key is in it, Allow and Peek
 	// answer a request of at least the denied cost from memory, without a
 	// round trip, until the denial's RetryAfter has passed (for the window
-	// algorithms, the key's reset). This process's own Refund and Reset
-	// remove the key; another process's do not, so after a refund or
-	// reset elsewhere this process may keep denying the key until the
-	// cached RetryAfter ends. The cache only ever repeats a denial, so it
-	// never admits more than the database would. Requests with an
+	// algorithms, the key's reset). Within one process the cache is
+	// linearizable with Allow, Peek, Refund and Reset (a key is answered
+	// only while no decision about it is in flight, and no denial outlives
+	// an admission, refund or reset that returned after it); a refund or
+	// reset in another process is seen when the cached RetryAfter ends.
+	// The cache only ever repeats a denial, so it never admits more than
+	// the database would. Requests with an
 	// IdempotencyKey bypass it. When full it evicts, as tokenbucket's
 	// does: among five sampled keys, the expired ones, or else the one
 	// whose RetryAfter ends first. Zero disables the cache.

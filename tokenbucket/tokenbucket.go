@@ -92,12 +92,13 @@
 //
 // With [Config.DeniedCacheSize] set, a Limiter remembers the keys it has
 // just denied, in process, until their retry time, and denies repeated
-// requests from a blocked client without a round trip. It only denies what
-// the store would deny: the cached level is refilled from the moment the
-// request that was denied was sent, so it never undercounts the store's
-// level. What it cannot see is a Refund or Reset made by another instance
-// before the entry expires (its own Refund and Reset clear the entry). Its
-// RetryAfter is the shortest the store could answer, never longer.
+// requests from a blocked client without a round trip. Within one process
+// the cache is linearizable with Allow, Peek, Refund and Reset: it answers a
+// key only while no decision about that key is in flight, and never keeps a
+// denial that an admission, refund or reset returned after. A Refund or
+// Reset made by another instance is seen when the cached retry time ends.
+// The cached level is refilled from the moment the denied request was sent,
+// so its RetryAfter is the shortest the store could answer, never longer.
 //
 // # Several limits, one decision
 //
