@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"time"
 )
@@ -122,12 +123,17 @@ func (r Refill) TimeToFull(level int64) time.Duration {
 }
 
 // TimeUntil returns how long a value at level takes to reach target units,
-// rounded up to the microsecond: 0 when level is already at least target.
+// rounded up to the microsecond: 0 when level is already at least target,
+// and the longest time.Duration (about 292 years) when it takes longer.
 // target must not exceed Max.
 func (r Refill) TimeUntil(level, target int64) time.Duration {
 	if level >= target {
 		return 0
 	}
 	gap := target - max(level, 0)
-	return time.Duration((gap+r.Rate-1)/r.Rate) * time.Microsecond
+	us := (gap + r.Rate - 1) / r.Rate
+	if us > math.MaxInt64/int64(time.Microsecond) {
+		return math.MaxInt64
+	}
+	return time.Duration(us) * time.Microsecond
 }

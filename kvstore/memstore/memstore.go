@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
@@ -249,11 +250,11 @@ func (c *Scope) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	now := c.s.clock()
 	for {
 		if e := c.lock(key); e != nil {
-			e.rec, e.expires = rec, now+int64(ttl)
+			e.rec, e.expires = rec, addNanos(now, int64(ttl))
 			e.mu.Unlock()
 			return nil
 		}
-		if c.insert(key, rec, now+int64(ttl), now) {
+		if c.insert(key, rec, addNanos(now, int64(ttl)), now) {
 			return nil
 		}
 	}
@@ -326,8 +327,19 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 // expiry returns when the record next, written by an update with r, is full
 // again, on the store clock in nanoseconds: it is current at next.Time (at
 // most a stepped-back clock's distance from now) and full TimeToFull after.
+// A bucket that fills later than the clock can count (the year 2262) never
+// expires.
 func expiry(r kvstore.Refill, next kvstore.Record) int64 {
-	return next.Time*1000 + int64(r.TimeToFull(next.Value))
+	return addNanos(next.Time*1000, int64(r.TimeToFull(next.Value)))
+}
+
+// addNanos returns at + d (nanoseconds, d ≥ 0), or the largest time when
+// that overflows.
+func addNanos(at, d int64) int64 {
+	if d > math.MaxInt64-at {
+		return math.MaxInt64
+	}
+	return at + d
 }
 
 // Len returns the number of keys held, expired ones not yet removed
