@@ -274,6 +274,13 @@ type Policy struct {
 	Window time.Duration
 }
 
+// MaxQuota is the largest quota (for a token bucket, the largest burst)
+// that a strategy accepts: 999,999,999,999,999, the largest Integer of an
+// HTTP Structured Field (RFC 9651, section 3.3.1), so that every RateLimit
+// header field carries the policy's q and r. A larger quota is refused at
+// construction with an error matching [ErrInvalidConfig].
+const MaxQuota = 999_999_999_999_999
+
 // MaxPolicyNameLen is the longest policy name, in bytes, that
 // [ValidatePolicyName] accepts.
 const MaxPolicyNameLen = 64

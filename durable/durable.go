@@ -56,7 +56,9 @@ type Config struct {
 	//     ITU-T I.371) on a theoretical arrival time; in any interval of
 	//     length t it admits at most Quota + t/interval units, where
 	//     interval is Window/Quota rounded up to a whole microsecond (the
-	//     rounding only ever slows the refill).
+	//     rounding only ever slows the refill). New refuses a policy that
+	//     the rounding would slow by more than 0.1%, which needs at least
+	//     a millisecond of Window per unit of Quota to be sure.
 	//   - ratekit.SlidingLog: one row per admitted request; a request is
 	//     admitted only when the units of the preceding Window plus its
 	//     cost are at most Quota, so every rolling Window is exact.
@@ -178,8 +180,8 @@ func New(cfg Config) (*Limiter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
 		return nil, fmt.Errorf("durable: policy name: %w", err)
 	}
-	if cfg.Policy.Quota < 1 {
-		return nil, fmt.Errorf("durable: %w: policy quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+	if cfg.Policy.Quota < 1 || cfg.Policy.Quota > ratekit.MaxQuota {
+		return nil, fmt.Errorf("durable: %w: policy quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
 	}
 	if cfg.DeniedCacheSize < 0 {
 		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)

@@ -195,8 +195,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
 		return cfg, fmt.Errorf("signedwindow: %w", err)
 	}
-	if cfg.Quota < 1 {
-		return cfg, fmt.Errorf("signedwindow: %w: Quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
+	if cfg.Quota < 1 || cfg.Quota > ratekit.MaxQuota {
+		return cfg, fmt.Errorf("signedwindow: %w: Quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Second || cfg.Window > MaxWindow || cfg.Window%time.Second != 0 {
 		return cfg, fmt.Errorf("signedwindow: %w: Window must be a whole number of seconds from 1s to %v, got %v", ratekit.ErrInvalidConfig, MaxWindow, cfg.Window)

@@ -246,8 +246,8 @@ func New(cfg Config) (*Limiter, error) {
 	invalid := func(format string, args ...any) error {
 		return fmt.Errorf("tokenbucket: %w: policy %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
 	}
-	if cfg.Burst < 1 {
-		return nil, invalid("Burst %d is below 1", cfg.Burst)
+	if cfg.Burst < 1 || cfg.Burst > ratekit.MaxQuota {
+		return nil, invalid("Burst %d is not from 1 to ratekit.MaxQuota", cfg.Burst)
 	}
 	r := cfg.RefillRate
 	if r.Tokens < 1 || r.Per <= 0 {

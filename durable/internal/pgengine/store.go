@@ -304,6 +304,12 @@ type Counter struct {
 	query          string
 }
 
+// MaxRefillSlowdown bounds how much slower than advertised a token bucket
+// may refill: its emission interval, Window/Quota rounded up to a whole
+// microsecond, may fill the bucket later than Window by at most
+// Window/MaxRefillSlowdown (0.1%).
+const MaxRefillSlowdown = 1000
+
 // Counter returns a Counter for cfg. It returns an error matching
 // [ratekit.ErrInvalidConfig] when cfg is invalid. It does not contact the
 // database.
@@ -340,9 +346,16 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if cfg.Algorithm == ratekit.TokenBucket {
 		// The emission interval, rounded up so the refill is never faster
 		// than configured.
-		c.windowUS = (cfg.Window.Microseconds() + cfg.Quota - 1) / cfg.Quota
+		w := cfg.Window.Microseconds()
+		c.windowUS = (w + cfg.Quota - 1) / cfg.Quota
 		if c.quota > maxMicros/c.windowUS {
 			return nil, fmt.Errorf("pgstore: %w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
+		}
+		// The rounding may slow the refill by at most MaxRefillSlowdown
+		// of the window, so that the bucket enforces what it advertises.
+		if slow := c.windowUS*cfg.Quota - w; slow > w/MaxRefillSlowdown {
+			return nil, fmt.Errorf("pgstore: %w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 0.1%% slower than it advertises; use a quota of at most one per millisecond of window",
+				ratekit.ErrInvalidConfig, cfg.Quota, cfg.Window, c.windowUS, time.Duration(c.windowUS*cfg.Quota)*time.Microsecond)
 		}
 	}
 	switch {
