@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -57,6 +58,10 @@ const (
 	DefaultStateCookie = "ratekit_token"
 )
 
+// DefaultUnavailableRetryAfter is the [GuardConfig.UnavailableRetryAfter]
+// of a configuration that sets none.
+const DefaultUnavailableRetryAfter = time.Second
+
 // DefaultDeadlineMargin is the [GuardConfig.DeadlineMargin] of a
 // configuration that sets none: enough to build and return an answer in a
 // Lambda function or a net/http handler.
@@ -105,6 +110,22 @@ type GuardConfig struct {
 
 	// LegacyHeaders also writes X-RateLimit-Limit, -Remaining and -Reset.
 	LegacyHeaders bool
+
+	// RetrySpread, when positive, adds a random delay of 0 to RetrySpread
+	// (whole seconds, each equally likely) to the Retry-After of every 429
+	// and 503, and to the t of the policies that denied a 429, so that
+	// clients refused at the same moment do not all come back at the same
+	// moment (draft-ietf-httpapi-ratelimit-headers-10, section 7.5,
+	// suggests such jitter). It only ever lengthens the wait: Retry-After
+	// is never earlier than the request could be admitted. Zero adds none;
+	// negative is invalid.
+	RetrySpread time.Duration
+
+	// UnavailableRetryAfter is the Retry-After of a 503 answered because
+	// the limiter failed (FailClosed, or UseFallback with a failed
+	// fallback), in whole seconds rounded up (RFC 9110, section 10.2.3).
+	// Zero means DefaultUnavailableRetryAfter; negative is invalid.
+	UnavailableRetryAfter time.Duration
 
 	// StateHeader is the request and response header field that carries
 	// client state. Empty means DefaultStateHeader.
@@ -163,9 +184,16 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		return nil, fmt.Errorf("%w: GuardConfig.Timeout is negative", ErrInvalidConfig)
 	case cfg.DeadlineMargin < 0:
 		return nil, fmt.Errorf("%w: GuardConfig.DeadlineMargin is negative", ErrInvalidConfig)
+	case cfg.RetrySpread < 0:
+		return nil, fmt.Errorf("%w: GuardConfig.RetrySpread is negative", ErrInvalidConfig)
+	case cfg.UnavailableRetryAfter < 0:
+		return nil, fmt.Errorf("%w: GuardConfig.UnavailableRetryAfter is negative", ErrInvalidConfig)
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = DefaultDeadlineMargin
+	}
+	if cfg.UnavailableRetryAfter == 0 {
+		cfg.UnavailableRetryAfter = DefaultUnavailableRetryAfter
 	}
 	if cfg.StateHeader == "" {
 		cfg.StateHeader = DefaultStateHeader
@@ -303,9 +331,40 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict
 			g.observeFailure(ctx, FailedClosed, err, nil)
 		}
 		dst.Set("Content-Type", ProblemContentType)
+		dst.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(g.cfg.UnavailableRetryAfter+g.spread()), 10))
 		return Verdict{Status: http.StatusServiceUnavailable, Body: g.unavailable, Err: err}
 	}
 	return g.decided(d, dst)
+}
+
+// spread returns the random delay that RetrySpread adds to one answer: 0
+// to RetrySpread rounded up, in whole seconds.
+func (g *Guard) spread() time.Duration {
+	if g.cfg.RetrySpread <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(ceilSeconds(g.cfg.RetrySpread)+1)) * time.Second
+}
+
+// spreadDenial returns d, a denial, with the random delay of spread added
+// to its RetryAfter and to that of each part that denied.
+func (g *Guard) spreadDenial(d Decision) Decision {
+	extra := g.spread()
+	if extra == 0 {
+		return d
+	}
+	d.RetryAfter += extra
+	if d.Parts != nil {
+		parts := make([]Decision, len(d.Parts))
+		for i, p := range d.Parts {
+			if !p.Allowed {
+				p.RetryAfter += extra
+			}
+			parts[i] = p
+		}
+		d.Parts = parts
+	}
+	return d
 }
 
 // callerGone is the Verdict for a caller whose context ended: no decision,
@@ -375,6 +434,9 @@ func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Tim
 }
 
 func (g *Guard) decided(d Decision, dst http.Header) Verdict {
+	if !d.Allowed {
+		d = g.spreadDenial(d)
+	}
 	SetHeaders(dst, d, g.cfg.LegacyHeaders)
 	if d.State != "" {
 		dst.Set(g.cfg.StateHeader, d.State)

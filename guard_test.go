@@ -3,8 +3,10 @@ package ratekit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,5 +213,77 @@ func TestMiddlewareDeadlineMargin(t *testing.T) {
 	w := serve(h, request("198.51.100.1:1"))
 	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Content-Type") != ProblemContentType {
 		t.Fatalf("status %d, Content-Type %q, body %q; want the Guard's 503 problem", w.Code, w.Header().Get("Content-Type"), w.Body)
+	}
+}
+
+// fixedLimiter answers every request with d, or fails with err.
+type fixedLimiter struct {
+	d   Decision
+	err error
+}
+
+func (l fixedLimiter) Allow(context.Context, Request) (Decision, error) { return l.d, l.err }
+
+// TestRetrySpread: with RetrySpread a crowd of denials gets Retry-After
+// values spread over whole seconds from the true wait to the wait plus
+// the spread, never earlier, and each denying policy's t says the same.
+func TestRetrySpread(t *testing.T) {
+	burst := Decision{Allowed: false, Limit: 5, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute,
+		Policy: Policy{Name: "burst", Quota: 5, Window: time.Minute, Algorithm: FixedWindow}}
+	daily := Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: time.Hour,
+		Policy: Policy{Name: "daily", Quota: 100, Window: 24 * time.Hour, Algorithm: FixedWindow}}
+	composite := Combine([]Decision{burst, daily})
+	g, err := NewGuard(GuardConfig{Limiter: fixedLimiter{d: composite}, OnError: FailClosed, RetrySpread: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int64]int{}
+	for range 400 {
+		h := http.Header{}
+		v := g.Check(context.Background(), Request{Key: "k", Cost: 1}, h)
+		if v.Status != http.StatusTooManyRequests {
+			t.Fatalf("status %d", v.Status)
+		}
+		ra, err := strconv.ParseInt(h.Get("Retry-After"), 10, 64)
+		if err != nil || ra < 3 || ra > 13 {
+			t.Fatalf("Retry-After %q, want 3 to 13 (a 2.5s wait, up to 10s spread)", h.Get("Retry-After"))
+		}
+		seen[ra]++
+		want := fmt.Sprintf(`"burst";r=0;t=%d, "daily";r=40;t=3600`, ra)
+		if got := h.Get("RateLimit"); got != want {
+			t.Fatalf("RateLimit %q, want %q", got, want)
+		}
+		if v.Decision.RetryAfter < burst.RetryAfter || composite.Parts[0].RetryAfter != burst.RetryAfter {
+			t.Fatalf("the verdict's RetryAfter %v; the limiter's decision changed to %v", v.Decision.RetryAfter, composite.Parts[0].RetryAfter)
+		}
+	}
+	if len(seen) != 11 {
+		t.Fatalf("400 denials spread over %d Retry-After values (%v), want all 11 from 3 to 13", len(seen), seen)
+	}
+}
+
+// TestUnavailableRetryAfter: a 503 from a failed limiter carries
+// Retry-After, DefaultUnavailableRetryAfter unless set.
+func TestUnavailableRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		set  time.Duration
+		want string
+	}{{0, "1"}, {2500 * time.Millisecond, "3"}} {
+		g, err := NewGuard(GuardConfig{Limiter: fixedLimiter{err: errors.New("store down")}, OnError: FailClosed, UnavailableRetryAfter: tc.set, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := http.Header{}
+		if v := g.Check(context.Background(), Request{Key: "k", Cost: 1}, h); v.Status != http.StatusServiceUnavailable || h.Get("Retry-After") != tc.want {
+			t.Errorf("UnavailableRetryAfter %v: status %d, Retry-After %q, want 503 and %q", tc.set, v.Status, h.Get("Retry-After"), tc.want)
+		}
+	}
+	for _, cfg := range []GuardConfig{
+		{Limiter: fixedLimiter{}, OnError: FailClosed, RetrySpread: -time.Second},
+		{Limiter: fixedLimiter{}, OnError: FailClosed, UnavailableRetryAfter: -time.Second},
+	} {
+		if _, err := NewGuard(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("NewGuard(%+v): %v, want ErrInvalidConfig", cfg, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package ratekit
 
 import (
 	"encoding/json"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"time"
@@ -66,8 +67,12 @@ const (
 //
 // Durations are advertised in whole seconds rounded up, so a client that waits
 // as long as it is told is never early. The RateLimit t parameter is the time
-// until more quota is available: RetryAfter on a denial (so Retry-After and t
-// agree, as section 6 of the draft requires) and ResetAfter otherwise.
+// until additional quota is made available (the draft's section 4.3): on a
+// denial, RetryAfter, so that Retry-After never points earlier than t (the
+// draft's section 6); otherwise, for a token bucket (Policy.Algorithm), the
+// time until its next whole unit (0 when it is full), and for the window
+// algorithms ResetAfter, the end of the window (for a sliding log, the
+// latest time by which its whole quota is back).
 //
 // For a decision of a composite limiter (d.Parts not nil), both fields are
 // Structured Fields lists (RFC 9651, section 3.1) with one member per part,
@@ -80,7 +85,10 @@ const (
 //
 // Each member's t follows its own part (its RetryAfter when that part
 // denied). Retry-After and the legacy fields follow the top-level
-// Decision, which sums the parts up (see [Decision.Parts]).
+// Decision, which sums the parts up (see [Decision.Parts]): Retry-After is
+// the longest wait among the parts that denied, so it is never earlier than
+// their t; a part that did not deny keeps its own t, which may be later, as
+// more of its quota is not what the request waits for.
 //
 // A policy name that is not printable ASCII cannot be written as a Structured
 // Fields string (RFC 9651, section 3.3.3); its field (or list member) is then
@@ -157,7 +165,27 @@ func appendLimitItem(b []byte, name string, d Decision) []byte {
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, nonNegative(d.Remaining), 10)
 	b = append(b, ";t="...)
-	return strconv.AppendInt(b, resetSeconds(d), 10)
+	return strconv.AppendInt(b, ceilSeconds(untilMore(d)), 10)
+}
+
+// untilMore returns the time until d's policy makes additional quota
+// available, the RateLimit t parameter (see SetHeaders).
+func untilMore(d Decision) time.Duration {
+	if !d.Allowed {
+		return max(d.RetryAfter, time.Second)
+	}
+	if d.Policy.Algorithm != TokenBucket {
+		return d.ResetAfter
+	}
+	q, r := d.Policy.Quota, d.Remaining
+	if r >= q || q < 1 || d.Policy.Window <= 0 {
+		return 0
+	}
+	// The bucket is full in ResetAfter, and a unit takes Window/q: the next
+	// whole unit comes q−r−1 units' time before it is full.
+	hi, lo := bits.Mul64(uint64(q-r-1), uint64(d.Policy.Window))
+	before, _ := bits.Div64(hi, lo, uint64(q))
+	return max(d.ResetAfter-time.Duration(before), 0)
 }
 
 // Problem is a problem details object (RFC 9457) as ratekit writes it.

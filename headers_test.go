@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -105,5 +106,38 @@ func TestDeniedProblem(t *testing.T) {
 	}
 	if !reflect.DeepEqual(p, want) || p.Title == "" {
 		t.Fatalf("DeniedProblem = %+v, want %+v", p, want)
+	}
+}
+
+// TestRateLimitT: t is the time until more quota comes: a token bucket's
+// next whole unit (0 when full), a window's end, a denial's RetryAfter.
+func TestRateLimitT(t *testing.T) {
+	bucket := Policy{Name: "b", Quota: 20, Window: 4 * time.Second, Algorithm: TokenBucket} // 5 a second
+	window := Policy{Name: "w", Quota: 20, Window: time.Hour, Algorithm: FixedWindow}
+	for _, tt := range []struct {
+		name string
+		d    Decision
+		want string
+	}{
+		{"bucket full", Decision{Allowed: true, Limit: 20, Remaining: 20, Policy: bucket}, `"b";r=20;t=0`},
+		{"bucket one short", Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond, Policy: bucket}, `"b";r=19;t=1`},
+		// 15.5 units: full in 900ms, the 16th unit in 100ms.
+		{"bucket half a unit short", Decision{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 900 * time.Millisecond, Policy: bucket}, `"b";r=15;t=1`},
+		// Empty: full in 4s, the first unit in 200ms.
+		{"bucket empty", Decision{Allowed: true, Limit: 20, Remaining: 0, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
+		// 2.33 of 20 a minute (a unit every 3s): full in 53s, the third unit in 2s.
+		{"slow bucket", Decision{Allowed: true, Limit: 20, Remaining: 2, ResetAfter: 53 * time.Second, Policy: Policy{Name: "b", Quota: 20, Window: time.Minute, Algorithm: TokenBucket}}, `"b";r=2;t=2`},
+		{"bucket denied", Decision{Allowed: false, Limit: 20, Remaining: 0, RetryAfter: 600 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
+		{"window", Decision{Allowed: true, Limit: 20, Remaining: 3, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=3;t=90`},
+		{"window denied", Decision{Allowed: false, Limit: 20, Remaining: 0, RetryAfter: 90 * time.Second, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=0;t=90`},
+	} {
+		h := http.Header{}
+		SetHeaders(h, tt.d, false)
+		if got := h.Get("RateLimit"); got != tt.want {
+			t.Errorf("%s: RateLimit %q, want %q", tt.name, got, tt.want)
+		}
+		if !tt.d.Allowed && h.Get("Retry-After") != strconv.FormatInt(ceilSeconds(tt.d.RetryAfter), 10) {
+			t.Errorf("%s: Retry-After %q", tt.name, h.Get("Retry-After"))
+		}
 	}
 }

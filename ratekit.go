@@ -272,6 +272,12 @@ type Policy struct {
 	// bucket takes to fill from empty (the draft's w parameter,
 	// advertised in whole seconds, rounded up).
 	Window time.Duration
+
+	// Algorithm is the counting algorithm that enforces the policy. Every
+	// strategy sets it in the policies of its decisions; the HTTP layer
+	// reads it to say when more quota comes (the RateLimit t parameter:
+	// the next unit of a token bucket, the window's end otherwise).
+	Algorithm Algorithm
 }
 
 // MaxQuota is the largest quota (for a token bucket, the largest burst)

@@ -19,7 +19,7 @@ const farWindow = 10000 * time.Hour
 
 func newLimiter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, name, prefix string, quota int64, window time.Duration) *durable.Limiter {
 	t.Helper()
-	l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: ratekit.Policy{Name: name, Quota: quota, Window: window}, Prefix: prefix, Durability: durable.Logged})
+	l, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: name, Quota: quota, Window: window, Algorithm: alg}, Prefix: prefix, Durability: durable.Logged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCompositeValidation(t *testing.T) {
 			t.Errorf("Peek(%+v) = %v, want %v", tc.req, err, tc.want)
 		}
 	}
-	unlogged, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour}, Prefix: p + "-u"})
+	unlogged, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: p + "-u"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,15 @@ type Config struct {
 	// Required.
 	Store *pgstore.Store
 
-	// Algorithm selects the counting algorithm. Required. Each is exact,
-	// computed in the database on its clock in integer microseconds:
+	// Policy is the quota, Policy.Quota units per Policy.Window counted by
+	// Policy.Algorithm, advertised to clients under Policy.Name exactly as
+	// given (see [ratekit.Policy]). For a TokenBucket, Quota is the burst
+	// (the bucket holds Quota units) and Window the time an empty bucket
+	// takes to fill: a bucket of burst 20 refilled at 5 per second is
+	// Quota 20, Window 4s. Name must pass [ratekit.ValidatePolicyName];
+	// Quota must be from 1 to [ratekit.MaxQuota] and Window at least 1 ms.
+	// Algorithm is required. Each is exact, computed in the database on
+	// its clock in integer microseconds:
 	//
 	//   - ratekit.FixedWindow: windows aligned to the Unix epoch; the units
 	//     admitted in one window never exceed Quota, so a rolling interval
@@ -65,15 +72,6 @@ type Config struct {
 	//     Decisions for one key are serialised by a transaction-level
 	//     advisory lock, so it suits small quotas ("5 sign-ups per hour")
 	//     rather than hot keys.
-	Algorithm ratekit.Algorithm
-
-	// Policy is the quota, Policy.Quota units per Policy.Window, advertised
-	// to clients under Policy.Name exactly as given (see
-	// [ratekit.Policy]). For a TokenBucket, Quota is the burst (the bucket
-	// holds Quota units) and Window the time an empty bucket takes to
-	// fill: a bucket of burst 20 refilled at 5 per second is Quota 20,
-	// Window 4s. Name must pass [ratekit.ValidatePolicyName]; Quota must
-	// be at least 1 and Window at least 1 ms.
 	Policy ratekit.Policy
 
 	// Prefix separates this limiter's keys from other limiters' in the
@@ -192,7 +190,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	counter, err := store.Counter(pgengine.CounterConfig{
 		Prefix:             prefix,
-		Algorithm:          cfg.Algorithm,
+		Algorithm:          cfg.Policy.Algorithm,
 		Quota:              cfg.Policy.Quota,
 		Window:             cfg.Policy.Window,
 		Durability:         pgengine.Durability(cfg.Durability),

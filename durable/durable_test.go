@@ -42,8 +42,8 @@ func TestLimiterContract(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour}
-			l, err := durable.New(durable.Config{Store: s, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Logged})
+			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour, Algorithm: alg}
+			l, err := durable.New(durable.Config{Store: s, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Logged})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -86,8 +86,8 @@ func TestTokenBucketBurst(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	// Burst 5 refilled at 10 a second: Quota 5 per 500ms.
-	l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.TokenBucket,
-		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond}, Prefix: pgtest.Prefix(t)})
+	l, err := durable.New(durable.Config{Store: s,
+		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond, Algorithm: ratekit.TokenBucket}, Prefix: pgtest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestTokenBucketBurst(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 1)
-	good := durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second}}
+	good := durable.Config{Store: s, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}}
 	for name, mutate := range map[string]func(*durable.Config){
 		"nil store":      func(c *durable.Config) { c.Store = nil },
 		"zero store":     func(c *durable.Config) { c.Store = &pgstore.Store{} },
@@ -129,7 +129,7 @@ func TestConfigErrors(t *testing.T) {
 		"zero quota":     func(c *durable.Config) { c.Policy.Quota = 0 },
 		"zero window":    func(c *durable.Config) { c.Policy.Window = 0 },
 		"sql prefix":     func(c *durable.Config) { c.Prefix = "p'; DROP SCHEMA ratekit CASCADE; --" },
-		"no algorithm":   func(c *durable.Config) { c.Algorithm = 0 },
+		"no algorithm":   func(c *durable.Config) { c.Policy.Algorithm = 0 },
 		"negative cache": func(c *durable.Config) { c.DeniedCacheSize = -1 },
 	} {
 		cfg := good
@@ -157,8 +157,8 @@ func TestDeniedCache(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, DeniedCacheSize: 2, Now: clock,
-		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour}, Prefix: pgtest.Prefix(t)})
+	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 2, Now: clock,
+		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +199,8 @@ func TestDeniedCache(t *testing.T) {
 func TestDeniedCacheInvalidation(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	ctx := ctxT(t)
-	l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.SlidingLog, DeniedCacheSize: 10,
-		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour}, Prefix: pgtest.Prefix(t)})
+	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 10,
+		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour, Algorithm: ratekit.SlidingLog}, Prefix: pgtest.Prefix(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func TestDeniedCacheExactness(t *testing.T) {
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for i := 0; i < 4; i++ {
-				l, err := durable.New(durable.Config{Store: newStore(t, url, 4), Algorithm: ratekit.FixedWindow, DeniedCacheSize: 100,
-					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: 24 * time.Hour}, Prefix: prefix})
+				l, err := durable.New(durable.Config{Store: newStore(t, url, 4), DeniedCacheSize: 100,
+					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: prefix})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -278,8 +278,8 @@ func BenchmarkAllowDeniedCached(b *testing.B) {
 	ctx := context.Background()
 	for _, size := range []int{0, 1024} {
 		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
-			l, err := durable.New(durable.Config{Store: newStore(b, url, 4), Algorithm: ratekit.FixedWindow, DeniedCacheSize: size,
-				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour}, Prefix: pgtest.Prefix(b)})
+			l, err := durable.New(durable.Config{Store: newStore(b, url, 4), DeniedCacheSize: size,
+				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(b)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -27,8 +27,7 @@ func ExampleNew() {
 	}
 	limiter, err := durable.New(durable.Config{
 		Store:      store,
-		Algorithm:  ratekit.FixedWindow,
-		Policy:     ratekit.Policy{Name: "pro-daily", Quota: 1000, Window: 24 * time.Hour},
+		Policy:     ratekit.Policy{Name: "pro-daily", Quota: 1000, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow},
 		Durability: durable.Logged,
 	})
 	if err != nil {
@@ -44,10 +43,9 @@ func ExampleNew_invalidPrefix() {
 	defer pool.Close()
 	store, _ := pgstore.New(pool, pgstore.Config{})
 	_, err := durable.New(durable.Config{
-		Store:     store,
-		Algorithm: ratekit.SlidingLog,
-		Policy:    ratekit.Policy{Name: "signup", Quota: 5, Window: time.Hour},
-		Prefix:    "signup'; DROP TABLE users; --",
+		Store:  store,
+		Policy: ratekit.Policy{Name: "signup", Quota: 5, Window: time.Hour, Algorithm: ratekit.SlidingLog},
+		Prefix: "signup'; DROP TABLE users; --",
 	})
 	fmt.Println(err != nil)
 	// Output: true

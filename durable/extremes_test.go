@@ -2,6 +2,7 @@ package durable_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -23,11 +24,11 @@ func TestNewExtremes(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	prefix := pgtest.Prefix(t)
 	fields := map[string]func(*durable.Config, int64){
-		"Policy.Quota":    func(c *durable.Config, v int64) { c.Policy.Quota = v },
-		"Policy.Window":   func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
-		"DeniedCacheSize": func(c *durable.Config, v int64) { c.DeniedCacheSize = int(v) },
-		"Algorithm":       func(c *durable.Config, v int64) { c.Algorithm = ratekit.Algorithm(v) },
-		"Durability":      func(c *durable.Config, v int64) { c.Durability = durable.Durability(v) },
+		"Policy.Quota":     func(c *durable.Config, v int64) { c.Policy.Quota = v },
+		"Policy.Window":    func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
+		"DeniedCacheSize":  func(c *durable.Config, v int64) { c.DeniedCacheSize = int(v) },
+		"Policy.Algorithm": func(c *durable.Config, v int64) { c.Policy.Algorithm = ratekit.Algorithm(v) },
+		"Durability":       func(c *durable.Config, v int64) { c.Durability = durable.Durability(v) },
 	}
 	values := append([]int64{}, extremes.Ints...)
 	for _, d := range extremes.Durations {
@@ -50,8 +51,7 @@ func TestNewExtremes(t *testing.T) {
 		for _, c := range cases {
 			cfg := durable.Config{
 				Store:              s,
-				Algorithm:          alg,
-				Policy:             ratekit.Policy{Name: "x", Quota: 5, Window: time.Minute},
+				Policy:             ratekit.Policy{Name: "x", Quota: 5, Window: time.Minute, Algorithm: alg},
 				Prefix:             prefix,
 				CleanupProbability: -1,
 				DeniedCacheSize:    16,
@@ -84,6 +84,35 @@ func TestNewExtremes(t *testing.T) {
 				t.Fatalf("%v/%s: Reset: %v", alg, c.name, err)
 			}
 			cancel()
+		}
+	}
+}
+
+// TestTokenBucketRoundingBound: a token bucket whose whole-microsecond
+// interval would refill more than 0.1% slower than its policy says is
+// refused; one that the rounding slows less, or not at all, is accepted.
+func TestTokenBucketRoundingBound(t *testing.T) {
+	s := newStore(t, testenv.PostgresURL(t), 1)
+	for _, tc := range []struct {
+		quota  int64
+		window time.Duration
+		ok     bool
+	}{
+		{7, time.Second, true},                      // 142,858µs: 6 ppm slower
+		{1000, time.Second, true},                   // exactly 1ms
+		{1 << 20, 1 << 20 * time.Microsecond, true}, // exactly 1µs
+		{1000, 999999 * time.Microsecond, true},     // 1000µs: 1 ppm slower
+		{1_000_000, time.Millisecond, false},        // 1µs: 1000 times slower
+		{1 << 60, time.Millisecond, false},
+		{3, 10 * time.Microsecond, false}, // 4µs: 20% slower
+	} {
+		_, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
+			Policy: ratekit.Policy{Name: "tb", Quota: tc.quota, Window: tc.window, Algorithm: ratekit.TokenBucket}})
+		if tc.ok && err != nil {
+			t.Errorf("%d per %v: %v", tc.quota, tc.window, err)
+		}
+		if !tc.ok && !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Errorf("%d per %v: %v, want ErrInvalidConfig", tc.quota, tc.window, err)
 		}
 	}
 }

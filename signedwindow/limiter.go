@@ -75,7 +75,7 @@ func New(cfg Config) (*Limiter, error) {
 // Policy returns the limiter's policy: its name, its Quota and
 // Window.
 func (l *Limiter) Policy() ratekit.Policy {
-	return ratekit.Policy{Name: l.name, Quota: l.limit, Window: l.window}
+	return ratekit.Policy{Name: l.name, Quota: l.limit, Window: l.window, Algorithm: ratekit.FixedWindow}
 }
 
 // Allow takes req.Cost units from the window carried in req.State for the

@@ -84,7 +84,7 @@ func TestAllowCountsWindow(t *testing.T) {
 		if i > 1 && d.StateError != nil {
 			t.Fatalf("request %d: StateError = %v, want nil", i, d.StateError)
 		}
-		if d.Limit != 3 || d.Policy != (ratekit.Policy{Name: "contact-form", Quota: 3, Window: time.Minute}) {
+		if d.Limit != 3 || d.Policy != (ratekit.Policy{Name: "contact-form", Quota: 3, Window: time.Minute, Algorithm: ratekit.FixedWindow}) {
 			t.Fatalf("Limit=%d Policy=%+v", d.Limit, d.Policy)
 		}
 		tok, err := l.VerifyToken(d.State, alice)
@@ -487,7 +487,7 @@ func TestNewConfig(t *testing.T) {
 	if l.maxSkew != DefaultMaxSkew || l.nonceTTL != DefaultNonceLifetime || l.chalTTL != DefaultChallengeLifetime || l.diff != DefaultDifficulty || l.replay != nil {
 		t.Fatalf("defaults not applied: %+v", l)
 	}
-	if p := l.Policy(); p != (ratekit.Policy{Name: "api", Quota: 1, Window: time.Second}) {
+	if p := l.Policy(); p != (ratekit.Policy{Name: "api", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}) {
 		t.Fatalf("Policy() = %+v", p)
 	}
 	// The caller's secret is not kept: changing it later changes nothing.

@@ -44,7 +44,7 @@ func Example() {
 	// request 4: allowed=true remaining=1
 	// request 5: allowed=true remaining=0
 	// request 6: allowed=false remaining=0
-	// {search 5 10s}
+	// {search 5 10s TokenBucket}
 }
 
 // Decisions are exact to the microsecond, on an injected clock here.

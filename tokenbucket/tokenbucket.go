@@ -304,7 +304,7 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.DeniedCacheSize > 0 {
 		l.denied = newDeniedCache(cfg.DeniedCacheSize)
 	}
-	l.policy = ratekit.Policy{Name: cfg.Name, Quota: cfg.Burst, Window: window(cfg.Burst, r)}
+	l.policy = ratekit.Policy{Name: cfg.Name, Quota: cfg.Burst, Window: window(cfg.Burst, r), Algorithm: ratekit.TokenBucket}
 	return l, nil
 }
 

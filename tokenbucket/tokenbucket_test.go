@@ -95,7 +95,7 @@ func TestPolicy(t *testing.T) {
 		{5, tokenbucket.PerHour(1), 5 * time.Hour},
 	} {
 		l := newLimiter(t, tokenbucket.Config{Name: "api", Burst: tc.burst, RefillRate: tc.rate, Mode: tokenbucket.Eventual, Store: memStore(t, nil)})
-		want := ratekit.Policy{Name: "api", Quota: tc.burst, Window: tc.want}
+		want := ratekit.Policy{Name: "api", Quota: tc.burst, Window: tc.want, Algorithm: ratekit.TokenBucket}
 		if got := l.Policy(); got != want {
 			t.Errorf("burst %d, %+v: Policy = %+v, want %+v", tc.burst, tc.rate, got, want)
 		}

@@ -731,8 +731,8 @@ func (e *env) openPostgres(ctx context.Context, maxConns int) error {
 func pgContenders(e *env) []contender {
 	alg := func(a ratekit.Algorithm) func(limit, string) (decide, error) {
 		return func(lim limit, tag string) (decide, error) {
-			l, err := durable.New(durable.Config{Store: e.pgStore, Algorithm: a,
-				Policy: ratekit.Policy{Name: "compare", Quota: lim.n, Window: lim.period},
+			l, err := durable.New(durable.Config{Store: e.pgStore,
+				Policy: ratekit.Policy{Name: "compare", Quota: lim.n, Window: lim.period, Algorithm: a},
 				Prefix: a.String() + "-" + tag})
 			if err != nil {
 				return nil, err

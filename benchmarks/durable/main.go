@@ -290,8 +290,8 @@ func (b *bench) runLimiter(ctx context.Context, alg ratekit.Algorithm, d durable
 	// expensive path).
 	prefix := "bench-" + alg.String() + "-" + d.String()
 	l, err := durable.New(durable.Config{
-		Store: store, Algorithm: alg, Durability: d, SynchronousCommit: sync,
-		Policy:             ratekit.Policy{Name: "bench-" + alg.String(), Quota: 1000, Window: b.window},
+		Store: store, Durability: d, SynchronousCommit: sync,
+		Policy:             ratekit.Policy{Name: "bench-" + alg.String(), Quota: 1000, Window: b.window, Algorithm: alg},
 		Prefix:             prefix,
 		CleanupProbability: b.cleanup,
 	})

@@ -83,8 +83,7 @@ func newAPI(cfg config) (*api, error) {
 	// logging the burst's row costs little more.
 	burst, err := durable.New(durable.Config{
 		Store:      cfg.store,
-		Algorithm:  ratekit.TokenBucket,
-		Policy:     ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow},
+		Policy:     ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow, Algorithm: ratekit.TokenBucket},
 		Prefix:     cfg.prefix + "-burst",
 		Durability: durable.Logged,
 	})
@@ -95,9 +94,8 @@ func newAPI(cfg config) (*api, error) {
 		Store: cfg.store,
 		// A fixed window aligned to the epoch in the database clock: the
 		// quota renews at midnight UTC, and no day ever admits more than its quota.
-		Algorithm: ratekit.FixedWindow,
-		Policy:    ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour},
-		Prefix:    cfg.prefix,
+		Policy: ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow},
+		Prefix: cfg.prefix,
 		// Calls are money: logged tables, and a decision is on disk when
 		// it returns.
 		Durability:        durable.Logged,

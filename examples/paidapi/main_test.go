@@ -84,15 +84,15 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 	}
 	t.Cleanup(func() {
 		daily, err := durable.New(durable.Config{
-			Store: store, Algorithm: ratekit.FixedWindow, Prefix: prefix, Durability: durable.Logged,
-			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour},
+			Store: store, Prefix: prefix, Durability: durable.Logged,
+			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow},
 		})
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 		burst, err := durable.New(durable.Config{
-			Store: store, Algorithm: ratekit.TokenBucket, Prefix: prefix + "-burst", Durability: durable.Logged,
-			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second},
+			Store: store, Prefix: prefix + "-burst", Durability: durable.Logged,
+			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
 		})
 		if err != nil {
 			t.Errorf("cleanup: %v", err)

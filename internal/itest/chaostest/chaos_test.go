@@ -112,8 +112,8 @@ func backends() []backend {
 				// Fixed windows are aligned to the epoch: with an hour,
 				// a test running across the hour counted nothing after
 				// it. A window of 1000 days rolls over once in 1000 days.
-				l, err := durable.New(durable.Config{Store: store, Algorithm: ratekit.FixedWindow,
-					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour}, Prefix: pgtest.Prefix(t)})
+				l, err := durable.New(durable.Config{Store: store,
+					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t)})
 				if err != nil {
 					t.Fatal(err)
 				}

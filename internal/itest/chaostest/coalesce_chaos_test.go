@@ -42,8 +42,8 @@ func TestCoalescedFaults(t *testing.T) {
 			if err := store.Migrate(ctx); err != nil {
 				t.Fatal(err)
 			}
-			l, err := durable.New(durable.Config{Store: store, Algorithm: ratekit.FixedWindow,
-				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour}, Prefix: pgtest.Prefix(t)})
+			l, err := durable.New(durable.Config{Store: store,
+				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -338,10 +338,9 @@ func TestDurableComposite(t *testing.T) {
 					ls := make([]*durable.Limiter, len(policies))
 					for i, p := range policies {
 						l, err := durable.New(durable.Config{
-							Store:     s,
-							Algorithm: alg,
-							Policy:    ratekit.Policy{Name: p.Name, Quota: p.Quota, Window: p.Window},
-							Prefix:    fmt.Sprintf("%s-%d", prefix, i),
+							Store:  s,
+							Policy: ratekit.Policy{Name: p.Name, Quota: p.Quota, Window: p.Window, Algorithm: alg},
+							Prefix: fmt.Sprintf("%s-%d", prefix, i),
 						})
 						if err != nil {
 							t.Fatal(err)

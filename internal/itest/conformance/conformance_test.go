@@ -201,8 +201,7 @@ func TestDurable(t *testing.T) {
 						New: func(t testing.TB, cfg limitertest.Config) ratekit.Limiter {
 							l, err := durable.New(durable.Config{
 								Store:      store,
-								Algorithm:  alg,
-								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Quota, Window: cfg.Window},
+								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Quota, Window: cfg.Window, Algorithm: alg},
 								Prefix:     pgtest.Prefix(t),
 								Durability: dur,
 							})
@@ -276,8 +275,8 @@ func TestOnePolicyOneHeader(t *testing.T) {
 	}
 	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.SlidingLog} {
 		limiters["durable/"+alg.String()] = func(t *testing.T) ratekit.Limiter {
-			l, err := durable.New(durable.Config{Store: store, Algorithm: alg, Prefix: pgtest.Prefix(t),
-				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second}})
+			l, err := durable.New(durable.Config{Store: store, Prefix: pgtest.Prefix(t),
+				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second, Algorithm: alg}})
 			if err != nil {
 				t.Fatal(err)
 			}

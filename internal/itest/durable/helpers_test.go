@@ -17,8 +17,8 @@ const farWindow = 10000 * time.Hour
 
 // newLimiter returns a limiter on logged tables, failing b on an error.
 func newLimiter(b testing.TB, s *pgstore.Store, alg ratekit.Algorithm, name, prefix string, quota int64, window time.Duration) *durable.Limiter {
-	cfg := durable.Config{Store: s, Algorithm: alg, Prefix: prefix, Durability: durable.Logged}
-	cfg.Policy = ratekit.Policy{Name: name, Quota: quota, Window: window}
+	cfg := durable.Config{Store: s, Prefix: prefix, Durability: durable.Logged}
+	cfg.Policy = ratekit.Policy{Name: name, Quota: quota, Window: window, Algorithm: alg}
 	l, err := durable.New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -234,13 +234,13 @@ func TestDurableComposite(t *testing.T) {
 				const limit, window = 2, time.Second
 				prefix := pgtest.Prefix(t)
 				pair := func(s *pgstore.Store) ratekit.Limiter {
-					short, err := durable.New(durable.Config{Store: s, Algorithm: alg, Prefix: prefix + "-short",
-						Policy: ratekit.Policy{Name: "short", Quota: limit, Window: window}})
+					short, err := durable.New(durable.Config{Store: s, Prefix: prefix + "-short",
+						Policy: ratekit.Policy{Name: "short", Quota: limit, Window: window, Algorithm: alg}})
 					if err != nil {
 						t.Fatal(err)
 					}
-					long, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Prefix: prefix + "-long",
-						Policy: ratekit.Policy{Name: "long", Quota: longQuota, Window: longWindow}})
+					long, err := durable.New(durable.Config{Store: s, Prefix: prefix + "-long",
+						Policy: ratekit.Policy{Name: "long", Quota: longQuota, Window: longWindow, Algorithm: ratekit.FixedWindow}})
 					if err != nil {
 						t.Fatal(err)
 					}

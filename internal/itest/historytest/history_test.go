@@ -213,8 +213,8 @@ func TestDurable(t *testing.T) {
 				// about 4 decisions a second on each key, fewer than 5 per
 				// 500ms refilled, and were rarely denied.
 				const limit, window = 2, time.Second
-				policy := ratekit.Policy{Name: "history", Quota: limit, Window: window}
-				l, err := durable.New(durable.Config{Store: store, Algorithm: alg, Policy: policy, Prefix: pgtest.Prefix(t)})
+				policy := ratekit.Policy{Name: "history", Quota: limit, Window: window, Algorithm: alg}
+				l, err := durable.New(durable.Config{Store: store, Policy: policy, Prefix: pgtest.Prefix(t)})
 				if err != nil {
 					t.Fatal(err)
 				}

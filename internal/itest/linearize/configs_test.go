@@ -152,8 +152,8 @@ func postgres(t *testing.T) *pgstore.Store {
 func durableLimiter(t *testing.T, store *pgstore.Store, alg ratekit.Algorithm, name string, cache bool) *durable.Limiter {
 	t.Helper()
 	cfg := durable.Config{
-		Store: store, Algorithm: alg, Prefix: pgtest.Prefix(t) + name,
-		Policy: ratekit.Policy{Name: name, Quota: quota, Window: farWindow},
+		Store: store, Prefix: pgtest.Prefix(t) + name,
+		Policy: ratekit.Policy{Name: name, Quota: quota, Window: farWindow, Algorithm: alg},
 	}
 	if cache {
 		cfg.DeniedCacheSize = cacheSize

@@ -44,8 +44,7 @@ type counter struct {
 func newCounter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, quota int64) counter {
 	t.Helper()
 	return counter{cfg: durable.Config{
-		Algorithm:          alg,
-		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour},
+		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour, Algorithm: alg},
 		Prefix:             pgtest.Prefix(t),
 		CleanupProbability: -1,
 	}, t: t}.on(s)

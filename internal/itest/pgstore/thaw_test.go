@@ -118,8 +118,8 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	time.Sleep(1500 * time.Millisecond)
 	decide := func() error { return take(timeout) }
 	if guard {
-		l, err := durable.New(durable.Config{Store: s, Algorithm: ratekit.FixedWindow, Prefix: pgtest.Prefix(t),
-			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour}})
+		l, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
+			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour, Algorithm: ratekit.FixedWindow}})
 		if err != nil {
 			t.Fatal(err)
 		}
