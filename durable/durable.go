@@ -64,8 +64,8 @@ type Config struct {
 	//     length t it admits at most Quota + t/interval units, where
 	//     interval is Window/Quota rounded up to a whole microsecond (the
 	//     rounding only ever slows the refill). New refuses a policy that
-	//     the rounding would slow by more than 0.1%, which needs at least
-	//     a millisecond of Window per unit of Quota to be sure.
+	//     the rounding would slow by more than 1%, which needs at least
+	//     100 µs of Window per unit of Quota to be sure.
 	//   - ratekit.SlidingLog: one row per admitted request; a request is
 	//     admitted only when the units of the preceding Window plus its
 	//     cost are at most Quota, so every rolling Window is exact.

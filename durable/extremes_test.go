@@ -89,7 +89,7 @@ func TestNewExtremes(t *testing.T) {
 }
 
 // TestTokenBucketRoundingBound: a token bucket whose whole-microsecond
-// interval would refill more than 0.1% slower than its policy says is
+// interval would refill more than 1% slower than its policy says is
 // refused; one that the rounding slows less, or not at all, is accepted.
 func TestTokenBucketRoundingBound(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 1)
@@ -105,6 +105,8 @@ func TestTokenBucketRoundingBound(t *testing.T) {
 		{1_000_000, time.Millisecond, false},        // 1µs: 1000 times slower
 		{1 << 60, time.Millisecond, false},
 		{3, 10 * time.Microsecond, false}, // 4µs: 20% slower
+		{3000, time.Second, true},         // 334µs: 0.2% slower
+		{30000, time.Second, false},       // 34µs: 2% slower
 	} {
 		_, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
 			Policy: ratekit.Policy{Name: "tb", Quota: tc.quota, Window: tc.window, Algorithm: ratekit.TokenBucket}})

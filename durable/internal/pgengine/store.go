@@ -307,8 +307,8 @@ type Counter struct {
 // MaxRefillSlowdown bounds how much slower than advertised a token bucket
 // may refill: its emission interval, Window/Quota rounded up to a whole
 // microsecond, may fill the bucket later than Window by at most
-// Window/MaxRefillSlowdown (0.1%).
-const MaxRefillSlowdown = 1000
+// Window/MaxRefillSlowdown (1%).
+const MaxRefillSlowdown = 100
 
 // Counter returns a Counter for cfg. It returns an error matching
 // [ratekit.ErrInvalidConfig] when cfg is invalid. It does not contact the
@@ -354,7 +354,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		// The rounding may slow the refill by at most MaxRefillSlowdown
 		// of the window, so that the bucket enforces what it advertises.
 		if slow := c.windowUS*cfg.Quota - w; slow > w/MaxRefillSlowdown {
-			return nil, fmt.Errorf("pgstore: %w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 0.1%% slower than it advertises; use a quota of at most one per millisecond of window",
+			return nil, fmt.Errorf("pgstore: %w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
 				ratekit.ErrInvalidConfig, cfg.Quota, cfg.Window, c.windowUS, time.Duration(c.windowUS*cfg.Quota)*time.Microsecond)
 		}
 	}
