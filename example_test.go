@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 )
 
 func ExampleSetHeaders() {
@@ -20,7 +21,7 @@ func ExampleSetHeaders() {
 		Policy:     ratekit.Policy{Name: "contact-form", Quota: 5, Window: time.Minute},
 	}
 	h := http.Header{}
-	ratekit.SetHeaders(h, d, false)
+	httplimit.SetHeaders(h, d, false)
 	fmt.Println("RateLimit-Policy:", h.Get("RateLimit-Policy"))
 	fmt.Println("RateLimit:", h.Get("RateLimit"))
 	fmt.Println("Retry-After:", h.Get("Retry-After"))
@@ -56,14 +57,14 @@ func ExampleMiddleware() {
 		policy: ratekit.Policy{Name: "api", Quota: 2, Window: time.Minute},
 		used:   map[string]int64{},
 	}
-	key, err := ratekit.APIKeyHeaderKey("Authorization")
+	key, err := httplimit.APIKeyHeaderKey("Authorization")
 	if err != nil {
 		panic(err)
 	}
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{
-		GuardConfig: ratekit.GuardConfig{
+	mw, err := httplimit.Middleware(httplimit.MiddlewareConfig{
+		GuardConfig: httplimit.GuardConfig{
 			Limiter: limiter,
-			OnError: ratekit.FailClosed, // a paid API: no decision, no service
+			OnError: httplimit.FailClosed, // a paid API: no decision, no service
 		},
 		Key: key,
 	})
@@ -71,7 +72,7 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 	handler := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, _ := ratekit.DecisionFromContext(r.Context())
+		d, _ := httplimit.DecisionFromContext(r.Context())
 		fmt.Fprintf(w, "hello, %d left", d.Remaining)
 	}))
 
@@ -90,7 +91,7 @@ func ExampleMiddleware() {
 
 func ExampleForwardedForKey() {
 	// One load balancer in front of the service appends the address it saw.
-	key, err := ratekit.ForwardedForKey(1)
+	key, err := httplimit.ForwardedForKey(1)
 	if err != nil {
 		panic(err)
 	}

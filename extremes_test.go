@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/extremes"
 )
 
@@ -38,22 +39,22 @@ func TestConstructorExtremes(t *testing.T) {
 		values = append(values, int64(d))
 	}
 	for _, v := range values {
-		for name, set := range map[string]func(*ratekit.GuardConfig){
-			"Timeout": func(c *ratekit.GuardConfig) { c.Timeout = time.Duration(v) },
-			"OnError": func(c *ratekit.GuardConfig) { c.OnError = ratekit.FailurePolicy(v) },
-			"Fallback": func(c *ratekit.GuardConfig) {
-				c.OnError, c.Fallback, c.Timeout = ratekit.UseFallback, countLimiter{5}, time.Duration(v)
+		for name, set := range map[string]func(*httplimit.GuardConfig){
+			"Timeout": func(c *httplimit.GuardConfig) { c.Timeout = time.Duration(v) },
+			"OnError": func(c *httplimit.GuardConfig) { c.OnError = httplimit.FailurePolicy(v) },
+			"Fallback": func(c *httplimit.GuardConfig) {
+				c.OnError, c.Fallback, c.Timeout = httplimit.UseFallback, countLimiter{5}, time.Duration(v)
 			},
 		} {
-			gc := ratekit.GuardConfig{Limiter: countLimiter{5}, OnError: ratekit.FailClosed, Logger: slog.New(slog.DiscardHandler)}
+			gc := httplimit.GuardConfig{Limiter: countLimiter{5}, OnError: httplimit.FailClosed, Logger: slog.New(slog.DiscardHandler)}
 			set(&gc)
 			extremes.Check(t, extremes.Name("NewGuard/"+name, v), func() error {
-				_, err := ratekit.NewGuard(gc)
+				_, err := httplimit.NewGuard(gc)
 				return err
 			})
 			var mw func(http.Handler) http.Handler
 			if !extremes.Check(t, extremes.Name("Middleware/"+name, v), func() (err error) {
-				mw, err = ratekit.Middleware(ratekit.MiddlewareConfig{GuardConfig: gc, Key: ratekit.RemoteAddrKey(), Cost: func(*http.Request) int64 { return v }})
+				mw, err = httplimit.Middleware(httplimit.MiddlewareConfig{GuardConfig: gc, Key: httplimit.RemoteAddrKey(), Cost: func(*http.Request) int64 { return v }})
 				return err
 			}) {
 				continue
@@ -68,11 +69,11 @@ func TestConstructorExtremes(t *testing.T) {
 			}
 		}
 		extremes.Check(t, extremes.Name("ForwardedForKey", v), func() error {
-			_, err := ratekit.ForwardedForKey(int(v))
+			_, err := httplimit.ForwardedForKey(int(v))
 			return err
 		})
 		if v >= 1 {
-			if _, err := ratekit.ForwardedForClient([]string{"192.0.2.1"}, int(v)); (err == nil) != (v == 1) {
+			if _, err := httplimit.ForwardedForClient([]string{"192.0.2.1"}, int(v)); (err == nil) != (v == 1) {
 				t.Errorf("ForwardedForClient with %d trusted proxies: %v", v, err)
 			}
 		}

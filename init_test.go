@@ -3,26 +3,8 @@ package ratekit
 import (
 	"errors"
 	"fmt"
-	"net/http"
 	"testing"
 )
-
-// TestCanonicalHeaderNames checks the canonical field names written out in
-// headers.go against net/http.
-func TestCanonicalHeaderNames(t *testing.T) {
-	for name, canon := range map[string]string{
-		HeaderRateLimitPolicy:     canonRateLimitPolicy,
-		HeaderRateLimit:           canonRateLimit,
-		HeaderRetryAfter:          canonRetryAfter,
-		HeaderXRateLimitLimit:     canonXRateLimitLimit,
-		HeaderXRateLimitRemaining: canonXRateLimitRemaining,
-		HeaderXRateLimitReset:     canonXRateLimitReset,
-	} {
-		if want := http.CanonicalHeaderKey(name); canon != want {
-			t.Errorf("canonical form of %q is %q, want %q", name, canon, want)
-		}
-	}
-}
 
 // TestInvalidRequestErrors checks the sentinel errors laid out statically:
 // each matches ErrInvalidRequest and reads as the wrapping it replaces.

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// Observer receives what limiters decide and what a [Guard]'s failure policy
+// Observer receives what limiters decide and what a httplimit.Guard's failure policy
 // does, for metrics, traces and logs. Any field may be nil. [Observe] calls
 // DecisionStart and Decision around every call of a wrapped limiter;
-// a Guard calls FailurePolicy through [GuardConfig.Observer].
+// a Guard calls FailurePolicy through httplimit.GuardConfig.Observer.
 //
 // Events never carry the request's key (keys are IP addresses and API keys)
 // or its client state, and every field meant to become a metric label
@@ -100,7 +100,7 @@ const (
 	ErrorCanceled
 
 	// ErrorDeadline: a deadline passed (errors.Is
-	// context.DeadlineExceeded), the caller's or [GuardConfig.Timeout]'s: the
+	// context.DeadlineExceeded), the caller's or httplimit.GuardConfig.Timeout's: the
 	// store was too slow for the time given.
 	ErrorDeadline
 
@@ -190,7 +190,7 @@ type DecisionEvent struct {
 	Err error
 }
 
-// FailureAction is what a [Guard]'s failure policy did with a limiter
+// FailureAction is what a httplimit.Guard's failure policy did with a limiter
 // failure.
 type FailureAction uint8
 
@@ -220,7 +220,7 @@ func (a FailureAction) String() string {
 	return "unknown"
 }
 
-// FailureEvent is what [Observer.FailurePolicy] learns when a [Guard]'s
+// FailureEvent is what [Observer.FailurePolicy] learns when a httplimit.Guard's
 // limiter fails with an error other than an invalid request.
 type FailureEvent struct {
 	// Policy is the failed limiter's policy name, or "" when it does not
@@ -257,7 +257,10 @@ func Observe(l Limiter, o *Observer) Limiter {
 	if o == nil || (o.DecisionStart == nil && o.Decision == nil) || l == nil {
 		return l
 	}
-	b := &observed{l: l, start: o.DecisionStart, done: o.Decision, policy: policyName(l)}
+	b := &observed{l: l, start: o.DecisionStart, done: o.Decision}
+	if p, ok := l.(interface{ Policy() Policy }); ok {
+		b.policy = p.Policy()
+	}
 	p, isP := l.(Peeker)
 	r, isR := l.(Refunder)
 	s, isS := l.(Resetter)
@@ -307,17 +310,6 @@ func Observe(l Limiter, o *Observer) Limiter {
 	return b
 }
 
-// policyName returns the policy name a limiter reports, or "".
-func policyName(l Limiter) string {
-	if o, ok := l.(interface{ observedPolicy() string }); ok {
-		return o.observedPolicy()
-	}
-	if p, ok := l.(interface{ Policy() Policy }); ok {
-		return p.Policy().Name
-	}
-	return ""
-}
-
 type observed struct {
 	l        Limiter
 	peeker   Peeker
@@ -325,10 +317,12 @@ type observed struct {
 	resetter Resetter
 	start    func(context.Context, DecisionStartEvent) context.Context
 	done     func(context.Context, DecisionEvent)
-	policy   string
+	policy   Policy
 }
 
-func (o *observed) observedPolicy() string { return o.policy }
+// Policy returns the policy of the observed limiter (the zero Policy when it
+// has no Policy method), so that an observed limiter names its policy too.
+func (o *observed) Policy() Policy { return o.policy }
 
 func (o *observed) Allow(ctx context.Context, req Request) (Decision, error) {
 	return o.call(ctx, OpAllow, req, o.l.Allow)
@@ -336,13 +330,13 @@ func (o *observed) Allow(ctx context.Context, req Request) (Decision, error) {
 
 func (o *observed) call(ctx context.Context, op Op, req Request, f func(context.Context, Request) (Decision, error)) (Decision, error) {
 	if o.start != nil {
-		ctx = o.start(ctx, DecisionStartEvent{Op: op, Policy: o.policy, Cost: req.Cost})
+		ctx = o.start(ctx, DecisionStartEvent{Op: op, Policy: o.policy.Name, Cost: req.Cost})
 	}
 	t0 := time.Now()
 	d, err := f(ctx, req)
 	elapsed := time.Since(t0)
 	if o.done != nil {
-		e := DecisionEvent{Op: op, Policy: o.policy, Cost: req.Cost, Duration: elapsed}
+		e := DecisionEvent{Op: op, Policy: o.policy.Name, Cost: req.Cost, Duration: elapsed}
 		switch {
 		case err != nil:
 			e.Outcome, e.Err, e.ErrorClass = OutcomeError, err, ClassifyError(err)
@@ -378,18 +372,4 @@ type reset struct{ o *observed }
 
 func (r reset) Reset(ctx context.Context, key string) error {
 	return r.o.resetter.Reset(ctx, key)
-}
-
-// observeFailure reports a failure-policy event to g's observer, if any.
-func (g *Guard) observeFailure(ctx context.Context, action FailureAction, err, fallbackErr error) {
-	if g.cfg.Observer == nil || g.cfg.Observer.FailurePolicy == nil {
-		return
-	}
-	g.cfg.Observer.FailurePolicy(ctx, FailureEvent{
-		Policy:      policyName(g.cfg.Limiter),
-		Action:      action,
-		ErrorClass:  ClassifyError(err),
-		Err:         err,
-		FallbackErr: fallbackErr,
-	})
 }

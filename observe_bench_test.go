@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -29,9 +30,9 @@ func benchLimiter(b *testing.B) ratekit.Limiter {
 }
 
 // benchGuard runs Guard.Check in parallel, each goroutine on its own key.
-func benchGuard(b *testing.B, cfg ratekit.GuardConfig) {
-	cfg.OnError = ratekit.FailOpen
-	g, err := ratekit.NewGuard(cfg)
+func benchGuard(b *testing.B, cfg httplimit.GuardConfig) {
+	cfg.OnError = httplimit.FailOpen
+	g, err := httplimit.NewGuard(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,12 +63,12 @@ func BenchmarkGuardObserve(b *testing.B) {
 		FailurePolicy: func(context.Context, ratekit.FailureEvent) {},
 	}
 	b.Run("none", func(b *testing.B) {
-		benchGuard(b, ratekit.GuardConfig{Limiter: benchLimiter(b)})
+		benchGuard(b, httplimit.GuardConfig{Limiter: benchLimiter(b)})
 	})
 	b.Run("guard-observer", func(b *testing.B) {
-		benchGuard(b, ratekit.GuardConfig{Limiter: benchLimiter(b), Observer: nop})
+		benchGuard(b, httplimit.GuardConfig{Limiter: benchLimiter(b), Observer: nop})
 	})
 	b.Run("observed-nop", func(b *testing.B) {
-		benchGuard(b, ratekit.GuardConfig{Limiter: ratekit.Observe(benchLimiter(b), nop), Observer: nop})
+		benchGuard(b, httplimit.GuardConfig{Limiter: ratekit.Observe(benchLimiter(b), nop), Observer: nop})
 	})
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
 	"reflect"
 	"sync"
 	"testing"
@@ -320,86 +318,6 @@ func TestObservePreservesCapabilities(t *testing.T) {
 			l2 := Observe(l, log.observer())
 			if _, ok := l2.(Peeker); ok != p {
 				t.Fatalf("double wrap lost Peeker")
-			}
-		})
-	}
-}
-
-func TestGuardObserverFailurePolicy(t *testing.T) {
-	storeErr := errors.New("store down")
-	fbErr := errors.New("fallback down")
-	fallback := newWindowLimiter("fb", 5)
-	tests := []struct {
-		name     string
-		cfg      GuardConfig
-		req      Request
-		want     []FailureEvent
-		wantCode int
-	}{
-		{
-			name:     "fail open",
-			cfg:      GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5), err: storeErr}, OnError: FailOpen},
-			want:     []FailureEvent{{Policy: "api", Action: FailedOpen, ErrorClass: ErrorStore, Err: storeErr}},
-			wantCode: 0,
-		},
-		{
-			name:     "fail closed",
-			cfg:      GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5), err: storeErr}, OnError: FailClosed},
-			want:     []FailureEvent{{Policy: "api", Action: FailedClosed, ErrorClass: ErrorStore, Err: storeErr}},
-			wantCode: http.StatusServiceUnavailable,
-		},
-		{
-			name:     "fallback decides",
-			cfg:      GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5), err: storeErr}, OnError: UseFallback, Fallback: fallback},
-			want:     []FailureEvent{{Policy: "api", Action: FellBack, ErrorClass: ErrorStore, Err: storeErr}},
-			wantCode: 0,
-		},
-		{
-			name: "fallback fails too",
-			cfg: GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5), err: storeErr}, OnError: UseFallback,
-				Fallback: failingLimiter{err: fbErr}},
-			want:     []FailureEvent{{Policy: "api", Action: FailedClosed, ErrorClass: ErrorStore, Err: storeErr, FallbackErr: fbErr}},
-			wantCode: http.StatusServiceUnavailable,
-		},
-		{
-			name: "observed limiter reports its policy",
-			cfg: GuardConfig{Limiter: Observe(&policyLimiter{windowLimiter: newWindowLimiter("api", 5), err: storeErr},
-				&Observer{Decision: func(context.Context, DecisionEvent) {}}), OnError: FailOpen},
-			want: []FailureEvent{{Policy: "api", Action: FailedOpen, ErrorClass: ErrorStore, Err: storeErr}},
-		},
-		{
-			name:     "invalid request is no failure",
-			cfg:      GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5)}, OnError: FailOpen},
-			req:      Request{Key: "k", Cost: 6},
-			wantCode: http.StatusBadRequest,
-		},
-		{
-			name: "decision is no failure",
-			cfg:  GuardConfig{Limiter: &policyLimiter{windowLimiter: newWindowLimiter("api", 5)}, OnError: FailClosed},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var log eventLog
-			tt.cfg.Observer = log.observer()
-			tt.cfg.Logger = slog.New(slog.DiscardHandler)
-			g, err := NewGuard(tt.cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := tt.req
-			if req.Key == "" {
-				req = Request{Key: "k", Cost: 1}
-			}
-			res := g.Check(context.Background(), req, http.Header{})
-			if res.Status != tt.wantCode {
-				t.Fatalf("status %d, want %d", res.Status, tt.wantCode)
-			}
-			if !reflect.DeepEqual(log.failures, tt.want) {
-				t.Fatalf("failure events\n%+v\nwant\n%+v", log.failures, tt.want)
-			}
-			if len(log.events) != 0 {
-				t.Fatalf("guard reported %d decisions itself, want 0 (Observe does)", len(log.events))
 			}
 		})
 	}

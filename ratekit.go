@@ -32,15 +32,14 @@
 //   - Cost: the units one request takes ([Request.Cost]).
 //   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
 //
-// [Policy] states how every strategy advertises its policy in the
-// RateLimit-Policy and RateLimit header fields.
-//
-// This package holds the contract ([Limiter], [Request], [Decision], the
-// optional [Peeker], [Refunder] and [Resetter] capabilities), the HTTP layer
-// shared by every adapter (the IETF RateLimit header fields, Retry-After and a
-// problem+json body for 429 responses), [Middleware] for net/http, and [All],
-// a composite of several limiters ("10 a second and 1,000 a day") whose
-// Decision holds one part per policy. It imports the standard library only.
+// This package is the contract: [Limiter], [Request], [Decision] and
+// [Policy], the optional [Peeker], [Refunder] and [Resetter] capabilities,
+// the errors, [All] (a composite of several limiters, "10 a second and 1,000
+// a day", whose Decision holds one part per policy) and [Observe]. Package
+// httplimit turns decisions into HTTP answers (the RateLimit header fields,
+// Retry-After, problem+json bodies, middleware and key functions), and
+// package lambda does the same for Lambda events. It imports the standard
+// library only.
 package ratekit
 
 import (
@@ -62,7 +61,8 @@ const MaxKeyLen = 512
 // available and reports the outcome as a [Decision]. A denial is a Decision
 // with Allowed false, not an error: an error means the limiter could not
 // decide (the store failed, the context ended, the request was invalid), and
-// what happens next is the caller's choice (see [FailurePolicy]).
+// what happens next is the caller's choice (httplimit's FailurePolicy is
+// one way to make it).
 //
 // Allow validates req with [Request.Validate] and returns its error (an
 // [ErrInvalidRequest]) for bad input. A cost larger than the policy's limit

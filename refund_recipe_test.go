@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/signedwindow"
 )
 
@@ -25,9 +25,9 @@ func TestRefundRecipeThroughMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{
-		GuardConfig: ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, NoStateCookie: true},
-		Key:         ratekit.RemoteAddrKey(),
+	mw, err := httplimit.Middleware(httplimit.MiddlewareConfig{
+		GuardConfig: httplimit.GuardConfig{Limiter: l, OnError: httplimit.FailClosed, NoStateCookie: true},
+		Key:         httplimit.RemoteAddrKey(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestRefundRecipeThroughMiddleware(t *testing.T) {
 		if r.URL.Path != "/fail" {
 			return
 		}
-		charged, ok := ratekit.RequestFromContext(r.Context())
+		charged, ok := httplimit.RequestFromContext(r.Context())
 		if !ok {
 			t.Error("no charged request in the context")
 			return
@@ -46,7 +46,7 @@ func TestRefundRecipeThroughMiddleware(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		w.Header().Set(ratekit.DefaultStateHeader, d.State)
+		w.Header().Set(httplimit.DefaultStateHeader, d.State)
 		w.WriteHeader(http.StatusBadGateway)
 	}))
 	token, kept := "", 0
@@ -58,11 +58,11 @@ func TestRefundRecipeThroughMiddleware(t *testing.T) {
 		r := httptest.NewRequest("GET", path, nil)
 		r.RemoteAddr = "198.51.100.1:1000"
 		if token != "" {
-			r.Header.Set(ratekit.DefaultStateHeader, token)
+			r.Header.Set(httplimit.DefaultStateHeader, token)
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		if tok := w.Header().Get(ratekit.DefaultStateHeader); tok != "" {
+		if tok := w.Header().Get(httplimit.DefaultStateHeader); tok != "" {
 			token = tok
 		}
 		if w.Code == http.StatusTooManyRequests {

@@ -12,7 +12,7 @@
 //     circuit.
 //   - Open: for [Config.OpenFor], every Allow returns an error matching
 //     [ErrOpen] at once, without asking the wrapped limiter, so the store is
-//     neither dialled nor waited for. A [ratekit.Guard] then applies its
+//     neither dialled nor waited for. A httplimit.Guard then applies its
 //     failure policy (fail closed, fail open or fall back) as for any store
 //     error.
 //   - Half-open: after OpenFor, up to [Config.Probes] requests go to the

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/breaker"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/signedwindow"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -28,9 +28,9 @@ func Example() {
 		Name: "api", Quota: 100, Window: time.Minute,
 		Keys: []signedwindow.Key{{ID: 1, Secret: []byte("an example secret of at least 32 bytes")}},
 	})
-	_, err = ratekit.NewGuard(ratekit.GuardConfig{
+	_, err = httplimit.NewGuard(httplimit.GuardConfig{
 		Limiter:  guarded,
-		OnError:  ratekit.UseFallback,
+		OnError:  httplimit.UseFallback,
 		Fallback: fallback,
 		Timeout:  100 * time.Millisecond,
 	})

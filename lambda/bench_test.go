@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -20,7 +20,7 @@ import (
 func BenchmarkHTTPAPI(b *testing.B) {
 	c := newClock()
 	a := adapter(b, lambda.Config{
-		Guard: guard(b, ratekit.GuardConfig{Limiter: window(b, 1<<40, c), OnError: ratekit.FailClosed}),
+		Guard: guard(b, httplimit.GuardConfig{Limiter: window(b, 1<<40, c), OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	})
 	h := a.HTTPAPI(okHTTPAPI)
@@ -32,7 +32,7 @@ func BenchmarkHTTPAPI(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ev.Headers["ratekit-token"] = single(resp.Headers, ratekit.DefaultStateHeader)
+	ev.Headers["ratekit-token"] = single(resp.Headers, httplimit.DefaultStateHeader)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -66,9 +66,9 @@ func BenchmarkHTTPAPIBare(b *testing.B) {
 // net/http middleware, for comparison with BenchmarkHTTPAPI.
 func BenchmarkRootMiddleware(b *testing.B) {
 	c := newClock()
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{
-		GuardConfig: ratekit.GuardConfig{Limiter: window(b, 1<<40, c), OnError: ratekit.FailClosed},
-		Key:         ratekit.RemoteAddrKey(),
+	mw, err := httplimit.Middleware(httplimit.MiddlewareConfig{
+		GuardConfig: httplimit.GuardConfig{Limiter: window(b, 1<<40, c), OnError: httplimit.FailClosed},
+		Key:         httplimit.RemoteAddrKey(),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -78,7 +78,7 @@ func BenchmarkRootMiddleware(b *testing.B) {
 	req.RemoteAddr = clientIP + ":443"
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, req)
-	req.Header.Set(ratekit.DefaultStateHeader, w.Header().Get(ratekit.DefaultStateHeader))
+	req.Header.Set(httplimit.DefaultStateHeader, w.Header().Get(httplimit.DefaultStateHeader))
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -12,6 +12,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -74,7 +75,7 @@ func TestCompositeEveryEventType(t *testing.T) {
 		t.Run(et.name, func(t *testing.T) {
 			c := newClock()
 			var ran atomic.Int64
-			h := et.wrap(adapter(t, lambda.Config{Guard: guard(t, ratekit.GuardConfig{Limiter: composite(t, c), OnError: ratekit.FailClosed}), Key: constantKey}), &ran)
+			h := et.wrap(adapter(t, lambda.Config{Guard: guard(t, httplimit.GuardConfig{Limiter: composite(t, c), OnError: httplimit.FailClosed}), Key: constantKey}), &ran)
 			payload := fixture(t, et.fixture, nil)
 			call := func() (anyResponse, http.Header) {
 				out, err := awslambdaInvoke(h, payload)
@@ -96,7 +97,7 @@ func TestCompositeEveryEventType(t *testing.T) {
 			resp, hdr = call() // the burst is used up
 			if resp.StatusCode != 429 || hdr.Get("Retry-After") != "1" ||
 				!reflect.DeepEqual(problemOf(t, resp.Body).ViolatedPolicies, []string{"burst"}) ||
-				hdr.Get("RateLimit") != `"burst";r=0;t=1, "daily";r=1;t=57600` {
+				hdr.Get("RateLimit") != `"burst";r=0;t=1, "daily";r=1;t=28800` { // the daily bucket's next unit in 8h
 				t.Fatalf("third answer: %d %v %s", resp.StatusCode, hdr, resp.Body)
 			}
 			c.Add(time.Second)

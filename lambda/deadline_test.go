@@ -12,6 +12,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -83,11 +84,11 @@ func constantKey(context.Context, *lambda.Request) (string, error) { return "k",
 // asked when the invocation's context has ended.
 func TestCallerGoneEveryEventType(t *testing.T) {
 	for _, et := range eventTypes() {
-		for _, policy := range []ratekit.FailurePolicy{ratekit.FailOpen, ratekit.UseFallback} {
+		for _, policy := range []httplimit.FailurePolicy{httplimit.FailOpen, httplimit.UseFallback} {
 			t.Run(et.name+"/"+policy.String(), func(t *testing.T) {
 				primary, fallback := &blocking{}, &recorder{}
-				cfg := ratekit.GuardConfig{Limiter: primary, OnError: policy}
-				if policy == ratekit.UseFallback {
+				cfg := httplimit.GuardConfig{Limiter: primary, OnError: policy}
+				if policy == httplimit.UseFallback {
 					cfg.Fallback = fallback
 				}
 				var ran atomic.Int64
@@ -117,12 +118,12 @@ func TestCallerGoneEveryEventType(t *testing.T) {
 func TestDeadlineEveryEventType(t *testing.T) {
 	const left = 1200 * time.Millisecond
 	for _, et := range eventTypes() {
-		for _, policy := range []ratekit.FailurePolicy{ratekit.FailClosed, ratekit.UseFallback} {
+		for _, policy := range []httplimit.FailurePolicy{httplimit.FailClosed, httplimit.UseFallback} {
 			t.Run(et.name+"/"+policy.String(), func(t *testing.T) {
 				t.Parallel()
 				primary, fallback := &blocking{}, &blocking{}
-				cfg := ratekit.GuardConfig{Limiter: primary, OnError: policy, Timeout: 2 * time.Second}
-				if policy == ratekit.UseFallback {
+				cfg := httplimit.GuardConfig{Limiter: primary, OnError: policy, Timeout: 2 * time.Second}
+				if policy == httplimit.UseFallback {
 					cfg.Fallback = fallback
 				}
 				var ran atomic.Int64
@@ -139,12 +140,12 @@ func TestDeadlineEveryEventType(t *testing.T) {
 				if resp.StatusCode != 503 || ran.Load() != 0 {
 					t.Fatalf("status %d %s, handler ran %d times; want 503", resp.StatusCode, resp.Body, ran.Load())
 				}
-				if p := problemOf(t, resp.Body); p.Type != ratekit.ProblemTypeTemporaryReducedCapacity {
+				if p := problemOf(t, resp.Body); p.Type != httplimit.ProblemTypeTemporaryReducedCapacity {
 					t.Errorf("problem %+v", p)
 				}
-				latest := deadline.Add(-ratekit.DefaultDeadlineMargin)
+				latest := deadline.Add(-httplimit.DefaultDeadlineMargin)
 				for name, l := range map[string]*blocking{"limiter": primary, "fallback": fallback} {
-					if name == "fallback" && policy != ratekit.UseFallback {
+					if name == "fallback" && policy != httplimit.UseFallback {
 						continue
 					}
 					l.mu.Lock()

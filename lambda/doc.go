@@ -9,13 +9,13 @@
 //
 // Each wrapper takes and returns the event's own handler type, so the result
 // goes straight to lambda.Start. The HTTP answers come from the same code as
-// the root package's net/http [ratekit.Middleware], a [ratekit.Guard]: the
+// the root package's net/http httplimit.Middleware, a httplimit.Guard: the
 // RateLimit and RateLimit-Policy header fields, Retry-After, the
 // application/problem+json bodies of 429, 503 and 400 answers, the client
 // state of stateless strategies in a header field and a cookie, and the
 // failure policy. Keys agree across transports too: an IP key computed here
-// is the [ratekit.IPKey] the middleware computes for the same client, and an
-// API key is hashed by [ratekit.APIKey] in both.
+// is the httplimit.IPKey the middleware computes for the same client, and an
+// API key is hashed by httplimit.APIKey in both.
 //
 // # Request flow
 //
@@ -24,18 +24,18 @@
 // and its source IP; an event with differing copies of one field under
 // differently-cased names gets 400, and code in front of the adapter reads
 // the same fields with [EventHeader]), derives the key with [Config.Key], reads the client
-// state with [ratekit.Guard.State] and calls [ratekit.Guard.Check] with the
+// state with httplimit.Guard.State and calls httplimit.Guard.Check with the
 // invocation's context. Each limiter call ends by the earlier of
-// [ratekit.GuardConfig.Timeout] and the invocation deadline minus
-// [ratekit.GuardConfig.DeadlineMargin], so a store that does not answer ends
+// httplimit.GuardConfig.Timeout and the invocation deadline minus
+// httplimit.GuardConfig.DeadlineMargin, so a store that does not answer ends
 // in the failure policy's answer (503 under FailClosed) before Lambda would
 // end the invocation with "Task timed out"; with UseFallback the fallback
 // gets time before that bound too. An invocation whose context has already
 // ended is no limiter failure: it gets 503, the handler does not run and no
 // failure policy applies, not even FailOpen. When the request
 // may proceed, the handler runs with the [ratekit.Decision] in its context
-// ([ratekit.DecisionFromContext]) and the [ratekit.Request] that was charged
-// ([ratekit.RequestFromContext], for refunds), and the header fields of the decision
+// (httplimit.DecisionFromContext) and the [ratekit.Request] that was charged
+// (httplimit.RequestFromContext, for refunds), and the header fields of the decision
 // are merged into its response: fields the handler set itself are kept,
 // Set-Cookie goes where the event type expects cookies. Otherwise the wrapper
 // answers in the event's response type with the Guard's status and body and
@@ -43,7 +43,7 @@
 //
 // # Cold starts, frozen instances and connection pools
 //
-// Build the limiter, the [ratekit.Guard] and the [Adapter] once, in main or
+// Build the limiter, the httplimit.Guard and the [Adapter] once, in main or
 // in a package-level variable, before calling lambda.Start: the instance
 // then reuses them (and their connection pool) for every invocation it
 // serves, and an invocation pays for none of the set-up. Nothing in this

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -47,7 +48,7 @@ func TestConflictingHeaderCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			var ran atomic.Int64
-			h := et.wrap(adapter(t, lambda.Config{Guard: guard(t, ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailOpen}), Key: apiKeyFn}), &ran)
+			h := et.wrap(adapter(t, lambda.Config{Guard: guard(t, httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailOpen}), Key: apiKeyFn}), &ran)
 			field := headerMap(et.fixture)
 			conflicting := fixture(t, et.fixture, func(m map[string]any) {
 				setHeader(m, field, "x-api-key", "customer-key")
@@ -75,7 +76,7 @@ func TestConflictingHeaderCopies(t *testing.T) {
 
 func mustAPIKey(t testing.TB, v string) string {
 	t.Helper()
-	k, err := ratekit.APIKey(v)
+	k, err := httplimit.APIKey(v)
 	if err != nil {
 		t.Fatal(err)
 	}

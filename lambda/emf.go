@@ -33,7 +33,7 @@ type EMFConfig struct {
 // decide as CloudWatch Embedded Metric Format lines through cfg.Logger, so
 // that CloudWatch extracts metrics from the function's logs with no agent
 // and no API call. Use it with [ratekit.Observe] (decisions) and
-// [ratekit.GuardConfig] (Observer, failure-policy events).
+// httplimit.GuardConfig (Observer, failure-policy events).
 //
 // Each decision is one log record at level Info with message
 // "ratekit decision", the dimensions Policy ("unknown" when the limiter

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -132,9 +133,9 @@ func TestEMFObserver(t *testing.T) {
 	}
 	c := newClock()
 	primary := &switchable{Limiter: window(t, 2, c)}
-	g := guard(t, ratekit.GuardConfig{
+	g := guard(t, httplimit.GuardConfig{
 		Limiter:  ratekit.Observe(primary, obs),
-		OnError:  ratekit.UseFallback,
+		OnError:  httplimit.UseFallback,
 		Fallback: ratekit.Observe(failing{}, obs), // reports no policy name
 		Observer: obs,
 	})

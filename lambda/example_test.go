@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
 )
@@ -27,7 +27,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	guard, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: limiter, OnError: ratekit.FailOpen})
+	guard, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: limiter, OnError: httplimit.FailOpen})
 	if err != nil {
 		panic(err)
 	}
@@ -36,7 +36,7 @@ func Example() {
 		panic(err)
 	}
 	handler := adapter.HTTPAPI(func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		d, _ := ratekit.DecisionFromContext(ctx)
+		d, _ := httplimit.DecisionFromContext(ctx)
 		return events.APIGatewayV2HTTPResponse{StatusCode: 200, Body: fmt.Sprintf("hello, %d left", d.Remaining)}, nil
 	})
 

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/extremes"
 	"github.com/ratekit/ratekit/lambda"
 )
@@ -33,7 +34,7 @@ func (l costLimiter) Allow(_ context.Context, req ratekit.Request) (ratekit.Deci
 // panics, and an adapter from New answers whatever its Cost function
 // returns, admitting only valid costs.
 func TestConstructorExtremes(t *testing.T) {
-	g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: costLimiter{5}, OnError: ratekit.FailClosed, Logger: slog.New(slog.DiscardHandler)})
+	g, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: costLimiter{5}, OnError: httplimit.FailClosed, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -25,7 +25,7 @@ func FuzzEvent(f *testing.F) {
 	f.Add("ratekit-token", "\x00\xff", "=;=;;", "not an ip")
 	f.Add("cookie", "ratekit_token=x", "ratekit_token=y", "::ffff:192.0.2.1")
 	rec := &recorder{}
-	g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailClosed})
+	g, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailClosed})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func FuzzEvent(f *testing.F) {
 				gotValue = v
 			}
 		}
-		want, werr := ratekit.APIKey(gotValue)
+		want, werr := httplimit.APIKey(gotValue)
 		switch {
 		case werr != nil:
 			if resp.StatusCode != 400 {

@@ -117,7 +117,7 @@ func findKey[V any](m map[string]V, name string) (string, bool) {
 // mergeSingle adds the fields of dst other than Set-Cookie to h, a
 // single-value header map, skipping names that h or other (the response's
 // other header map, may be nil) already holds: the handler's own fields win,
-// as they do behind [ratekit.Middleware].
+// as they do behind httplimit.Middleware.
 func mergeSingle(h map[string]string, other map[string][]string, dst http.Header) map[string]string {
 	for name, values := range dst {
 		if name == setCookie || len(values) == 0 {

@@ -16,6 +16,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
 )
@@ -43,12 +44,12 @@ func window(t testing.TB, limit int64, c *clock) *signedwindow.Limiter {
 	return l
 }
 
-func guard(t testing.TB, cfg ratekit.GuardConfig) *ratekit.Guard {
+func guard(t testing.TB, cfg httplimit.GuardConfig) *httplimit.Guard {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	g, err := ratekit.NewGuard(cfg)
+	g, err := httplimit.NewGuard(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,9 +179,9 @@ func (failing) Allow(context.Context, ratekit.Request) (ratekit.Decision, error)
 	return ratekit.Decision{}, errStoreDown
 }
 
-func problemOf(t testing.TB, body string) ratekit.Problem {
+func problemOf(t testing.TB, body string) httplimit.Problem {
 	t.Helper()
-	var p ratekit.Problem
+	var p httplimit.Problem
 	if err := json.Unmarshal([]byte(body), &p); err != nil {
 		t.Fatalf("body %q is not a problem: %v", body, err)
 	}
@@ -213,7 +214,7 @@ func stateCookie(t testing.TB, lines []string) string {
 	t.Helper()
 	for _, line := range lines {
 		c, err := http.ParseSetCookie(line)
-		if err == nil && c.Name == ratekit.DefaultStateCookie {
+		if err == nil && c.Name == httplimit.DefaultStateCookie {
 			if !c.HttpOnly || !c.Secure || c.SameSite != http.SameSiteLaxMode || c.Path != "/" || c.MaxAge != 60 {
 				t.Errorf("state cookie attributes: %q", line)
 			}

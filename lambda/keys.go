@@ -11,28 +11,29 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 )
 
 // SourceIPKey returns a KeyFunc that keys invocations by the client address
 // API Gateway or the function URL recorded (Request.SourceIP), as a
-// [ratekit.IPKey]: the key [ratekit.RemoteAddrKey] computes for the same
+// [httplimit.IPKey]: the key [httplimit.RemoteAddrKey] computes for the same
 // client behind the root middleware. API Gateway and function URLs take the
 // address from the TCP connection, so the client cannot choose it.
 //
 // ALB events carry no source IP: the KeyFunc returns an error matching
-// [ratekit.ErrNoKey] for them (use [ForwardedForKey]), and for an address
+// [httplimit.ErrNoKey] for them (use [ForwardedForKey]), and for an address
 // that does not parse.
 func SourceIPKey() KeyFunc {
 	return func(_ context.Context, r *Request) (string, error) {
 		if r.SourceIP == "" {
-			return "", fmt.Errorf("%w: the event carries no source IP (ALB events: use ForwardedForKey)", ratekit.ErrNoKey)
+			return "", fmt.Errorf("%w: the event carries no source IP (ALB events: use ForwardedForKey)", httplimit.ErrNoKey)
 		}
-		return ratekit.ParseIPKey(r.SourceIP)
+		return httplimit.ParseIPKey(r.SourceIP)
 	}
 }
 
 // ForwardedForKey returns a KeyFunc that keys invocations by the right-most
-// untrusted X-Forwarded-For entry, as [ratekit.ForwardedForKey] does:
+// untrusted X-Forwarded-For entry, as [httplimit.ForwardedForKey] does:
 // trustedProxies is the number of proxies that append to the field, counting
 // the one that invokes the function (1 for an ALB that clients reach
 // directly, 2 with CloudFront in front of it). This is the key function for
@@ -40,46 +41,46 @@ func SourceIPKey() KeyFunc {
 //
 // It returns an error matching [ratekit.ErrInvalidConfig] when
 // trustedProxies is below 1; the KeyFunc returns an error matching
-// [ratekit.ErrNoKey] when the field has fewer entries or that entry is not
+// [httplimit.ErrNoKey] when the field has fewer entries or that entry is not
 // an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 	if trustedProxies < 1 {
 		return nil, fmt.Errorf("%w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
 	}
 	return func(_ context.Context, r *Request) (string, error) {
-		return ratekit.ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
+		return httplimit.ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
 	}, nil
 }
 
 // APIKeyHeaderKey returns a KeyFunc that keys invocations by an API key in
-// the named header field (any case), hashed by [ratekit.APIKey] exactly as
-// [ratekit.APIKeyHeaderKey] hashes it. It returns an error matching
+// the named header field (any case), hashed by [httplimit.APIKey] exactly as
+// [httplimit.APIKeyHeaderKey] hashes it. It returns an error matching
 // [ratekit.ErrInvalidConfig] for an invalid field name; the KeyFunc returns
-// an error matching [ratekit.ErrNoKey] when the field is missing or empty.
+// an error matching [httplimit.ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
-	if _, err := ratekit.APIKeyHeaderKey(name); err != nil {
+	if _, err := httplimit.APIKeyHeaderKey(name); err != nil {
 		return nil, err
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(_ context.Context, r *Request) (string, error) {
-		return ratekit.APIKey(r.Header.Get(name))
+		return httplimit.APIKey(r.Header.Get(name))
 	}, nil
 }
 
 // GatewayAPIKey returns a KeyFunc that keys API Gateway REST API
 // invocations by the API key that API Gateway validated
 // (requestContext.identity.apiKey, present on methods that require an API
-// key), hashed by [ratekit.APIKey], so it agrees with [APIKeyHeaderKey] on
+// key), hashed by [httplimit.APIKey], so it agrees with [APIKeyHeaderKey] on
 // the X-Api-Key field that carries the same key. The KeyFunc returns an
-// error matching [ratekit.ErrNoKey] for other event types and when the
+// error matching [httplimit.ErrNoKey] for other event types and when the
 // event carries no API key.
 func GatewayAPIKey() KeyFunc {
 	return func(_ context.Context, r *Request) (string, error) {
 		ev, ok := r.Event.(*events.APIGatewayProxyRequest)
 		if !ok {
-			return "", fmt.Errorf("%w: only API Gateway REST events carry a validated API key", ratekit.ErrNoKey)
+			return "", fmt.Errorf("%w: only API Gateway REST events carry a validated API key", httplimit.ErrNoKey)
 		}
-		return ratekit.APIKey(ev.RequestContext.Identity.APIKey)
+		return httplimit.APIKey(ev.RequestContext.Identity.APIKey)
 	}
 }
 
@@ -96,7 +97,7 @@ func GatewayAPIKey() KeyFunc {
 // String, number and boolean values are accepted. Only use claims that an
 // authorizer verified: the event's headers are the client's to choose. It
 // returns an error matching [ratekit.ErrInvalidConfig] for an empty name;
-// the KeyFunc returns an error matching [ratekit.ErrNoKey] when the event
+// the KeyFunc returns an error matching [httplimit.ErrNoKey] when the event
 // has no such claim (and for function URL and ALB events, which have no
 // authorizer claims).
 func ClaimKey(name string) (KeyFunc, error) {
@@ -106,7 +107,7 @@ func ClaimKey(name string) (KeyFunc, error) {
 	return func(_ context.Context, r *Request) (string, error) {
 		v, ok := claim(r.Event, name)
 		if !ok || v == "" {
-			return "", fmt.Errorf("%w: no authorizer claim %q", ratekit.ErrNoKey, name)
+			return "", fmt.Errorf("%w: no authorizer claim %q", httplimit.ErrNoKey, name)
 		}
 		return "claim:" + name + "=" + v, nil
 	}, nil
@@ -150,12 +151,12 @@ func scalar(v any) (string, bool) {
 	return "", false
 }
 
-// HTTPKey adapts a [ratekit.KeyFunc] of the root package to invocations: it
+// HTTPKey adapts a [httplimit.KeyFunc] of the root package to invocations: it
 // calls kf with an *http.Request that carries the invocation's context,
 // Method, Path, Header and, as RemoteAddr, the SourceIP (without a port, as
-// [ratekit.RemoteAddrKey] accepts). Use it to share one key function
-// between a Lambda adapter and a [ratekit.Middleware].
-func HTTPKey(kf ratekit.KeyFunc) KeyFunc {
+// [httplimit.RemoteAddrKey] accepts). Use it to share one key function
+// between a Lambda adapter and a [httplimit.Middleware].
+func HTTPKey(kf httplimit.KeyFunc) KeyFunc {
 	return func(ctx context.Context, r *Request) (string, error) {
 		hr := &http.Request{
 			Method:     r.Method,
@@ -171,13 +172,13 @@ func HTTPKey(kf ratekit.KeyFunc) KeyFunc {
 // that need fields this package does not read (a path parameter, a tenant
 // from a custom authorizer). f receives a pointer to the event and must not
 // modify it. For invocations of another event type the KeyFunc returns an
-// error matching [ratekit.ErrNoKey]; so does f, by convention, when the
+// error matching [httplimit.ErrNoKey]; so does f, by convention, when the
 // event carries no usable key.
 func EventKey[E any](f func(ctx context.Context, event *E) (string, error)) KeyFunc {
 	return func(ctx context.Context, r *Request) (string, error) {
 		ev, ok := r.Event.(*E)
 		if !ok {
-			return "", fmt.Errorf("%w: key function expects %T, got %T", ratekit.ErrNoKey, ev, r.Event)
+			return "", fmt.Errorf("%w: key function expects %T, got %T", httplimit.ErrNoKey, ev, r.Event)
 		}
 		return f(ctx, ev)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 )
 
 // Handler types of the four HTTP-shaped events, in the form lambda.Start
@@ -36,7 +37,7 @@ type Request struct {
 	// function URLs and ALBs send lower-case names. Multi-value headers are
 	// used when the event has them. The cookies that HTTP API and function
 	// URL events carry in their own list are added as a Cookie field, so
-	// [ratekit.Guard.State] finds the state cookie in every event type.
+	// [httplimit.Guard.State] finds the state cookie in every event type.
 	// Copies of one field under names that differ in case only are one field
 	// when their values agree; an event whose copies differ is answered with
 	// 400 before any Config function runs ([EventHeader],
@@ -60,18 +61,18 @@ type Request struct {
 }
 
 // KeyFunc derives the rate-limit key of an invocation. It returns an error
-// (matching [ratekit.ErrNoKey] for this package's key functions) when the
+// (matching [httplimit.ErrNoKey] for this package's key functions) when the
 // event carries no usable key; the wrappers answer such requests with 400
-// rather than letting them through unlimited, as [ratekit.Middleware] does.
+// rather than letting them through unlimited, as [httplimit.Middleware] does.
 // ctx is the invocation's context.
 type KeyFunc func(ctx context.Context, r *Request) (string, error)
 
 // Config configures an [Adapter].
 type Config struct {
 	// Guard turns the limiter's decisions into HTTP answers. Required.
-	// Build it once, at init, with [ratekit.NewGuard]; it may be shared with
-	// a [ratekit.Middleware] configured alike or with other adapters.
-	Guard *ratekit.Guard
+	// Build it once, at init, with [httplimit.NewGuard]; it may be shared with
+	// a [httplimit.Middleware] configured alike or with other adapters.
+	Guard *httplimit.Guard
 
 	// Key derives the rate-limit key. Required. See [SourceIPKey],
 	// [ForwardedForKey], [APIKeyHeaderKey], [GatewayAPIKey], [ClaimKey],
@@ -98,14 +99,14 @@ type Config struct {
 	Parts func(*Request) []ratekit.Part
 
 	// Denied, when set, makes the body of 429 answers instead of the
-	// default problem+json one, as [ratekit.MiddlewareConfig.Denied] does:
+	// default problem+json one, as [httplimit.MiddlewareConfig.Denied] does:
 	// an HTML page for browsers, say. h already holds the RateLimit fields,
 	// Retry-After and the client state; Denied sets Content-Type and any
 	// other field in h and returns the status (normally 429) and the body.
 	Denied func(ctx context.Context, r *Request, d ratekit.Decision, h http.Header) (status int, body string)
 }
 
-// Adapter wraps Lambda handlers with a [ratekit.Guard]. It is safe for
+// Adapter wraps Lambda handlers with a [httplimit.Guard]. It is safe for
 // concurrent use, holds no goroutine and no timer, and should be built once
 // per instance (at init) and reused by every invocation.
 //
@@ -129,7 +130,7 @@ func New(cfg Config) (*Adapter, error) {
 
 // check runs the Guard for r. dst receives the response header fields; the
 // returned context carries the decision and the request for the handler.
-func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, ratekit.Verdict) {
+func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.Header, httplimit.Verdict) {
 	dst := make(http.Header, 4)
 	key, err := a.cfg.Key(ctx, r)
 	if err != nil {
@@ -147,14 +148,14 @@ func (a *Adapter) check(ctx context.Context, r *Request) (context.Context, http.
 	}
 	res := a.cfg.Guard.Check(ctx, req, dst)
 	if res.Proceed() && res.Decided {
-		ctx = ratekit.NewContext(ctx, req, res.Decision)
+		ctx = httplimit.NewContext(ctx, req, res.Decision)
 	}
 	return ctx, dst, res
 }
 
 // refuse returns the status and body of an answer that does not reach the
 // handler: the Guard's, or Config.Denied's for a denial.
-func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res ratekit.Verdict) (int, string) {
+func (a *Adapter) refuse(ctx context.Context, r *Request, dst http.Header, res httplimit.Verdict) (int, string) {
 	if res.Status == http.StatusTooManyRequests && a.cfg.Denied != nil {
 		dst.Del("Content-Type")
 		return a.cfg.Denied(ctx, r, res.Decision, dst)
@@ -234,7 +235,7 @@ func (a *Adapter) FunctionURL(next FunctionURLHandler) FunctionURLHandler {
 //
 // With single-value headers a response carries one Set-Cookie at most: when
 // next sets a cookie itself, the state cookie is left out, and the client
-// state still travels in the [ratekit.GuardConfig.StateHeader] field.
+// state still travels in the [httplimit.GuardConfig.StateHeader] field.
 func (a *Adapter) ALB(next ALBHandler) ALBHandler {
 	mustHandler(next == nil)
 	return func(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
@@ -265,7 +266,7 @@ func serve[E, R any](ctx context.Context, a *Adapter, ev E, r *Request, herr err
 	refused func(status int, body string) R, merge func(*R, http.Header)) (R, error) {
 	var (
 		dst http.Header
-		res ratekit.Verdict
+		res httplimit.Verdict
 	)
 	if herr != nil {
 		dst = make(http.Header, 1)

@@ -15,6 +15,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/leakcheck"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
@@ -25,11 +26,11 @@ const (
 	apiKey    = "tk_live_7Hq2mX9cR4vB8nL1"
 	subject   = "7d1e4c52-3b8a-4f6e-9a0d-2c5b8e1f4a37"
 	policy2   = `"api";q=2;w=60`
-	problemCT = ratekit.ProblemContentType
+	problemCT = httplimit.ProblemContentType
 )
 
 func TestNewRefusesIncompleteConfig(t *testing.T) {
-	g := guard(t, ratekit.GuardConfig{Limiter: &recorder{}, OnError: ratekit.FailClosed})
+	g := guard(t, httplimit.GuardConfig{Limiter: &recorder{}, OnError: httplimit.FailClosed})
 	for _, cfg := range []lambda.Config{{Key: lambda.SourceIPKey()}, {Guard: g}} {
 		if _, err := lambda.New(cfg); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", cfg, err)
@@ -51,15 +52,15 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 func TestREST(t *testing.T) {
 	c := newClock()
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: window(t, 2, c), OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: window(t, 2, c), OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	})
 	var calls atomic.Int32
 	h := a.REST(func(ctx context.Context, ev events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		calls.Add(1)
-		d, ok := ratekit.DecisionFromContext(ctx)
-		req, rok := ratekit.RequestFromContext(ctx)
-		want, _ := ratekit.ParseIPKey(clientIP)
+		d, ok := httplimit.DecisionFromContext(ctx)
+		req, rok := httplimit.RequestFromContext(ctx)
+		want, _ := httplimit.ParseIPKey(clientIP)
 		if !ok || !rok || req.Key != want || req.Cost != 1 {
 			t.Errorf("handler context: decision %v %+v, request %v %+v", ok, d, rok, req)
 		}
@@ -84,7 +85,7 @@ func TestREST(t *testing.T) {
 	if got := single(resp.Headers, "Content-Type"); got != "application/json" {
 		t.Errorf("handler's Content-Type replaced: %q", got)
 	}
-	token := single(resp.Headers, ratekit.DefaultStateHeader)
+	token := single(resp.Headers, httplimit.DefaultStateHeader)
 	cookies := multi(resp.MultiValueHeaders, "Set-Cookie")
 	if token == "" || stateCookie(t, cookies) != token || len(cookies) != 2 || cookies[0] != "seen=1; Path=/" {
 		t.Fatalf("state: header %q, Set-Cookie %q", token, cookies)
@@ -105,7 +106,7 @@ func TestREST(t *testing.T) {
 
 	// The same token by cookie: the count is already 2, so this is denied.
 	withCookie := fixture(t, "rest.json", func(m map[string]any) {
-		line := "theme=dark; " + ratekit.DefaultStateCookie + "=" + single(resp.Headers, ratekit.DefaultStateHeader)
+		line := "theme=dark; " + httplimit.DefaultStateCookie + "=" + single(resp.Headers, httplimit.DefaultStateHeader)
 		obj(m, "headers")["Cookie"] = line
 		obj(m, "multiValueHeaders")["Cookie"] = []string{line}
 	})
@@ -136,7 +137,7 @@ func checkDenied(t *testing.T, h map[string]string, body, policy, retryAfter str
 		t.Errorf("Content-Type %q", got)
 	}
 	p := problemOf(t, body)
-	if p.Type != ratekit.ProblemTypeQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "api" {
+	if p.Type != httplimit.ProblemTypeQuotaExceeded || p.Status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != "api" {
 		t.Errorf("problem %+v", p)
 	}
 }
@@ -145,7 +146,7 @@ func checkDenied(t *testing.T, h map[string]string, body, policy, retryAfter str
 func TestHTTPAPI(t *testing.T) {
 	c := newClock()
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: window(t, 2, c), OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: window(t, 2, c), OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	})
 	h := a.HTTPAPI(func(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
@@ -164,14 +165,14 @@ func TestHTTPAPI(t *testing.T) {
 
 	// Back in the event's cookie list, among other cookies.
 	back := fixture(t, "httpapi.json", func(m map[string]any) {
-		m["cookies"] = []string{"theme=dark", ratekit.DefaultStateCookie + "=" + token, "session=5f2b8c1e"}
+		m["cookies"] = []string{"theme=dark", httplimit.DefaultStateCookie + "=" + token, "session=5f2b8c1e"}
 	})
 	resp = invoke[events.APIGatewayV2HTTPResponse](t, ctx, h, back)
 	if resp.StatusCode != 201 || single(resp.Headers, "RateLimit") != `"api";r=0;t=60` {
 		t.Fatalf("second: %d %v", resp.StatusCode, resp.Headers)
 	}
 	back = fixture(t, "httpapi.json", func(m map[string]any) {
-		m["cookies"] = []string{ratekit.DefaultStateCookie + "=" + stateCookie(t, resp.Cookies)}
+		m["cookies"] = []string{httplimit.DefaultStateCookie + "=" + stateCookie(t, resp.Cookies)}
 	})
 	resp = invoke[events.APIGatewayV2HTTPResponse](t, ctx, h, back)
 	if resp.StatusCode != 429 {
@@ -188,7 +189,7 @@ func TestHTTPAPI(t *testing.T) {
 func TestFunctionURL(t *testing.T) {
 	rec := &recorder{}
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailClosed, NoStateCookie: true}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailClosed, NoStateCookie: true}),
 		Key:   lambda.SourceIPKey(),
 	})
 	h := a.FunctionURL(func(ctx context.Context, ev events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
@@ -201,7 +202,7 @@ func TestFunctionURL(t *testing.T) {
 		t.Fatalf("%d %v %q", resp.StatusCode, resp.Headers, resp.Cookies)
 	}
 	got := rec.last(t)
-	key, err := ratekit.RemoteAddrKey()(&http.Request{RemoteAddr: "[2001:db8:1:2:a:b:c:d]:443"})
+	key, err := httplimit.RemoteAddrKey()(&http.Request{RemoteAddr: "[2001:db8:1:2:a:b:c:d]:443"})
 	if err != nil || got.Key != key || got.Key != "ip:2001:db8:1:2::/64" {
 		t.Errorf("key %q, root middleware's %q (%v)", got.Key, key, err)
 	}
@@ -224,7 +225,7 @@ func TestALB(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := adapter(t, lambda.Config{
-				Guard: guard(t, ratekit.GuardConfig{Limiter: window(t, 1, c), OnError: ratekit.FailClosed}),
+				Guard: guard(t, httplimit.GuardConfig{Limiter: window(t, 1, c), OnError: httplimit.FailClosed}),
 				Key:   key,
 			})
 			h := a.ALB(func(ctx context.Context, ev events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
@@ -253,7 +254,7 @@ func TestALB(t *testing.T) {
 				if got := multi(resp.MultiValueHeaders, "RateLimit"); len(got) != 1 || got[0] != `"api";r=0;t=60` {
 					t.Errorf("RateLimit %q", got)
 				}
-				token = multi(resp.MultiValueHeaders, ratekit.DefaultStateHeader)[0]
+				token = multi(resp.MultiValueHeaders, httplimit.DefaultStateHeader)[0]
 			} else {
 				if resp.MultiValueHeaders != nil {
 					t.Errorf("multi-value headers in a single-value answer: %v", resp.MultiValueHeaders)
@@ -266,7 +267,7 @@ func TestALB(t *testing.T) {
 				if got := single(resp.Headers, "RateLimit"); got != `"api";r=0;t=60` {
 					t.Errorf("RateLimit %q", got)
 				}
-				token = single(resp.Headers, ratekit.DefaultStateHeader)
+				token = single(resp.Headers, httplimit.DefaultStateHeader)
 			}
 			if token == "" {
 				t.Fatal("no state header")
@@ -306,8 +307,8 @@ func TestALB(t *testing.T) {
 // Keys agree with the root package's for the same client, on every event
 // that carries the input.
 func TestKeyFunctions(t *testing.T) {
-	ipKey, _ := ratekit.ParseIPKey(clientIP)
-	hashed, _ := ratekit.APIKey(apiKey)
+	ipKey, _ := httplimit.ParseIPKey(clientIP)
+	hashed, _ := httplimit.APIKey(apiKey)
 	xff1, _ := lambda.ForwardedForKey(1)
 	xff2, _ := lambda.ForwardedForKey(2)
 	header, _ := lambda.APIKeyHeaderKey("X-API-Key")
@@ -316,7 +317,7 @@ func TestKeyFunctions(t *testing.T) {
 	trial, _ := lambda.ClaimKey("trial")
 	n, _ := lambda.ClaimKey("n")
 	nested, _ := lambda.ClaimKey("lambda")
-	rootXFF, _ := ratekit.ForwardedForKey(1)
+	rootXFF, _ := httplimit.ForwardedForKey(1)
 	tenant := lambda.EventKey(func(_ context.Context, ev *events.APIGatewayV2HTTPRequest) (string, error) {
 		return "tenant:" + ev.QueryStringParameters["currency"], nil
 	})
@@ -345,7 +346,7 @@ func TestKeyFunctions(t *testing.T) {
 		{"rest source ip", "rest.json", nil, lambda.SourceIPKey(), ipKey},
 		{"http api source ip", "httpapi.json", nil, lambda.SourceIPKey(), ipKey},
 		{"alb has no source ip", "alb-single.json", nil, lambda.SourceIPKey(), ""},
-		{"root RemoteAddrKey on rest", "rest.json", nil, lambda.HTTPKey(ratekit.RemoteAddrKey()), ipKey},
+		{"root RemoteAddrKey on rest", "rest.json", nil, lambda.HTTPKey(httplimit.RemoteAddrKey()), ipKey},
 		{"rest xff behind cloudfront", "rest.json", nil, xff1, "ip:130.176.137.135"},
 		{"rest xff two hops", "rest.json", nil, xff2, ipKey},
 		{"alb xff", "alb-single.json", nil, xff1, ipKey},
@@ -377,7 +378,7 @@ func TestKeyFunctions(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{}
 			a := adapter(t, lambda.Config{
-				Guard: guard(t, ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailClosed}),
+				Guard: guard(t, httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailClosed}),
 				Key:   tc.key,
 			})
 			payload := fixture(t, tc.fixture, tc.patch)
@@ -447,9 +448,9 @@ func TestBadRequests(t *testing.T) {
 		{"idempotency key too long", lambda.Config{Key: lambda.SourceIPKey(), IdempotencyKey: func(*lambda.Request) string { return long }}, ratekit.ErrKeyTooLong},
 	}
 	for _, tc := range tests {
-		for _, policy := range []ratekit.FailurePolicy{ratekit.FailOpen, ratekit.FailClosed} {
+		for _, policy := range []httplimit.FailurePolicy{httplimit.FailOpen, httplimit.FailClosed} {
 			t.Run(tc.name+"/"+policy.String(), func(t *testing.T) {
-				tc.cfg.Guard = guard(t, ratekit.GuardConfig{Limiter: window(t, 2, newClock()), OnError: policy})
+				tc.cfg.Guard = guard(t, httplimit.GuardConfig{Limiter: window(t, 2, newClock()), OnError: policy})
 				h := adapter(t, tc.cfg).HTTPAPI(func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 					t.Error("handler ran")
 					return events.APIGatewayV2HTTPResponse{}, nil
@@ -471,23 +472,23 @@ func TestBadRequests(t *testing.T) {
 func TestFailurePolicies(t *testing.T) {
 	fallback := window(t, 2, newClock())
 	tests := []struct {
-		policy   ratekit.FailurePolicy
+		policy   httplimit.FailurePolicy
 		fallback ratekit.Limiter
 		status   int
 	}{
-		{ratekit.FailOpen, nil, 200},
-		{ratekit.FailClosed, nil, 503},
-		{ratekit.UseFallback, fallback, 200},
+		{httplimit.FailOpen, nil, 200},
+		{httplimit.FailClosed, nil, 503},
+		{httplimit.UseFallback, fallback, 200},
 	}
 	for _, tc := range tests {
 		t.Run(tc.policy.String(), func(t *testing.T) {
 			a := adapter(t, lambda.Config{
-				Guard: guard(t, ratekit.GuardConfig{Limiter: failing{}, OnError: tc.policy, Fallback: tc.fallback}),
+				Guard: guard(t, httplimit.GuardConfig{Limiter: failing{}, OnError: tc.policy, Fallback: tc.fallback}),
 				Key:   lambda.SourceIPKey(),
 			})
 			var decided []bool
 			h := a.REST(func(ctx context.Context, _ events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-				_, ok := ratekit.DecisionFromContext(ctx)
+				_, ok := httplimit.DecisionFromContext(ctx)
 				decided = append(decided, ok)
 				return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 			})
@@ -497,16 +498,16 @@ func TestFailurePolicies(t *testing.T) {
 			}
 			rl := single(resp.Headers, "RateLimit")
 			switch tc.policy {
-			case ratekit.FailOpen:
+			case httplimit.FailOpen:
 				if rl != "" || len(decided) != 1 || decided[0] {
 					t.Errorf("FailOpen: RateLimit %q, decided %v", rl, decided)
 				}
-			case ratekit.FailClosed:
+			case httplimit.FailClosed:
 				p := problemOf(t, resp.Body)
-				if p.Type != ratekit.ProblemTypeTemporaryReducedCapacity || p.Status != 503 || len(decided) != 0 {
+				if p.Type != httplimit.ProblemTypeTemporaryReducedCapacity || p.Status != 503 || len(decided) != 0 {
 					t.Errorf("FailClosed: %+v, handler ran %d times", p, len(decided))
 				}
-			case ratekit.UseFallback:
+			case httplimit.UseFallback:
 				if rl != `"api";r=1;t=60` || len(decided) != 1 || !decided[0] {
 					t.Errorf("UseFallback: RateLimit %q, decided %v", rl, decided)
 				}
@@ -520,14 +521,14 @@ func TestFailurePolicies(t *testing.T) {
 func TestInvocationContext(t *testing.T) {
 	rec := &recorder{}
 	a := adapter(t, lambda.Config{
-		Guard:          guard(t, ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailClosed}),
+		Guard:          guard(t, httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailClosed}),
 		Key:            lambda.SourceIPKey(),
 		Cost:           func(r *lambda.Request) int64 { return int64(len(r.Method)) },
 		IdempotencyKey: lambda.HeaderValue("Idempotency-Key"),
 	})
 	var seen ratekit.Request
 	h := a.HTTPAPI(func(ctx context.Context, _ events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		seen, _ = ratekit.RequestFromContext(ctx)
+		seen, _ = httplimit.RequestFromContext(ctx)
 		return events.APIGatewayV2HTTPResponse{StatusCode: 200}, nil
 	})
 	deadline := time.Now().Add(3 * time.Second).Truncate(time.Millisecond)
@@ -535,7 +536,7 @@ func TestInvocationContext(t *testing.T) {
 	defer cancel()
 	payload := fixture(t, "httpapi.json", func(m map[string]any) { obj(m, "headers")["idempotency-key"] = " req-8f14e45f " })
 	invoke[events.APIGatewayV2HTTPResponse](t, ctx, h, payload)
-	if want := deadline.Add(-ratekit.DefaultDeadlineMargin); !rec.deadline.Equal(want) {
+	if want := deadline.Add(-httplimit.DefaultDeadlineMargin); !rec.deadline.Equal(want) {
 		t.Errorf("limiter saw deadline %v, want the invocation's %v minus DefaultDeadlineMargin", rec.deadline, deadline)
 	}
 	got := rec.last(t)
@@ -563,7 +564,7 @@ func TestColdStartHygiene(t *testing.T) {
 	// Built once, as main would before lambda.Start.
 	q := &counter{limit: 100, used: map[string]int64{}}
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: q, OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: q, OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	})
 	wrapped := a.HTTPAPI(okHTTPAPI)
@@ -602,10 +603,10 @@ func TestColdStartHygiene(t *testing.T) {
 	c := newClock()
 	sw := window(t, 2, c)
 	thawed := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: sw, OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: sw, OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	}).HTTPAPI(func(ctx context.Context, _ events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		d, _ := ratekit.DecisionFromContext(ctx)
+		d, _ := httplimit.DecisionFromContext(ctx)
 		if d.StateError != nil && !errors.Is(d.StateError, signedwindow.ErrTokenStaleWindow) && !errors.Is(d.StateError, signedwindow.ErrTokenMissing) {
 			t.Errorf("state error %v", d.StateError)
 		}
@@ -616,7 +617,7 @@ func TestColdStartHygiene(t *testing.T) {
 		resp := invoke[events.APIGatewayV2HTTPResponse](t, context.Background(), thawed, fixture(t, "httpapi.json", func(m map[string]any) {
 			obj(m, "headers")["ratekit-token"] = token
 		}))
-		token = single(resp.Headers, ratekit.DefaultStateHeader)
+		token = single(resp.Headers, httplimit.DefaultStateHeader)
 	}
 	c.Add(time.Hour)
 	resp := invoke[events.APIGatewayV2HTTPResponse](t, context.Background(), thawed, fixture(t, "httpapi.json", func(m map[string]any) {
@@ -633,7 +634,7 @@ func TestHandlerFieldsWin(t *testing.T) {
 	rec := &recorder{}
 	key, _ := lambda.APIKeyHeaderKey("X-Api-Key")
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: rec, OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: rec, OnError: httplimit.FailClosed}),
 		Key:   key,
 	})
 	h := a.REST(func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
@@ -661,7 +662,7 @@ func TestHandlerFieldsWin(t *testing.T) {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
 	got := rec.last(t)
-	first, _ := ratekit.APIKey("first")
+	first, _ := httplimit.APIKey("first")
 	if got.Key != first || got.State != "tok" {
 		t.Errorf("request %+v", got)
 	}
@@ -669,7 +670,7 @@ func TestHandlerFieldsWin(t *testing.T) {
 
 func TestNilHandlerPanicsAtWrapTime(t *testing.T) {
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: &recorder{}, OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: &recorder{}, OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 	})
 	for name, wrap := range map[string]func(){
@@ -695,7 +696,7 @@ func TestDenied(t *testing.T) {
 	c := newClock()
 	var seen ratekit.Decision
 	a := adapter(t, lambda.Config{
-		Guard: guard(t, ratekit.GuardConfig{Limiter: window(t, 1, c), OnError: ratekit.FailClosed}),
+		Guard: guard(t, httplimit.GuardConfig{Limiter: window(t, 1, c), OnError: httplimit.FailClosed}),
 		Key:   lambda.SourceIPKey(),
 		Denied: func(ctx context.Context, r *lambda.Request, d ratekit.Decision, h http.Header) (int, string) {
 			seen = d
@@ -710,7 +711,7 @@ func TestDenied(t *testing.T) {
 		return events.LambdaFunctionURLResponse{StatusCode: 200}, nil
 	})
 	resp := invoke[events.LambdaFunctionURLResponse](t, context.Background(), h, fixture(t, "functionurl.json", nil))
-	token := single(resp.Headers, ratekit.DefaultStateHeader)
+	token := single(resp.Headers, httplimit.DefaultStateHeader)
 	resp = invoke[events.LambdaFunctionURLResponse](t, context.Background(), h, fixture(t, "functionurl.json", func(m map[string]any) {
 		obj(m, "headers")["ratekit-token"] = token
 	}))

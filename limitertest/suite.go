@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 )
 
 // Config is the policy the suite asks a [Harness] to build a limiter for:
@@ -259,11 +260,11 @@ func checkAdvertisedPolicy(t testing.TB, h Harness) error {
 		return err
 	}
 	hdr := http.Header{}
-	ratekit.SetHeaders(hdr, d, false)
-	if got := hdr.Get(ratekit.HeaderRateLimitPolicy); got != advertisedPolicy {
+	httplimit.SetHeaders(hdr, d, false)
+	if got := hdr.Get(httplimit.HeaderRateLimitPolicy); got != advertisedPolicy {
 		return fmt.Errorf("RateLimit-Policy %q, want %q (decision %+v)", got, advertisedPolicy, d)
 	}
-	if got, want := hdr.Get(ratekit.HeaderRateLimit), `"advertised";r=19;t=`; !strings.HasPrefix(got, want) {
+	if got, want := hdr.Get(httplimit.HeaderRateLimit), `"advertised";r=19;t=`; !strings.HasPrefix(got, want) {
 		return fmt.Errorf("RateLimit %q, want %q followed by t (decision %+v)", got, want, d)
 	}
 	return nil
@@ -527,14 +528,14 @@ func checkRefund(t testing.TB, h Harness) error {
 
 // charge makes a request of cost 1 for c and returns the decision and the
 // request as a handler finds it behind ratekit's adapters: through
-// ratekit.NewContext and ratekit.RequestFromContext.
+// httplimit.NewContext and httplimit.RequestFromContext.
 func charge(c *client) (ratekit.Request, ratekit.Decision, error) {
 	req := c.req(1)
 	d, err := c.allow(1)
 	if err != nil {
 		return req, d, err
 	}
-	charged, ok := ratekit.RequestFromContext(ratekit.NewContext(context.Background(), req, d))
+	charged, ok := httplimit.RequestFromContext(httplimit.NewContext(context.Background(), req, d))
 	if !ok {
 		return req, d, errors.New("RequestFromContext found no request in the context NewContext returned")
 	}
@@ -558,7 +559,7 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 }
 
 // checkRefundRecipe: two charges and a refund of the second through the
-// recipe of ratekit.RequestFromContext leave exactly one unit used, and
+// recipe of httplimit.RequestFromContext leave exactly one unit used, and
 // alternating refunded and kept calls admit exactly Limit kept calls.
 func checkRefundRecipe(t testing.TB, h Harness) error {
 	cfg := Config{Name: "refund-recipe", Quota: 4, Window: longWindow}

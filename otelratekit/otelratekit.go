@@ -3,14 +3,14 @@
 // enters a program's dependencies only when the program imports this package.
 //
 // [NewObserver] returns a [ratekit.Observer]: pass it to [ratekit.Observe] to
-// observe a limiter's decisions and to [ratekit.GuardConfig] (field
+// observe a limiter's decisions and to httplimit.GuardConfig (field
 // Observer) for the failure policy's events:
 //
 //	obs, err := otelratekit.NewObserver(otelratekit.Config{Strategy: "tokenbucket", Store: "redis"})
 //	...
-//	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+//	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
 //		Limiter:  ratekit.Observe(redisBucket, obs),
-//		OnError:  ratekit.UseFallback,
+//		OnError:  httplimit.UseFallback,
 //		Fallback: ratekit.Observe(memoryBucket, localObs),
 //		Observer: obs,
 //	})

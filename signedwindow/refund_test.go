@@ -37,7 +37,7 @@ func windowOf(t *testing.T, l *Limiter, subject, state string) (int64, int64) {
 // TestRefundFailingCallsWithoutToken replays, on a fake clock, the
 // middleware attack on a 5-a-minute policy with a replay cache: the client
 // sends no token on the calls it can make fail (the handler refunds them
-// with the request's state, as ratekit.RequestFromContext hands it over) and
+// with the request's state, as httplimit.RequestFromContext hands it over) and
 // sends the token it received last on the others. With the replay cache
 // every call of the 40 seconds is counted in the one window the subject
 // started, so at most 5 calls succeed.

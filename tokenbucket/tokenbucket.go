@@ -80,7 +80,7 @@
 // bucket admits at most 2 × (Burst + the tokens RefillRate adds in T), twice
 // what one master admits; with n failovers, (n+1) times as much. Buckets not
 // used between the last replicated write and the switch stay exact.
-// Decisions fail (see [ratekit.FailurePolicy]) from the master's failure
+// Decisions fail (see httplimit.FailurePolicy) from the master's failure
 // until the client reaches the new master: with go-redis's failover client,
 // within 2 × down-after-milliseconds + failover-timeout + 2s of Sentinel's
 // settings, plus one decision's deadline. Package redisstore gives the

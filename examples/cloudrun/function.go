@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -25,7 +26,7 @@ const policyName = "quote"
 type function struct {
 	http.Handler
 	limiter *tokenbucket.Limiter
-	key     ratekit.KeyFunc
+	key     httplimit.KeyFunc
 	redis   redis.UniversalClient // nil without REDIS_URL
 }
 
@@ -67,11 +68,11 @@ func newFunction(getenv func(string) string, observe observeFunc) (*function, er
 		return nil, err
 	}
 	f := &function{limiter: local}
-	gcfg := ratekit.GuardConfig{
+	gcfg := httplimit.GuardConfig{
 		Limiter: ratekit.Observe(local, localObs),
 		// The in-memory store cannot fail; this only matters for bad input,
 		// which is answered with 400 anyway.
-		OnError:  ratekit.FailClosed,
+		OnError:  httplimit.FailClosed,
 		Logger:   logger,
 		Observer: localObs,
 	}
@@ -103,7 +104,7 @@ func newFunction(getenv func(string) string, observe observeFunc) (*function, er
 		}
 		gcfg.Limiter, gcfg.Observer = ratekit.Observe(f.limiter, redisObs), redisObs
 		// Redis down: each instance limits on its own until it is back.
-		gcfg.OnError, gcfg.Fallback = ratekit.UseFallback, ratekit.Observe(local, localObs)
+		gcfg.OnError, gcfg.Fallback = httplimit.UseFallback, ratekit.Observe(local, localObs)
 		gcfg.Timeout = 300 * time.Millisecond
 	}
 
@@ -116,13 +117,13 @@ func newFunction(getenv func(string) string, observe observeFunc) (*function, er
 			return nil, fmt.Errorf("TRUSTED_PROXIES=%q is not a count of proxies", v)
 		}
 	}
-	f.key = ratekit.RemoteAddrKey()
+	f.key = httplimit.RemoteAddrKey()
 	if trusted > 0 {
-		if f.key, err = ratekit.ForwardedForKey(trusted); err != nil {
+		if f.key, err = httplimit.ForwardedForKey(trusted); err != nil {
 			return nil, err
 		}
 	}
-	limit, err := ratekit.Middleware(ratekit.MiddlewareConfig{
+	limit, err := httplimit.Middleware(httplimit.MiddlewareConfig{
 		GuardConfig: gcfg,
 		Key:         f.key,
 	})
@@ -135,7 +136,7 @@ func newFunction(getenv func(string) string, observe observeFunc) (*function, er
 
 // quote is the function's own work.
 func quote(w http.ResponseWriter, r *http.Request) {
-	d, _ := ratekit.DecisionFromContext(r.Context())
+	d, _ := httplimit.DecisionFromContext(r.Context())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	json.NewEncoder(w).Encode(map[string]any{

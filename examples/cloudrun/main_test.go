@@ -20,6 +20,7 @@ import (
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
@@ -120,10 +121,10 @@ func drain(t *testing.T, base string) {
 
 func checkDenied(t *testing.T, a answer) {
 	t.Helper()
-	var p ratekit.Problem
+	var p httplimit.Problem
 	json.Unmarshal([]byte(a.body), &p)
 	if a.status != 429 || a.header.Get("Retry-After") != "2" || !strings.HasPrefix(a.header.Get("RateLimit"), `"quote";r=0;t=2`) ||
-		a.header.Get("Content-Type") != ratekit.ProblemContentType || p.Type != ratekit.ProblemTypeQuotaExceeded {
+		a.header.Get("Content-Type") != httplimit.ProblemContentType || p.Type != httplimit.ProblemTypeQuotaExceeded {
 		t.Fatalf("6th request: %d %v %s", a.status, a.header, a.body)
 	}
 }

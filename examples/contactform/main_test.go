@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/signedwindow"
 )
 
@@ -153,7 +153,7 @@ func TestContactFormLimitsOverHTTP(t *testing.T) {
 	if ra := resp.Header.Get("Retry-After"); ra == "" || ra == "0" {
 		t.Fatalf("Retry-After %q", ra)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != ratekit.ProblemContentType || !strings.Contains(body, "quota-exceeded") {
+	if ct := resp.Header.Get("Content-Type"); ct != httplimit.ProblemContentType || !strings.Contains(body, "quota-exceeded") {
 		t.Fatalf("429 body %s (%s)", body, ct)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/signedwindow"
 )
 
@@ -96,8 +97,8 @@ func windowWords(d time.Duration) string {
 type server struct {
 	cfg     config
 	limiter *signedwindow.Limiter
-	guard   *ratekit.Guard // reads the token from requests as the middleware does
-	key     ratekit.KeyFunc
+	guard   *httplimit.Guard // reads the token from requests as the middleware does
+	key     httplimit.KeyFunc
 }
 
 var (
@@ -137,13 +138,13 @@ func newServer(cfg config) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	key := ratekit.RemoteAddrKey()
+	key := httplimit.RemoteAddrKey()
 	if cfg.trustedProxies > 0 {
-		if key, err = ratekit.ForwardedForKey(cfg.trustedProxies); err != nil {
+		if key, err = httplimit.ForwardedForKey(cfg.trustedProxies); err != nil {
 			return nil, err
 		}
 	}
-	gcfg := ratekit.GuardConfig{
+	gcfg := httplimit.GuardConfig{
 		Limiter: limiter,
 		// signedwindow keeps no store, so Allow fails only on a request it
 		// cannot decide: an invalid key (the Guard answers 400 whatever
@@ -151,16 +152,16 @@ func newServer(cfg config) (http.Handler, error) {
 		// gone), or a clock reading outside 1970 to year 36812. For the
 		// last, letting a post through is the right failure for a contact
 		// form.
-		OnError:        ratekit.FailOpen,
+		OnError:        httplimit.FailOpen,
 		Logger:         cfg.logger,
 		InsecureCookie: !cfg.secureCookie,
 	}
-	guard, err := ratekit.NewGuard(gcfg)
+	guard, err := httplimit.NewGuard(gcfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &server{cfg: cfg, limiter: limiter, guard: guard, key: key}
-	limit, err := ratekit.Middleware(ratekit.MiddlewareConfig{
+	limit, err := httplimit.Middleware(httplimit.MiddlewareConfig{
 		GuardConfig: gcfg,
 		Key:         key,
 		Denied:      http.HandlerFunc(s.denied),
@@ -214,8 +215,8 @@ type challengeJSON struct {
 // so that the page, the JSON and the header always say the same.
 func retryAfter(d ratekit.Decision) int64 {
 	h := http.Header{}
-	ratekit.SetHeaders(h, d, false)
-	n, _ := strconv.ParseInt(h.Get(ratekit.HeaderRetryAfter), 10, 64)
+	httplimit.SetHeaders(h, d, false)
+	n, _ := strconv.ParseInt(h.Get(httplimit.HeaderRetryAfter), 10, 64)
 	return n
 }
 
@@ -289,7 +290,7 @@ func (s *server) requireWork(next http.Handler) http.Handler {
 			return
 		}
 		if !d.Allowed {
-			ratekit.SetHeaders(w.Header(), d, false)
+			httplimit.SetHeaders(w.Header(), d, false)
 			s.deny(w, r, d)
 			return
 		}
@@ -308,7 +309,7 @@ func (s *server) requireWork(next http.Handler) http.Handler {
 
 // contact accepts a message once the limiter has admitted the post.
 func (s *server) contact(w http.ResponseWriter, r *http.Request) {
-	d, _ := ratekit.DecisionFromContext(r.Context())
+	d, _ := httplimit.DecisionFromContext(r.Context())
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	email := strings.TrimSpace(r.PostFormValue("email"))
 	message := strings.TrimSpace(r.PostFormValue("message"))
@@ -333,7 +334,7 @@ func (s *server) contact(w http.ResponseWriter, r *http.Request) {
 
 // denied answers a post over the limit (the Middleware's Denied handler).
 func (s *server) denied(w http.ResponseWriter, r *http.Request) {
-	d, _ := ratekit.DecisionFromContext(r.Context())
+	d, _ := httplimit.DecisionFromContext(r.Context())
 	s.deny(w, r, d)
 }
 
@@ -349,12 +350,12 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, d ratekit.Decision
 			Limit   int64
 			Window  string
 			Seconds string
-		}{d.Limit, windowWords(s.cfg.window), w.Header().Get(ratekit.HeaderRetryAfter)})
+		}{d.Limit, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
 		return
 	}
-	w.Header().Set("Content-Type", ratekit.ProblemContentType)
+	w.Header().Set("Content-Type", httplimit.ProblemContentType)
 	w.WriteHeader(http.StatusTooManyRequests)
-	w.Write(ratekit.DeniedProblem(d))
+	w.Write(httplimit.DeniedProblem(d))
 }
 
 func validate(name, email, message string) string {
@@ -379,9 +380,9 @@ func wantsHTML(r *http.Request) bool {
 }
 
 func problem(w http.ResponseWriter, status int, title, detail string) {
-	w.Header().Set("Content-Type", ratekit.ProblemContentType)
+	w.Header().Set("Content-Type", httplimit.ProblemContentType)
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(ratekit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	json.NewEncoder(w).Encode(httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

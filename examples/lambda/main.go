@@ -29,6 +29,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
 )
@@ -59,9 +60,9 @@ func newHandler(getenv func(string) string, metrics io.Writer) (lambda.FunctionU
 	if err != nil {
 		return nil, err
 	}
-	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
 		Limiter:  ratekit.Observe(limiter, emf),
-		OnError:  ratekit.FailOpen,
+		OnError:  httplimit.FailOpen,
 		Observer: emf,
 	})
 	if err != nil {
@@ -75,7 +76,7 @@ func newHandler(getenv func(string) string, metrics io.Writer) (lambda.FunctionU
 }
 
 func hello(ctx context.Context, req events.LambdaFunctionURLRequest) (events.LambdaFunctionURLResponse, error) {
-	d, _ := ratekit.DecisionFromContext(ctx)
+	d, _ := httplimit.DecisionFromContext(ctx)
 	return events.LambdaFunctionURLResponse{
 		StatusCode: 200,
 		Headers:    map[string]string{"Content-Type": "text/plain; charset=utf-8"},

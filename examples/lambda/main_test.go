@@ -15,6 +15,7 @@ import (
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 )
 
 func env(k string) string {
@@ -56,7 +57,7 @@ func TestHandlerLimitsPerClient(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, line := range resp.Cookies {
-			if c, err := http.ParseSetCookie(line); err == nil && c.Name == ratekit.DefaultStateCookie {
+			if c, err := http.ParseSetCookie(line); err == nil && c.Name == httplimit.DefaultStateCookie {
 				cookie = c.Name + "=" + c.Value
 			}
 		}
@@ -66,7 +67,7 @@ func TestHandlerLimitsPerClient(t *testing.T) {
 			}
 			continue
 		}
-		if resp.StatusCode != 429 || resp.Headers["Retry-After"] == "" || resp.Headers["Content-Type"] != ratekit.ProblemContentType {
+		if resp.StatusCode != 429 || resp.Headers["Retry-After"] == "" || resp.Headers["Content-Type"] != httplimit.ProblemContentType {
 			t.Fatalf("request 11: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
 		}
 	}

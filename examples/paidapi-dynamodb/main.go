@@ -34,7 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -98,22 +98,22 @@ func newHandler(client *dynamodb.Client, getenv func(string) string, timeout tim
 	if err != nil {
 		return nil, err
 	}
-	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
 		Limiter: limiter,
-		OnError: ratekit.FailClosed,
+		OnError: httplimit.FailClosed,
 		Timeout: timeout,
 	})
 	if err != nil {
 		return nil, err
 	}
 	// Only customers' keys are limited (and served); the bucket's key is
-	// the API key hashed by ratekit.APIKey, so DynamoDB never holds a key.
+	// the API key hashed by httplimit.APIKey, so DynamoDB never holds a key.
 	known := func(_ context.Context, r *lambda.Request) (string, error) {
 		k := r.Header.Get("X-Api-Key")
 		if !slices.Contains(keys, k) {
-			return "", fmt.Errorf("%w: unknown API key", ratekit.ErrNoKey)
+			return "", fmt.Errorf("%w: unknown API key", httplimit.ErrNoKey)
 		}
-		return ratekit.APIKey(k)
+		return httplimit.APIKey(k)
 	}
 	adapter, err := lambda.New(lambda.Config{Guard: guard, Key: known})
 	if err != nil {
@@ -124,7 +124,7 @@ func newHandler(client *dynamodb.Client, getenv func(string) string, timeout tim
 
 // quote is the paid work.
 func quote(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	d, _ := ratekit.DecisionFromContext(ctx)
+	d, _ := httplimit.DecisionFromContext(ctx)
 	return events.APIGatewayV2HTTPResponse{
 		StatusCode: 200,
 		Headers:    map[string]string{"Content-Type": "application/json"},

@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
 
@@ -51,7 +52,7 @@ type config struct {
 // api is the paid API: GET /v1/quote?symbol=ACME, limited per API key.
 type api struct {
 	limiter quotaLimiter
-	keys    map[string]bool // by ratekit.APIKey
+	keys    map[string]bool // by httplimit.APIKey
 	quote   func(ctx context.Context, symbol string) (float64, error)
 	log     *slog.Logger
 	handler lambda.HTTPAPIHandler
@@ -112,10 +113,10 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	guard, err := ratekit.NewGuard(ratekit.GuardConfig{
+	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
 		Limiter: limiter,
 		// An unmetered call costs money: no decision, no call.
-		OnError: ratekit.FailClosed,
+		OnError: httplimit.FailClosed,
 		// Bounds the quota check inside the invocation's deadline.
 		Timeout: decisionTimeout,
 		Logger:  cfg.logger,
@@ -140,7 +141,7 @@ func newAPI(cfg config) (*api, error) {
 	}
 	a := &api{limiter: limiter, keys: map[string]bool{}, quote: cfg.quote, log: cfg.logger}
 	for _, k := range cfg.keys {
-		key, err := ratekit.APIKey(k)
+		key, err := httplimit.APIKey(k)
 		if err != nil {
 			return nil, fmt.Errorf("PAIDAPI_KEYS: %w", err)
 		}
@@ -157,7 +158,7 @@ func newAPI(cfg config) (*api, error) {
 
 // authenticate refuses requests whose X-Api-Key is not a customer's key
 // with 401. It reads the field with lambda.EventHeader and keys it with
-// ratekit.APIKey, the rule the adapter's key function uses, so the key it
+// httplimit.APIKey, the rule the adapter's key function uses, so the key it
 // authenticates is the key that is charged; an event whose copies of the
 // field conflict (x-api-key and X-Api-Key with different values) is refused
 // with 400.
@@ -169,7 +170,7 @@ func (a *api) authenticate(next lambda.HTTPAPIHandler) lambda.HTTPAPIHandler {
 		}
 		// Keys are looked up by their hash, so the lookup's timing says
 		// nothing useful about the keys.
-		key, err := ratekit.APIKey(h.Get(apiKeyField))
+		key, err := httplimit.APIKey(h.Get(apiKeyField))
 		if err != nil || !a.keys[key] {
 			return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
 		}
@@ -180,7 +181,7 @@ func (a *api) authenticate(next lambda.HTTPAPIHandler) lambda.HTTPAPIHandler {
 // serve runs a call that the quota admitted. Any call that does not succeed
 // is refunded, so customers pay for answers only.
 func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	d, _ := ratekit.DecisionFromContext(ctx)
+	d, _ := httplimit.DecisionFromContext(ctx)
 	symbol := strings.ToUpper(ev.QueryStringParameters["symbol"])
 	if !validSymbol(symbol) {
 		return a.refund(ctx, problem(http.StatusBadRequest, "Bad Request", "symbol must be 1 to 8 letters")), nil
@@ -209,17 +210,17 @@ const refundTimeout = 2 * time.Second
 // that were charged (so a retried refund counts once), and returns resp
 // with RateLimit fields that show the refunded count. It runs even when the
 // handler's context was cancelled, but ends by the earlier of refundTimeout
-// and the invocation deadline minus ratekit.DefaultDeadlineMargin, so that
+// and the invocation deadline minus httplimit.DefaultDeadlineMargin, so that
 // the answer leaves in time; a refund that does not finish leaves the call
 // charged.
 func (a *api) refund(ctx context.Context, resp events.APIGatewayV2HTTPResponse) events.APIGatewayV2HTTPResponse {
-	req, ok := ratekit.RequestFromContext(ctx)
+	req, ok := httplimit.RequestFromContext(ctx)
 	if !ok {
 		return resp // no decision was made: nothing was charged
 	}
 	end := time.Now().Add(refundTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Add(-ratekit.DefaultDeadlineMargin).Before(end) {
-		end = dl.Add(-ratekit.DefaultDeadlineMargin)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-httplimit.DefaultDeadlineMargin).Before(end) {
+		end = dl.Add(-httplimit.DefaultDeadlineMargin)
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), end)
 	defer cancel()
@@ -231,7 +232,7 @@ func (a *api) refund(ctx context.Context, resp events.APIGatewayV2HTTPResponse) 
 	// The handler's fields win over the adapter's, so these replace the
 	// fields of the charge.
 	h := http.Header{}
-	ratekit.SetHeaders(h, d, false)
+	httplimit.SetHeaders(h, d, false)
 	for name := range h {
 		resp.Headers[name] = h.Get(name)
 	}
@@ -259,10 +260,10 @@ func builtinQuote(_ context.Context, symbol string) (float64, error) {
 }
 
 func problem(status int, title, detail string) events.APIGatewayV2HTTPResponse {
-	body, _ := json.Marshal(ratekit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
+	body, _ := json.Marshal(httplimit.Problem{Type: "about:blank", Title: title, Status: status, Detail: detail})
 	return events.APIGatewayV2HTTPResponse{
 		StatusCode: status,
-		Headers:    map[string]string{"Content-Type": ratekit.ProblemContentType},
+		Headers:    map[string]string{"Content-Type": httplimit.ProblemContentType},
 		Body:       string(body),
 	}
 }

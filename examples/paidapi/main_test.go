@@ -27,6 +27,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
@@ -105,7 +106,7 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 			return
 		}
 		for _, k := range apiKeys {
-			key, _ := ratekit.APIKey(k)
+			key, _ := httplimit.APIKey(k)
 			if err := c.Reset(context.Background(), key); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
@@ -231,9 +232,9 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	}
 	before := quotes.Load()
 	r = call(t, h, customer, "ACME", "")
-	var p ratekit.Problem
+	var p httplimit.Problem
 	json.Unmarshal([]byte(r.body), &p)
-	if r.status != 429 || r.headers.Get("Retry-After") == "" || p.Type != ratekit.ProblemTypeQuotaExceeded || quotes.Load() != before {
+	if r.status != 429 || r.headers.Get("Retry-After") == "" || p.Type != httplimit.ProblemTypeQuotaExceeded || quotes.Load() != before {
 		t.Fatalf("over quota: %d %v %s (downstream called %d times)", r.status, r.headers, r.body, quotes.Load()-before)
 	}
 	// Another customer has a quota of its own.
@@ -270,7 +271,7 @@ func TestBurstAndDailyQuota(t *testing.T) {
 		}
 	}
 	r := call(t, h, customer, "ACME", "")
-	var p ratekit.Problem
+	var p httplimit.Problem
 	json.Unmarshal([]byte(r.body), &p)
 	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicyName ||
 		!strings.HasPrefix(r.headers.Get("RateLimit"), `"paid-tier-burst";r=0;t=`) ||
@@ -284,7 +285,7 @@ func TestBurstAndDailyQuota(t *testing.T) {
 }
 
 func mustAPIKey(v string) string {
-	k, err := ratekit.APIKey(v)
+	k, err := httplimit.APIKey(v)
 	if err != nil {
 		panic(err)
 	}

@@ -156,9 +156,9 @@
 // missing table (*types.ResourceNotFoundException), refused credentials
 // (UnrecognizedClientException; match smithy.APIError's ErrorCode), server
 // errors and network failures are returned at once, wrapped, for the
-// caller's failure policy (ratekit.GuardConfig.OnError). An error caused by
+// caller's failure policy (httplimit.GuardConfig.OnError). An error caused by
 // the caller's context wraps ctx.Err(). Give every decision a deadline
-// (ratekit.GuardConfig.Timeout, or the invocation's): the SDK's HTTP client
+// (httplimit.GuardConfig.Timeout, or the invocation's): the SDK's HTTP client
 // has no per-request timeout of its own, and a connection that died without
 // a word (a NAT that dropped the flow while the instance was frozen) is
 // noticed only at the deadline. A request sent on a pooled connection just

@@ -40,7 +40,7 @@ func Example() {
 	}
 	d, err := limiter.Allow(context.Background(), ratekit.Request{Key: "user-42"})
 	if err != nil {
-		log.Fatal(err) // or fail open or closed: see ratekit.Guard
+		log.Fatal(err) // or fail open or closed: see httplimit.Guard
 	}
 	fmt.Println(d.Allowed, d.Remaining)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ratekit/ratekit/breaker"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -186,10 +187,10 @@ var faults = []fault{
 
 type policy struct {
 	name     string
-	onError  ratekit.FailurePolicy
+	onError  httplimit.FailurePolicy
 	fallback func(t *testing.T) ratekit.Limiter
 	// check tells whether a result during the fault honours the policy.
-	check func(res ratekit.Verdict, h http.Header) error
+	check func(res httplimit.Verdict, h http.Header) error
 }
 
 type failing struct{}
@@ -210,28 +211,28 @@ func memoryFallback(t *testing.T) ratekit.Limiter {
 	return l
 }
 
-func closed(res ratekit.Verdict, h http.Header) error {
-	if res.Status != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), ratekit.ProblemTypeTemporaryReducedCapacity) || res.Err == nil {
+func closed(res httplimit.Verdict, h http.Header) error {
+	if res.Status != http.StatusServiceUnavailable || !strings.Contains(string(res.Body), httplimit.ProblemTypeTemporaryReducedCapacity) || res.Err == nil {
 		return fmt.Errorf("want 503 temporary-reduced-capacity, got status %d body %s err %v", res.Status, res.Body, res.Err)
 	}
 	return nil
 }
 
 var policies = []policy{
-	{name: "fail-closed", onError: ratekit.FailClosed, check: closed},
-	{name: "fail-open", onError: ratekit.FailOpen, check: func(res ratekit.Verdict, h http.Header) error {
-		if !res.Proceed() || res.Decided || res.Err == nil || h.Get(ratekit.HeaderRateLimit) != "" {
+	{name: "fail-closed", onError: httplimit.FailClosed, check: closed},
+	{name: "fail-open", onError: httplimit.FailOpen, check: func(res httplimit.Verdict, h http.Header) error {
+		if !res.Proceed() || res.Decided || res.Err == nil || h.Get(httplimit.HeaderRateLimit) != "" {
 			return fmt.Errorf("want the request let through undecided with no RateLimit field, got %+v, header %v", res, h)
 		}
 		return nil
 	}},
-	{name: "fallback", onError: ratekit.UseFallback, fallback: memoryFallback, check: func(res ratekit.Verdict, h http.Header) error {
-		if !res.Decided || res.Err == nil || !strings.Contains(h.Get(ratekit.HeaderRateLimitPolicy), `"fallback"`) {
+	{name: "fallback", onError: httplimit.UseFallback, fallback: memoryFallback, check: func(res httplimit.Verdict, h http.Header) error {
+		if !res.Decided || res.Err == nil || !strings.Contains(h.Get(httplimit.HeaderRateLimitPolicy), `"fallback"`) {
 			return fmt.Errorf("want the fallback's decision, got %+v, header %v", res, h)
 		}
 		return nil
 	}},
-	{name: "fallback-down", onError: ratekit.UseFallback, fallback: func(*testing.T) ratekit.Limiter { return failing{} }, check: closed},
+	{name: "fallback-down", onError: httplimit.UseFallback, fallback: func(*testing.T) ratekit.Limiter { return failing{} }, check: closed},
 }
 
 func newProxy(t *testing.T, upstream string) *toxiproxy.Proxy {
@@ -258,7 +259,7 @@ func bound(pol policy) time.Duration {
 
 // check makes one decision through g under the caller's deadline and
 // returns it with the time it took.
-func check(g *ratekit.Guard) (ratekit.Verdict, http.Header, time.Duration) {
+func check(g *httplimit.Guard) (httplimit.Verdict, http.Header, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	h := http.Header{}
@@ -346,11 +347,11 @@ func runFault(t *testing.T, be backend, f fault, pol policy, withBreaker bool, l
 		}
 		l = b
 	}
-	cfg := ratekit.GuardConfig{Limiter: l, OnError: pol.onError, Timeout: timeout, Logger: slog.New(slog.DiscardHandler)}
+	cfg := httplimit.GuardConfig{Limiter: l, OnError: pol.onError, Timeout: timeout, Logger: slog.New(slog.DiscardHandler)}
 	if pol.fallback != nil {
 		cfg.Fallback = pol.fallback(t)
 	}
-	g, err := ratekit.NewGuard(cfg)
+	g, err := httplimit.NewGuard(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

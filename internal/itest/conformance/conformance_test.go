@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/redistest"
@@ -293,11 +294,11 @@ func TestOnePolicyOneHeader(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := http.Header{}
-			ratekit.SetHeaders(h, d, false)
-			if got := h.Get(ratekit.HeaderRateLimitPolicy); got != want {
+			httplimit.SetHeaders(h, d, false)
+			if got := h.Get(httplimit.HeaderRateLimitPolicy); got != want {
 				t.Errorf("RateLimit-Policy %q, want %q", got, want)
 			}
-			if got := h.Get(ratekit.HeaderRateLimit); !strings.HasPrefix(got, `"same";r=19;t=`) {
+			if got := h.Get(httplimit.HeaderRateLimit); !strings.HasPrefix(got, `"same";r=19;t=`) {
 				t.Errorf("RateLimit %q, want r=19", got)
 			}
 		})

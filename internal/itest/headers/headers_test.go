@@ -23,6 +23,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -146,9 +147,9 @@ func (f fixed) Allow(context.Context, ratekit.Request) (ratekit.Decision, error)
 // answers returns the header fields each transport sends for l's answer.
 func answers(t *testing.T, l ratekit.Limiter) map[string]http.Header {
 	t.Helper()
-	cfg := ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, LegacyHeaders: true, RetrySpread: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
+	cfg := httplimit.GuardConfig{Limiter: l, OnError: httplimit.FailClosed, LegacyHeaders: true, RetrySpread: 5 * time.Second, Logger: slog.New(slog.DiscardHandler)}
 	out := map[string]http.Header{}
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{GuardConfig: cfg, Key: ratekit.RemoteAddrKey()})
+	mw, err := httplimit.Middleware(httplimit.MiddlewareConfig{GuardConfig: cfg, Key: httplimit.RemoteAddrKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func answers(t *testing.T, l ratekit.Limiter) map[string]http.Header {
 	mw(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	out["net/http"] = rec.Header()
 
-	g, err := ratekit.NewGuard(cfg)
+	g, err := httplimit.NewGuard(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

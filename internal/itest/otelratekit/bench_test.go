@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/otelratekit"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -35,7 +36,7 @@ func benchLimiter(b *testing.B) ratekit.Limiter {
 }
 
 func benchGuard(b *testing.B, l ratekit.Limiter, o *ratekit.Observer) {
-	g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: ratekit.Observe(l, o), OnError: ratekit.FailOpen, Observer: o})
+	g, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: ratekit.Observe(l, o), OnError: httplimit.FailOpen, Observer: o})
 	if err != nil {
 		b.Fatal(err)
 	}

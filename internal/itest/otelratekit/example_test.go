@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/otelratekit"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -29,9 +30,9 @@ func Example_manualReader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mw, err := ratekit.Middleware(ratekit.MiddlewareConfig{
-		GuardConfig: ratekit.GuardConfig{Limiter: ratekit.Observe(bucket, obs), OnError: ratekit.FailClosed, Observer: obs},
-		Key:         ratekit.RemoteAddrKey(),
+	mw, err := httplimit.Middleware(httplimit.MiddlewareConfig{
+		GuardConfig: httplimit.GuardConfig{Limiter: ratekit.Observe(bucket, obs), OnError: httplimit.FailClosed, Observer: obs},
+		Key:         httplimit.RemoteAddrKey(),
 	})
 	if err != nil {
 		log.Fatal(err)

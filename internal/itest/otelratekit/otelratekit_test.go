@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/otelratekit"
 	"github.com/ratekit/ratekit/tokenbucket"
@@ -164,16 +165,16 @@ func TestScriptedSequence(t *testing.T) {
 	primary := &flaky{Limiter: bucket(t, "api", 3)}
 	observed := ratekit.Observe(primary, redisObs)
 	fallback := ratekit.Observe(bucket(t, "api-local", 2), localObs)
-	quiet := ratekit.GuardConfig{Limiter: observed, Observer: redisObs, Logger: discard()}
+	quiet := httplimit.GuardConfig{Limiter: observed, Observer: redisObs, Logger: discard()}
 	fb := quiet
-	fb.OnError, fb.Fallback = ratekit.UseFallback, fallback
-	withFallback, err := ratekit.NewGuard(fb)
+	fb.OnError, fb.Fallback = httplimit.UseFallback, fallback
+	withFallback, err := httplimit.NewGuard(fb)
 	if err != nil {
 		t.Fatal(err)
 	}
 	open := quiet
-	open.OnError = ratekit.FailOpen
-	failOpen, err := ratekit.NewGuard(open)
+	open.OnError = httplimit.FailOpen
+	failOpen, err := httplimit.NewGuard(open)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestScriptedSequence(t *testing.T) {
 	storeDown := errors.New("redis: connection refused")
 	slow := fmt.Errorf("redis: i/o timeout: %w", context.DeadlineExceeded)
 	steps := []struct {
-		g      *ratekit.Guard
+		g      *httplimit.Guard
 		fail   error
 		status int
 	}{

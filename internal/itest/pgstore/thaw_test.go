@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
@@ -123,7 +124,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, Timeout: timeout})
+		g, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: l, OnError: httplimit.FailClosed, Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}

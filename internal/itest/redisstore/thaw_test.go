@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/redistest"
@@ -113,7 +114,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 		if err != nil {
 			t.Fatal(err)
 		}
-		g, err := ratekit.NewGuard(ratekit.GuardConfig{Limiter: l, OnError: ratekit.FailClosed, Timeout: timeout})
+		g, err := httplimit.NewGuard(httplimit.GuardConfig{Limiter: l, OnError: httplimit.FailClosed, Timeout: timeout})
 		if err != nil {
 			t.Fatal(err)
 		}

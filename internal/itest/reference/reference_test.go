@@ -63,7 +63,7 @@ func TestMatchesXTimeRate(t *testing.T) {
 				span := min(float64(unit)*float64(max(c.burst/10, 1)), float64(100*year/3000*2))
 				// Whole microseconds, ratekit's resolution, so that the
 				// two see the same elapsed time.
-				step := time.Duration(rng.Int64N(int64(max(span, 2000))/2)).Truncate(time.Microsecond)
+				step := time.Duration(rng.Int64N(int64(max(span, 2000)) / 2)).Truncate(time.Microsecond)
 				if rng.IntN(10) == 0 {
 					step = 0
 				}

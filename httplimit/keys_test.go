@@ -1,10 +1,12 @@
-package ratekit
+package httplimit
 
 import (
 	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ratekit/ratekit"
 )
 
 func TestRemoteAddrKey(t *testing.T) {
@@ -67,7 +69,7 @@ func TestForwardedForKey(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ForwardedForKey(0); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := ForwardedForKey(0); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Fatalf("ForwardedForKey(0) error = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -89,7 +91,7 @@ func TestHeaderIPKey(t *testing.T) {
 	if _, err := key(r); !errors.Is(err, ErrNoKey) {
 		t.Fatalf("repeated field: %v, want ErrNoKey", err)
 	}
-	if _, err := HeaderIPKey("bad name"); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := HeaderIPKey("bad name"); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Fatalf("bad field name: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -121,7 +123,7 @@ func TestAPIKeyHeaderKey(t *testing.T) {
 			t.Fatalf("get(%q) error = %v, want ErrNoKey", empty, err)
 		}
 	}
-	if _, err := APIKeyHeaderKey(""); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := APIKeyHeaderKey(""); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Fatalf("empty field name: %v, want ErrInvalidConfig", err)
 	}
 }

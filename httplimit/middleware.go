@@ -1,9 +1,11 @@
-package ratekit
+package httplimit
 
 import (
 	"context"
 	"fmt"
 	"net/http"
+
+	"github.com/ratekit/ratekit"
 )
 
 // MiddlewareConfig configures [Middleware]: a [GuardConfig] plus how to
@@ -32,7 +34,7 @@ type MiddlewareConfig struct {
 	// user's key and the organisation's). Nil means none: every policy
 	// counts Key and Cost. Parts that fail validation are answered with
 	// 400, like a bad Cost.
-	Parts func(*http.Request) []Part
+	Parts func(*http.Request) []ratekit.Part
 
 	// Denied, when set, answers denied requests instead of the default
 	// problem+json body. The RateLimit fields, Retry-After and client state
@@ -58,7 +60,7 @@ type MiddlewareConfig struct {
 // middleware is safe for concurrent use and never panics on client input.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Key == nil {
-		return nil, fmt.Errorf("%w: MiddlewareConfig.Key is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: MiddlewareConfig.Key is nil", ratekit.ErrInvalidConfig)
 	}
 	g, err := NewGuard(cfg.GuardConfig)
 	if err != nil {
@@ -85,12 +87,12 @@ func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	}, nil
 }
 
-func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request) (Request, Verdict) {
+func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request) (ratekit.Request, Verdict) {
 	k, err := cfg.Key(r)
 	if err != nil {
-		return Request{}, g.BadRequest(err, dst)
+		return ratekit.Request{}, g.BadRequest(err, dst)
 	}
-	req := Request{Key: k, Cost: 1, State: g.State(r.Header)}
+	req := ratekit.Request{Key: k, Cost: 1, State: g.State(r.Header)}
 	if cfg.Cost != nil {
 		req.Cost = cfg.Cost(r)
 	}
@@ -106,8 +108,8 @@ func guardHTTP(g *Guard, cfg *MiddlewareConfig, dst http.Header, r *http.Request
 type contextKey struct{}
 
 type decided struct {
-	req Request
-	d   Decision
+	req ratekit.Request
+	d   ratekit.Decision
 }
 
 // NewContext returns a copy of ctx that carries a request a limiter decided
@@ -117,7 +119,7 @@ type decided struct {
 // d.State is not empty, it replaces req.State, so that the request holds the
 // client state that includes this charge. [Middleware] and the lambda
 // adapters call it; other adapters may too.
-func NewContext(ctx context.Context, req Request, d Decision) context.Context {
+func NewContext(ctx context.Context, req ratekit.Request, d ratekit.Decision) context.Context {
 	if d.State != "" {
 		req.State = d.State
 	}
@@ -127,7 +129,7 @@ func NewContext(ctx context.Context, req Request, d Decision) context.Context {
 // DecisionFromContext returns the [Decision] stored in ctx by [NewContext],
 // and whether there was one. There is none when the limiter failed and the
 // failure policy let the request through.
-func DecisionFromContext(ctx context.Context) (Decision, bool) {
+func DecisionFromContext(ctx context.Context) (ratekit.Decision, bool) {
 	v, ok := ctx.Value(contextKey{}).(decided)
 	return v.d, ok
 }
@@ -148,7 +150,7 @@ func DecisionFromContext(ctx context.Context) (Decision, bool) {
 // request through. With [UseFallback] the fallback limiter may have made the
 // charge rather than the primary one, so quotas that are refunded should
 // fail closed.
-func RequestFromContext(ctx context.Context) (Request, bool) {
+func RequestFromContext(ctx context.Context) (ratekit.Request, bool) {
 	v, ok := ctx.Value(contextKey{}).(decided)
 	return v.req, ok
 }

@@ -1,4 +1,4 @@
-package ratekit
+package httplimit
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 // blockingLimiter answers nothing until its context ends, like a database
@@ -22,14 +24,14 @@ type blockingLimiter struct {
 	deadlines []time.Time
 }
 
-func (l *blockingLimiter) Allow(ctx context.Context, req Request) (Decision, error) {
+func (l *blockingLimiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	l.calls.Add(1)
 	dl, _ := ctx.Deadline()
 	l.mu.Lock()
 	l.deadlines = append(l.deadlines, dl)
 	l.mu.Unlock()
 	<-ctx.Done()
-	return Decision{}, ctx.Err()
+	return ratekit.Decision{}, ctx.Err()
 }
 
 func (l *blockingLimiter) deadline(t *testing.T, i int) time.Time {
@@ -45,10 +47,10 @@ func (l *blockingLimiter) deadline(t *testing.T, i int) time.Time {
 // countingLimiter admits everything and counts its calls.
 type countingLimiter struct{ calls atomic.Int64 }
 
-func (l *countingLimiter) Allow(ctx context.Context, req Request) (Decision, error) {
+func (l *countingLimiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	l.calls.Add(1)
-	p := Policy{Name: "count", Quota: 100, Window: time.Minute}
-	return Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Policy: p}, nil
+	p := ratekit.Policy{Name: "count", Quota: 100, Window: time.Minute}
+	return ratekit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Policy: p}, nil
 }
 
 // A caller that gave up (its context ended before or during the limiter
@@ -109,7 +111,7 @@ func TestCheckCallerGoneResult(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	res := g.Check(ctx, Request{Key: "k", Cost: 1}, http.Header{})
+	res := g.Check(ctx, ratekit.Request{Key: "k", Cost: 1}, http.Header{})
 	if res.Proceed() || res.Decided || !errors.Is(res.Err, context.Canceled) {
 		t.Fatalf("result %+v, want a refusal with context.Canceled", res)
 	}
@@ -153,7 +155,7 @@ func TestGuardDeadlineMargin(t *testing.T) {
 			deadline := start.Add(tc.left)
 			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			defer cancel()
-			res := g.Check(ctx, Request{Key: "k", Cost: 1}, http.Header{})
+			res := g.Check(ctx, ratekit.Request{Key: "k", Cost: 1}, http.Header{})
 			end := time.Now()
 			if ctx.Err() != nil || !end.Before(deadline) {
 				t.Fatalf("Check returned %v after the caller's deadline", end.Sub(deadline))
@@ -193,7 +195,7 @@ func TestGuardDeadlineMargin(t *testing.T) {
 }
 
 func TestNewGuardRejectsNegativeMargin(t *testing.T) {
-	if _, err := NewGuard(GuardConfig{Limiter: newWindowLimiter("p", 1), OnError: FailOpen, DeadlineMargin: -1}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := NewGuard(GuardConfig{Limiter: newWindowLimiter("p", 1), OnError: FailOpen, DeadlineMargin: -1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Fatalf("NewGuard with a negative DeadlineMargin: %v, want ErrInvalidConfig", err)
 	}
 }
@@ -218,21 +220,23 @@ func TestMiddlewareDeadlineMargin(t *testing.T) {
 
 // fixedLimiter answers every request with d, or fails with err.
 type fixedLimiter struct {
-	d   Decision
+	d   ratekit.Decision
 	err error
 }
 
-func (l fixedLimiter) Allow(context.Context, Request) (Decision, error) { return l.d, l.err }
+func (l fixedLimiter) Allow(context.Context, ratekit.Request) (ratekit.Decision, error) {
+	return l.d, l.err
+}
 
 // TestRetrySpread: with RetrySpread a crowd of denials gets Retry-After
 // values spread over whole seconds from the true wait to the wait plus
 // the spread, never earlier, and each denying policy's t says the same.
 func TestRetrySpread(t *testing.T) {
-	burst := Decision{Allowed: false, Limit: 5, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute,
-		Policy: Policy{Name: "burst", Quota: 5, Window: time.Minute, Algorithm: FixedWindow}}
-	daily := Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: time.Hour,
-		Policy: Policy{Name: "daily", Quota: 100, Window: 24 * time.Hour, Algorithm: FixedWindow}}
-	composite := Combine([]Decision{burst, daily})
+	burst := ratekit.Decision{Allowed: false, Limit: 5, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute,
+		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: time.Minute, Algorithm: ratekit.FixedWindow}}
+	daily := ratekit.Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: time.Hour,
+		Policy: ratekit.Policy{Name: "daily", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}}
+	composite := ratekit.Combine([]ratekit.Decision{burst, daily})
 	g, err := NewGuard(GuardConfig{Limiter: fixedLimiter{d: composite}, OnError: FailClosed, RetrySpread: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +244,7 @@ func TestRetrySpread(t *testing.T) {
 	seen := map[int64]int{}
 	for range 400 {
 		h := http.Header{}
-		v := g.Check(context.Background(), Request{Key: "k", Cost: 1}, h)
+		v := g.Check(context.Background(), ratekit.Request{Key: "k", Cost: 1}, h)
 		if v.Status != http.StatusTooManyRequests {
 			t.Fatalf("status %d", v.Status)
 		}
@@ -274,7 +278,7 @@ func TestUnavailableRetryAfter(t *testing.T) {
 			t.Fatal(err)
 		}
 		h := http.Header{}
-		if v := g.Check(context.Background(), Request{Key: "k", Cost: 1}, h); v.Status != http.StatusServiceUnavailable || h.Get("Retry-After") != tc.want {
+		if v := g.Check(context.Background(), ratekit.Request{Key: "k", Cost: 1}, h); v.Status != http.StatusServiceUnavailable || h.Get("Retry-After") != tc.want {
 			t.Errorf("UnavailableRetryAfter %v: status %d, Retry-After %q, want 503 and %q", tc.set, v.Status, h.Get("Retry-After"), tc.want)
 		}
 	}
@@ -282,7 +286,7 @@ func TestUnavailableRetryAfter(t *testing.T) {
 		{Limiter: fixedLimiter{}, OnError: FailClosed, RetrySpread: -time.Second},
 		{Limiter: fixedLimiter{}, OnError: FailClosed, UnavailableRetryAfter: -time.Second},
 	} {
-		if _, err := NewGuard(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewGuard(cfg); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("NewGuard(%+v): %v, want ErrInvalidConfig", cfg, err)
 		}
 	}

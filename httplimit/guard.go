@@ -1,4 +1,4 @@
-package ratekit
+package httplimit
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 // FailurePolicy says what a [Guard] does when its limiter returns an error
@@ -70,7 +72,7 @@ const DefaultDeadlineMargin = 100 * time.Millisecond
 // GuardConfig configures a [Guard]. Limiter and OnError are required.
 type GuardConfig struct {
 	// Limiter decides each request.
-	Limiter Limiter
+	Limiter ratekit.Limiter
 
 	// OnError is the failure policy applied when Limiter returns an error
 	// that is not an [ErrInvalidRequest]. Required.
@@ -78,7 +80,7 @@ type GuardConfig struct {
 
 	// Fallback decides when Limiter fails and OnError is UseFallback.
 	// Required then, and must be nil otherwise.
-	Fallback Limiter
+	Fallback ratekit.Limiter
 
 	// Timeout, when positive, bounds each limiter call (and each fallback
 	// call), so a slow store costs at most Timeout per request. Zero adds no
@@ -149,7 +151,7 @@ type GuardConfig struct {
 	// failure policy acts (see [FailureEvent]). Nil observes nothing and
 	// costs nothing. The Guard does not report decisions: wrap Limiter and
 	// Fallback with [Observe] for those.
-	Observer *Observer
+	Observer *ratekit.Observer
 }
 
 // Guard turns a [Limiter]'s decisions into HTTP answers: the RateLimit header
@@ -173,21 +175,21 @@ type Guard struct {
 func NewGuard(cfg GuardConfig) (*Guard, error) {
 	switch {
 	case cfg.Limiter == nil:
-		return nil, fmt.Errorf("%w: GuardConfig.Limiter is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.Limiter is nil", ratekit.ErrInvalidConfig)
 	case cfg.OnError < FailClosed || cfg.OnError > UseFallback:
-		return nil, fmt.Errorf("%w: GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", ErrInvalidConfig, cfg.OnError)
+		return nil, fmt.Errorf("%w: GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", ratekit.ErrInvalidConfig, cfg.OnError)
 	case cfg.OnError == UseFallback && cfg.Fallback == nil:
-		return nil, fmt.Errorf("%w: GuardConfig.OnError is UseFallback but Fallback is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.OnError is UseFallback but Fallback is nil", ratekit.ErrInvalidConfig)
 	case cfg.OnError != UseFallback && cfg.Fallback != nil:
-		return nil, fmt.Errorf("%w: GuardConfig.Fallback is set but OnError is %v", ErrInvalidConfig, cfg.OnError)
+		return nil, fmt.Errorf("%w: GuardConfig.Fallback is set but OnError is %v", ratekit.ErrInvalidConfig, cfg.OnError)
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.Timeout is negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.Timeout is negative", ratekit.ErrInvalidConfig)
 	case cfg.DeadlineMargin < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.DeadlineMargin is negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.DeadlineMargin is negative", ratekit.ErrInvalidConfig)
 	case cfg.RetrySpread < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.RetrySpread is negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.RetrySpread is negative", ratekit.ErrInvalidConfig)
 	case cfg.UnavailableRetryAfter < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.UnavailableRetryAfter is negative", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: GuardConfig.UnavailableRetryAfter is negative", ratekit.ErrInvalidConfig)
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = DefaultDeadlineMargin
@@ -202,10 +204,10 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		cfg.StateCookie = DefaultStateCookie
 	}
 	if !isToken(cfg.StateHeader) {
-		return nil, fmt.Errorf("%w: StateHeader %q is not a valid header field name", ErrInvalidConfig, cfg.StateHeader)
+		return nil, fmt.Errorf("%w: StateHeader %q is not a valid header field name", ratekit.ErrInvalidConfig, cfg.StateHeader)
 	}
 	if !isToken(cfg.StateCookie) {
-		return nil, fmt.Errorf("%w: StateCookie %q is not a valid cookie name", ErrInvalidConfig, cfg.StateCookie)
+		return nil, fmt.Errorf("%w: StateCookie %q is not a valid cookie name", ratekit.ErrInvalidConfig, cfg.StateCookie)
 	}
 	cfg.StateHeader = http.CanonicalHeaderKey(cfg.StateHeader)
 	g := &Guard{cfg: cfg, log: cfg.Logger}
@@ -225,7 +227,7 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 type Verdict struct {
 	// Decision is the limiter's (or fallback's) decision, valid when
 	// Decided is true.
-	Decision Decision
+	Decision ratekit.Decision
 
 	// Decided reports whether a limiter decided: false for a bad request
 	// and for a failure that failed open or closed.
@@ -291,7 +293,7 @@ func (g *Guard) State(h http.Header) string {
 // with errors.Is), so that the handler does not run unmetered. Only the
 // limiter's own failures (its store failed, or the Guard's bound expired
 // while ctx was still live) go to OnError.
-func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict {
+func (g *Guard) Check(ctx context.Context, req ratekit.Request, dst http.Header) Verdict {
 	if err := req.Validate(); err != nil {
 		return g.BadRequest(err, dst)
 	}
@@ -301,7 +303,7 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict
 	last, hasLast := g.limit(ctx, time.Now())
 	d, err := g.allow(ctx, g.cfg.Limiter, req, last, hasLast, g.cfg.OnError == UseFallback)
 	if err != nil {
-		if errors.Is(err, ErrInvalidRequest) {
+		if errors.Is(err, ratekit.ErrInvalidRequest) {
 			return g.BadRequest(err, dst)
 		}
 		if ctx.Err() != nil {
@@ -310,13 +312,13 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict
 		switch g.cfg.OnError {
 		case FailOpen:
 			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
-			g.observeFailure(ctx, FailedOpen, err, nil)
+			g.observeFailure(ctx, ratekit.FailedOpen, err, nil)
 			return Verdict{Err: err}
 		case UseFallback:
 			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
 				g.log.WarnContext(ctx, "ratekit: limiter failed; decided by the fallback", "error", err)
-				g.observeFailure(ctx, FellBack, err, nil)
+				g.observeFailure(ctx, ratekit.FellBack, err, nil)
 				res := g.decided(fd, dst)
 				res.Err = err
 				return res
@@ -325,10 +327,10 @@ func (g *Guard) Check(ctx context.Context, req Request, dst http.Header) Verdict
 				return g.callerGone(ctx, errors.Join(err, ferr), dst)
 			}
 			g.log.WarnContext(ctx, "ratekit: limiter and fallback failed; failing closed", "error", err, "fallback_error", ferr)
-			g.observeFailure(ctx, FailedClosed, err, ferr)
+			g.observeFailure(ctx, ratekit.FailedClosed, err, ferr)
 			err = errors.Join(err, ferr)
 		default:
-			g.observeFailure(ctx, FailedClosed, err, nil)
+			g.observeFailure(ctx, ratekit.FailedClosed, err, nil)
 		}
 		dst.Set("Content-Type", ProblemContentType)
 		dst.Set(HeaderRetryAfter, strconv.FormatInt(ceilSeconds(g.cfg.UnavailableRetryAfter+g.spread()), 10))
@@ -348,14 +350,14 @@ func (g *Guard) spread() time.Duration {
 
 // spreadDenial returns d, a denial, with the random delay of spread added
 // to its RetryAfter and to that of each part that denied.
-func (g *Guard) spreadDenial(d Decision) Decision {
+func (g *Guard) spreadDenial(d ratekit.Decision) ratekit.Decision {
 	extra := g.spread()
 	if extra == 0 {
 		return d
 	}
 	d.RetryAfter += extra
 	if d.Parts != nil {
-		parts := make([]Decision, len(d.Parts))
+		parts := make([]ratekit.Decision, len(d.Parts))
 		for i, p := range d.Parts {
 			if !p.Allowed {
 				p.RetryAfter += extra
@@ -411,7 +413,7 @@ func (g *Guard) limit(ctx context.Context, now time.Time) (time.Time, bool) {
 // allow calls l under the bound of [GuardConfig.Timeout] and last, the
 // result of limit (when hasLast). shared says that a fallback call may
 // follow, which gets the second half of the time left before last.
-func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Time, hasLast, shared bool) (Decision, error) {
+func (g *Guard) allow(ctx context.Context, l ratekit.Limiter, req ratekit.Request, last time.Time, hasLast, shared bool) (ratekit.Decision, error) {
 	var end time.Time
 	now := time.Now()
 	if g.cfg.Timeout > 0 {
@@ -433,7 +435,7 @@ func (g *Guard) allow(ctx context.Context, l Limiter, req Request, last time.Tim
 	return l.Allow(ctx, req)
 }
 
-func (g *Guard) decided(d Decision, dst http.Header) Verdict {
+func (g *Guard) decided(d ratekit.Decision, dst http.Header) Verdict {
 	if !d.Allowed {
 		d = g.spreadDenial(d)
 	}
@@ -476,4 +478,27 @@ func isToken(s string) bool {
 		}
 	}
 	return true
+}
+
+// observeFailure reports a failure-policy event to g's observer, if any.
+func (g *Guard) observeFailure(ctx context.Context, action ratekit.FailureAction, err, fallbackErr error) {
+	if g.cfg.Observer == nil || g.cfg.Observer.FailurePolicy == nil {
+		return
+	}
+	g.cfg.Observer.FailurePolicy(ctx, ratekit.FailureEvent{
+		Policy:      policyName(g.cfg.Limiter),
+		Action:      action,
+		ErrorClass:  ratekit.ClassifyError(err),
+		Err:         err,
+		FallbackErr: fallbackErr,
+	})
+}
+
+// policyName returns the name of l's policy, or "" when l has no Policy
+// method.
+func policyName(l ratekit.Limiter) string {
+	if p, ok := l.(interface{ Policy() ratekit.Policy }); ok {
+		return p.Policy().Name
+	}
+	return ""
 }

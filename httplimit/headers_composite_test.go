@@ -1,4 +1,4 @@
-package ratekit
+package httplimit
 
 import (
 	"context"
@@ -9,23 +9,25 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 var (
-	burstPolicy = Policy{Name: "burst", Quota: 10, Window: time.Second}
-	dailyPolicy = Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}
+	burstPolicy = ratekit.Policy{Name: "burst", Quota: 10, Window: time.Second}
+	dailyPolicy = ratekit.Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}
 )
 
 func TestSetHeadersComposite(t *testing.T) {
 	tests := []struct {
 		name   string
-		parts  []Decision
+		parts  []ratekit.Decision
 		legacy bool
 		want   http.Header
 	}{
 		{
 			name: "both admit",
-			parts: []Decision{
+			parts: []ratekit.Decision{
 				{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond, Policy: burstPolicy},
 				{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 50999500 * time.Millisecond, Policy: dailyPolicy},
 			},
@@ -40,7 +42,7 @@ func TestSetHeadersComposite(t *testing.T) {
 		},
 		{
 			name: "the daily quota denies: its t is its RetryAfter, Retry-After the top level's",
-			parts: []Decision{
+			parts: []ratekit.Decision{
 				{Allowed: true, Limit: 10, Remaining: 10, ResetAfter: 0, Policy: burstPolicy},
 				{Allowed: false, Limit: 1000, Remaining: 0, RetryAfter: 3*time.Hour + 1, ResetAfter: 20 * time.Hour, Policy: dailyPolicy},
 			},
@@ -52,8 +54,8 @@ func TestSetHeadersComposite(t *testing.T) {
 		},
 		{
 			name: "a part whose name cannot be written is left out of both lists",
-			parts: []Decision{
-				{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 400 * time.Millisecond, ResetAfter: time.Second, Policy: Policy{Name: "bürst", Quota: 10, Window: time.Second}},
+			parts: []ratekit.Decision{
+				{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 400 * time.Millisecond, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "bürst", Quota: 10, Window: time.Second}},
 				{Allowed: true, Limit: 1000, Remaining: 990, ResetAfter: time.Hour, Policy: dailyPolicy},
 			},
 			want: http.Header{
@@ -64,8 +66,8 @@ func TestSetHeadersComposite(t *testing.T) {
 		},
 		{
 			name: "no part can be written: the stale fields go",
-			parts: []Decision{
-				{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: time.Second, Policy: Policy{Name: "a\x7f", Quota: 10}},
+			parts: []ratekit.Decision{
+				{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "a\x7f", Quota: 10}},
 			},
 			want: http.Header{},
 		},
@@ -73,7 +75,7 @@ func TestSetHeadersComposite(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{"Ratelimit": {"stale"}, "Ratelimit-Policy": {"stale"}}
-			SetHeaders(h, Combine(tc.parts), tc.legacy)
+			SetHeaders(h, ratekit.Combine(tc.parts), tc.legacy)
 			if !reflect.DeepEqual(h, tc.want) {
 				t.Errorf("SetHeaders:\n got %v\nwant %v", h, tc.want)
 			}
@@ -82,8 +84,8 @@ func TestSetHeadersComposite(t *testing.T) {
 }
 
 func TestDeniedProblemComposite(t *testing.T) {
-	org := Policy{Name: "org", Quota: 5000, Window: time.Minute}
-	d := Combine([]Decision{
+	org := ratekit.Policy{Name: "org", Quota: 5000, Window: time.Minute}
+	d := ratekit.Combine([]ratekit.Decision{
 		{Allowed: false, Limit: 10, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second, Policy: burstPolicy},
 		{Allowed: true, Limit: 1000, Remaining: 5, ResetAfter: time.Hour, Policy: dailyPolicy},
 		{Allowed: false, Limit: 5000, Remaining: 1, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Policy: org},
@@ -102,7 +104,7 @@ func TestDeniedProblemComposite(t *testing.T) {
 func TestMiddlewareComposite(t *testing.T) {
 	burst, daily := newWindowLimiter("burst", 2), newWindowLimiter("daily", 3)
 	burst.resetIn, daily.resetIn = time.Second, 20*time.Hour
-	l, err := All(burst, daily)
+	l, err := ratekit.All(burst, daily)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +149,11 @@ func TestMiddlewareComposite(t *testing.T) {
 }
 
 // Refund makes windowLimiter a Refunder, so that All takes it as a part.
-func (l *windowLimiter) Refund(ctx context.Context, req Request) (Decision, error) {
+func (l *windowLimiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.used[req.Key] = max(l.used[req.Key]-req.Cost, 0)
-	return Decision{Allowed: true, Limit: l.policy.Quota, Remaining: l.policy.Quota - l.used[req.Key], ResetAfter: l.resetIn, Policy: l.policy}, nil
+	return ratekit.Decision{Allowed: true, Limit: l.policy.Quota, Remaining: l.policy.Quota - l.used[req.Key], ResetAfter: l.resetIn, Policy: l.policy}, nil
 }
 
 // TestMiddlewareParts: MiddlewareConfig.Parts gives each policy its own
@@ -159,18 +161,18 @@ func (l *windowLimiter) Refund(ctx context.Context, req Request) (Decision, erro
 // are answered with 400.
 func TestMiddlewareParts(t *testing.T) {
 	user, org := newWindowLimiter("user", 2), newWindowLimiter("org", 3)
-	l, err := All(user, org)
+	l, err := ratekit.All(user, org)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mw, err := Middleware(MiddlewareConfig{
 		GuardConfig: GuardConfig{Limiter: l, OnError: FailClosed, Logger: slog.New(slog.DiscardHandler)},
 		Key:         func(r *http.Request) (string, error) { return r.Header.Get("User"), nil },
-		Parts: func(r *http.Request) []Part {
+		Parts: func(r *http.Request) []ratekit.Part {
 			if r.Header.Get("Broken") != "" {
-				return []Part{{Key: "x", Cost: 1}}
+				return []ratekit.Part{{Key: "x", Cost: 1}}
 			}
-			return []Part{{Key: r.Header.Get("User"), Cost: 1}, {Key: "org-7", Cost: 1}}
+			return []ratekit.Part{{Key: r.Header.Get("User"), Cost: 1}, {Key: "org-7", Cost: 1}}
 		},
 	})
 	if err != nil {

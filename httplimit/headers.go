@@ -1,4 +1,4 @@
-package ratekit
+package httplimit
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 // Header field names written by [SetHeaders] and the HTTP adapters.
@@ -95,7 +97,7 @@ const (
 // omitted, since clients must ignore malformed fields anyway. So is a list
 // member of no name (a part that [All] could not ask). Retry-After is
 // still written. SetHeaders is safe for concurrent use on distinct headers.
-func SetHeaders(h http.Header, d Decision, legacy bool) {
+func SetHeaders(h http.Header, d ratekit.Decision, legacy bool) {
 	if d.Parts != nil {
 		setListHeaders(h, d.Parts)
 	} else if name := d.Policy.Name; sfValid(name) {
@@ -118,7 +120,7 @@ func SetHeaders(h http.Header, d Decision, legacy bool) {
 // setListHeaders writes the RateLimit-Policy and RateLimit fields as lists
 // of one member per part, leaving out the parts whose name cannot be
 // written, and deleting the fields when no part's can.
-func setListHeaders(h http.Header, parts []Decision) {
+func setListHeaders(h http.Header, parts []ratekit.Decision) {
 	b := make([]byte, 0, 48*len(parts))
 	for _, p := range parts {
 		if p.Policy.Name != "" && sfValid(p.Policy.Name) {
@@ -148,7 +150,7 @@ func setListHeaders(h http.Header, parts []Decision) {
 
 // appendPolicyItem appends the RateLimit-Policy item of p, named name
 // (which sfValid accepted).
-func appendPolicyItem(b []byte, name string, p Policy) []byte {
+func appendPolicyItem(b []byte, name string, p ratekit.Policy) []byte {
 	b = appendSFString(b, name)
 	b = append(b, ";q="...)
 	b = strconv.AppendInt(b, nonNegative(p.Quota), 10)
@@ -160,7 +162,7 @@ func appendPolicyItem(b []byte, name string, p Policy) []byte {
 }
 
 // appendLimitItem appends the RateLimit item of d, named name.
-func appendLimitItem(b []byte, name string, d Decision) []byte {
+func appendLimitItem(b []byte, name string, d ratekit.Decision) []byte {
 	b = appendSFString(b, name)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, nonNegative(d.Remaining), 10)
@@ -170,11 +172,11 @@ func appendLimitItem(b []byte, name string, d Decision) []byte {
 
 // untilMore returns the time until d's policy makes additional quota
 // available, the RateLimit t parameter (see SetHeaders).
-func untilMore(d Decision) time.Duration {
+func untilMore(d ratekit.Decision) time.Duration {
 	if !d.Allowed {
 		return max(d.RetryAfter, time.Second)
 	}
-	if d.Policy.Algorithm != TokenBucket {
+	if d.Policy.Algorithm != ratekit.TokenBucket {
 		return d.ResetAfter
 	}
 	q, r := d.Policy.Quota, d.Remaining
@@ -204,7 +206,7 @@ type Problem struct {
 // (for a composite decision, the name of every part that denied, in the
 // order of the parts) and the wait (the top-level RetryAfter) in the
 // detail. The body is JSON of media type [ProblemContentType].
-func DeniedProblem(d Decision) []byte {
+func DeniedProblem(d ratekit.Decision) []byte {
 	p := Problem{
 		Type:   ProblemTypeQuotaExceeded,
 		Title:  "Too many requests: the quota of this policy is used up",
@@ -256,7 +258,7 @@ func appendSFString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-func resetSeconds(d Decision) int64 {
+func resetSeconds(d ratekit.Decision) int64 {
 	if !d.Allowed {
 		return retryAfterSeconds(d)
 	}
@@ -265,7 +267,7 @@ func resetSeconds(d Decision) int64 {
 
 // retryAfterSeconds is at least 1 on a denial: a zero delay would invite an
 // immediate retry that is denied again.
-func retryAfterSeconds(d Decision) int64 {
+func retryAfterSeconds(d ratekit.Decision) int64 {
 	return max(ceilSeconds(d.RetryAfter), 1)
 }
 

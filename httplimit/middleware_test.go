@@ -1,4 +1,4 @@
-package ratekit
+package httplimit
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 var errStoreDown = errors.New("store down")
@@ -169,7 +171,7 @@ func TestMiddlewareBadRequestsNeverFailOpen(t *testing.T) {
 			}},
 			req: func() *http.Request {
 				r := request("198.51.100.1:1")
-				r.Header.Set("X-User", strings.Repeat("u", MaxKeyLen+1))
+				r.Header.Set("X-User", strings.Repeat("u", ratekit.MaxKeyLen+1))
 				return r
 			},
 		},
@@ -283,7 +285,7 @@ func TestGuardHonoursCallerContext(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	res := g.Check(ctx, Request{Key: "k", Cost: 1}, http.Header{})
+	res := g.Check(ctx, ratekit.Request{Key: "k", Cost: 1}, http.Header{})
 	if res.Status != 503 || !errors.Is(res.Err, context.DeadlineExceeded) {
 		t.Fatalf("result %+v", res)
 	}
@@ -302,11 +304,11 @@ func TestNewGuardRejectsInvalidConfig(t *testing.T) {
 		"bad state cookie name":  {Limiter: lim, OnError: FailOpen, StateCookie: "a;b"},
 	}
 	for name, cfg := range tests {
-		if _, err := NewGuard(cfg); !errors.Is(err, ErrInvalidConfig) {
+		if _, err := NewGuard(cfg); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("%s: NewGuard error = %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	if _, err := Middleware(MiddlewareConfig{GuardConfig: GuardConfig{Limiter: lim, OnError: FailOpen}}); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Middleware(MiddlewareConfig{GuardConfig: GuardConfig{Limiter: lim, OnError: FailOpen}}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 		t.Errorf("Middleware without Key: %v, want ErrInvalidConfig", err)
 	}
 	if got := FailurePolicy(0).String(); got != "FailurePolicy(0)" {
@@ -315,7 +317,7 @@ func TestNewGuardRejectsInvalidConfig(t *testing.T) {
 }
 
 func TestMiddlewareRequestInContext(t *testing.T) {
-	var seen Request
+	var seen ratekit.Request
 	var ok bool
 	mw, err := Middleware(MiddlewareConfig{
 		GuardConfig:    GuardConfig{Limiter: newWindowLimiter("p", 10), OnError: FailClosed},
@@ -335,7 +337,7 @@ func TestMiddlewareRequestInContext(t *testing.T) {
 	serve(h, r)
 	// The request as charged: its State is the state the decision handed
 	// back, which counts this charge, not the one the client sent.
-	want := Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok+", IdempotencyKey: "order-42"}
+	want := ratekit.Request{Key: "ip:198.51.100.1", Cost: 3, State: "tok+", IdempotencyKey: "order-42"}
 	if !ok || !reflect.DeepEqual(seen, want) {
 		t.Fatalf("RequestFromContext = %+v, %v; want %+v", seen, ok, want)
 	}
