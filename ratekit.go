@@ -317,31 +317,31 @@ func ValidatePolicyName(name string) error {
 var (
 	// ErrInvalidRequest is matched by every error that [Request.Validate]
 	// returns: the request itself is malformed, whatever the limiter's state.
-	ErrInvalidRequest = errors.New("ratekit: invalid request")
+	ErrInvalidRequest = errors.New("invalid request")
 
 	// ErrEmptyKey is returned for a request or reset with an empty key.
-	ErrEmptyKey error = &invalidRequestError{"ratekit: invalid request: empty key"}
+	ErrEmptyKey error = &invalidRequestError{"invalid request: empty key"}
 
 	// ErrKeyTooLong is returned for a key or idempotency key longer than
 	// MaxKeyLen bytes.
-	ErrKeyTooLong error = &invalidRequestError{"ratekit: invalid request: key longer than 512 bytes"} // MaxKeyLen
+	ErrKeyTooLong error = &invalidRequestError{"invalid request: key longer than 512 bytes"} // MaxKeyLen
 
 	// ErrInvalidCost is returned for a request whose Cost is below 1.
-	ErrInvalidCost error = &invalidRequestError{"ratekit: invalid request: cost must be at least 1"}
+	ErrInvalidCost error = &invalidRequestError{"invalid request: cost must be at least 1"}
 
 	// ErrCostExceedsLimit is returned when a request's Cost is larger than
 	// the policy's Limit, so that no amount of waiting could admit it. It
 	// also matches ErrInvalidRequest.
-	ErrCostExceedsLimit error = &invalidRequestError{"ratekit: invalid request: cost exceeds the limit"}
+	ErrCostExceedsLimit error = &invalidRequestError{"invalid request: cost exceeds the quota"}
 
 	// ErrUnexpectedParts is returned by a limiter of a single policy for a
 	// request with [Request.Parts]: its parts would otherwise go uncounted.
 	// It also matches ErrInvalidRequest.
-	ErrUnexpectedParts error = &invalidRequestError{"ratekit: invalid request: parts given to a limiter of a single policy"}
+	ErrUnexpectedParts error = &invalidRequestError{"invalid request: parts given to a limiter of a single policy"}
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
 	// an invalid configuration.
-	ErrInvalidConfig = errors.New("ratekit: invalid config")
+	ErrInvalidConfig = errors.New("invalid config")
 )
 
 // invalidRequestError is an error that matches [ErrInvalidRequest]. Unlike

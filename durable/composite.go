@@ -52,7 +52,7 @@ func NewComposite(limiters ...*Limiter) (*Composite, error) {
 	counters := make([]*pgengine.Counter, len(limiters))
 	for i, l := range limiters {
 		if l == nil {
-			return nil, fmt.Errorf("%w: durable: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
+			return nil, fmt.Errorf("durable: %w: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
 		}
 		counters[i] = l.counter
 	}

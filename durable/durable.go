@@ -176,7 +176,7 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, fmt.Errorf("durable: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
-		return nil, fmt.Errorf("durable: policy name: %w", err)
+		return nil, fmt.Errorf("durable: %w", err)
 	}
 	if cfg.Policy.Quota < 1 || cfg.Policy.Quota > ratekit.MaxQuota {
 		return nil, fmt.Errorf("durable: %w: policy quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
@@ -301,7 +301,7 @@ func (l *Limiter) Cleanup(ctx context.Context) (int64, error) {
 func (l *Limiter) decision(r pgengine.Outcome) ratekit.Decision {
 	return ratekit.Decision{
 		Allowed:    r.Allowed,
-		Limit:      l.counter.Capacity(),
+		Limit:      l.counter.Quota(),
 		Remaining:  r.Remaining,
 		RetryAfter: r.RetryAfter,
 		ResetAfter: r.ResetAfter,
@@ -314,7 +314,7 @@ func (l *Limiter) cached(req ratekit.Request) (ratekit.Decision, bool) {
 		return ratekit.Decision{}, false
 	}
 	// Invalid requests must get their error from the counter.
-	if req.Validate() != nil || req.Cost > l.counter.Capacity() {
+	if req.Validate() != nil || req.Cost > l.counter.Quota() {
 		return ratekit.Decision{}, false
 	}
 	return l.cache.get(req.Key, req.Cost)

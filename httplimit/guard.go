@@ -175,21 +175,21 @@ type Guard struct {
 func NewGuard(cfg GuardConfig) (*Guard, error) {
 	switch {
 	case cfg.Limiter == nil:
-		return nil, fmt.Errorf("%w: GuardConfig.Limiter is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Limiter is nil", ratekit.ErrInvalidConfig)
 	case cfg.OnError < FailClosed || cfg.OnError > UseFallback:
-		return nil, fmt.Errorf("%w: GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", ratekit.ErrInvalidConfig, cfg.OnError)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", ratekit.ErrInvalidConfig, cfg.OnError)
 	case cfg.OnError == UseFallback && cfg.Fallback == nil:
-		return nil, fmt.Errorf("%w: GuardConfig.OnError is UseFallback but Fallback is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.OnError is UseFallback but Fallback is nil", ratekit.ErrInvalidConfig)
 	case cfg.OnError != UseFallback && cfg.Fallback != nil:
-		return nil, fmt.Errorf("%w: GuardConfig.Fallback is set but OnError is %v", ratekit.ErrInvalidConfig, cfg.OnError)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Fallback is set but OnError is %v", ratekit.ErrInvalidConfig, cfg.OnError)
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.Timeout is negative", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Timeout is negative", ratekit.ErrInvalidConfig)
 	case cfg.DeadlineMargin < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.DeadlineMargin is negative", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.DeadlineMargin is negative", ratekit.ErrInvalidConfig)
 	case cfg.RetrySpread < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.RetrySpread is negative", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.RetrySpread is negative", ratekit.ErrInvalidConfig)
 	case cfg.UnavailableRetryAfter < 0:
-		return nil, fmt.Errorf("%w: GuardConfig.UnavailableRetryAfter is negative", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: GuardConfig.UnavailableRetryAfter is negative", ratekit.ErrInvalidConfig)
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = DefaultDeadlineMargin
@@ -204,10 +204,10 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		cfg.StateCookie = DefaultStateCookie
 	}
 	if !isToken(cfg.StateHeader) {
-		return nil, fmt.Errorf("%w: StateHeader %q is not a valid header field name", ratekit.ErrInvalidConfig, cfg.StateHeader)
+		return nil, fmt.Errorf("httplimit: %w: StateHeader %q is not a valid header field name", ratekit.ErrInvalidConfig, cfg.StateHeader)
 	}
 	if !isToken(cfg.StateCookie) {
-		return nil, fmt.Errorf("%w: StateCookie %q is not a valid cookie name", ratekit.ErrInvalidConfig, cfg.StateCookie)
+		return nil, fmt.Errorf("httplimit: %w: StateCookie %q is not a valid cookie name", ratekit.ErrInvalidConfig, cfg.StateCookie)
 	}
 	cfg.StateHeader = http.CanonicalHeaderKey(cfg.StateHeader)
 	g := &Guard{cfg: cfg, log: cfg.Logger}

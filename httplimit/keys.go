@@ -102,7 +102,7 @@ func RemoteAddrKey() KeyFunc {
 // fewer than trustedProxies entries or that entry is not an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 	if trustedProxies < 1 {
-		return nil, fmt.Errorf("%w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return nil, fmt.Errorf("httplimit: %w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
 	}
 	return func(r *http.Request) (string, error) {
 		return ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
@@ -118,7 +118,7 @@ func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 // the cost does not grow with what a client writes.
 func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 	if trustedProxies < 1 {
-		return "", fmt.Errorf("%w: at least 1 trusted proxy is needed, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return "", fmt.Errorf("httplimit: %w: at least 1 trusted proxy is needed, got %d", ratekit.ErrInvalidConfig, trustedProxies)
 	}
 	need := trustedProxies
 	for i := len(values) - 1; i >= 0; i-- {
@@ -159,7 +159,7 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 // repeated or not an IP address.
 func HeaderIPKey(name string) (KeyFunc, error) {
 	if !isToken(name) {
-		return nil, fmt.Errorf("%w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
+		return nil, fmt.Errorf("httplimit: %w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
@@ -183,7 +183,7 @@ func HeaderIPKey(name string) (KeyFunc, error) {
 // matching [ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
 	if !isToken(name) {
-		return nil, fmt.Errorf("%w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
+		return nil, fmt.Errorf("httplimit: %w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {

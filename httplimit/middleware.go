@@ -60,7 +60,7 @@ type MiddlewareConfig struct {
 // middleware is safe for concurrent use and never panics on client input.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Key == nil {
-		return nil, fmt.Errorf("%w: MiddlewareConfig.Key is nil", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("httplimit: %w: MiddlewareConfig.Key is nil", ratekit.ErrInvalidConfig)
 	}
 	g, err := NewGuard(cfg.GuardConfig)
 	if err != nil {

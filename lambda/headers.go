@@ -26,7 +26,7 @@ var ErrConflictingHeader error = &conflictingHeaderError{}
 type conflictingHeaderError struct{}
 
 func (*conflictingHeaderError) Error() string {
-	return "ratekit: invalid request: conflicting copies of a header field"
+	return "invalid request: conflicting copies of a header field"
 }
 
 func (*conflictingHeaderError) Unwrap() error { return ratekit.ErrInvalidRequest }

@@ -45,7 +45,7 @@ func SourceIPKey() KeyFunc {
 // an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 	if trustedProxies < 1 {
-		return nil, fmt.Errorf("%w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return nil, fmt.Errorf("lambda: %w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
 	}
 	return func(_ context.Context, r *Request) (string, error) {
 		return httplimit.ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
@@ -102,7 +102,7 @@ func GatewayAPIKey() KeyFunc {
 // authorizer claims).
 func ClaimKey(name string) (KeyFunc, error) {
 	if name == "" {
-		return nil, fmt.Errorf("%w: ClaimKey needs a claim name", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("lambda: %w: ClaimKey needs a claim name", ratekit.ErrInvalidConfig)
 	}
 	return func(_ context.Context, r *Request) (string, error) {
 		v, ok := claim(r.Event, name)

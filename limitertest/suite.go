@@ -63,7 +63,7 @@ type Harness struct {
 	// may be admitted (with no refill during the burst): the strategy's
 	// documented bound. Nil means the limiter documents exact counting:
 	// exactly limit.
-	MaxAdmitted func(workers int, limit int64) int64
+	MaxAdmitted func(workers int, quota int64) int64
 }
 
 // Workers is the number of goroutines in the suite's concurrency check.
@@ -760,12 +760,12 @@ func checkConcurrency(t testing.TB, h Harness) error {
 	}
 	if h.MaxAdmitted == nil {
 		if admitted != cfg.Quota {
-			return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want exactly %d", Workers, admitted, cfg.Quota, cfg.Quota)
+			return fmt.Errorf("%d goroutines admitted %d on a key of quota %d; want exactly %d", Workers, admitted, cfg.Quota, cfg.Quota)
 		}
 		return nil
 	}
 	if bound := h.MaxAdmitted(Workers, cfg.Quota); admitted < cfg.Quota || admitted > bound {
-		return fmt.Errorf("%d goroutines admitted %d on a key of limit %d; want between %d and the documented bound %d", Workers, admitted, cfg.Quota, cfg.Quota, bound)
+		return fmt.Errorf("%d goroutines admitted %d on a key of quota %d; want between %d and the documented bound %d", Workers, admitted, cfg.Quota, cfg.Quota, bound)
 	}
 	return nil
 }

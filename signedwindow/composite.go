@@ -92,7 +92,7 @@ var (
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	n := len(cfg.Policies)
 	if n < 1 || n > MaxCompositePolicies {
-		return nil, fmt.Errorf("%w: signedwindow: a composite needs 1 to %d policies, got %d", ratekit.ErrInvalidConfig, MaxCompositePolicies, n)
+		return nil, fmt.Errorf("signedwindow: %w: a composite needs 1 to %d policies, got %d", ratekit.ErrInvalidConfig, MaxCompositePolicies, n)
 	}
 	c := &Composite{policies: append([]ratekit.Policy(nil), cfg.Policies...)}
 	var set strings.Builder
@@ -100,11 +100,11 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, p := range cfg.Policies {
 		one, err := Config{Name: p.Name, Quota: p.Quota, Window: p.Window, Keys: cfg.Keys, Now: cfg.Now, MaxSkew: cfg.MaxSkew}.withDefaults()
 		if err != nil {
-			return nil, fmt.Errorf("policy %d: %w", i, err)
+			return nil, fmt.Errorf("%w (policy %d)", err, i)
 		}
 		for _, q := range cfg.Policies[:i] {
 			if q.Name == p.Name {
-				return nil, fmt.Errorf("%w: signedwindow: policy name %q appears twice", ratekit.ErrInvalidConfig, p.Name)
+				return nil, fmt.Errorf("signedwindow: %w: policy name %q appears twice", ratekit.ErrInvalidConfig, p.Name)
 			}
 		}
 		c.now, c.maxSkew = one.Now, one.MaxSkew
@@ -117,7 +117,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	c.setID = string(sum[:16])
 	kr, err := newKeyring(cfg.Keys, c.set)
 	if err != nil {
-		return nil, fmt.Errorf("%w: signedwindow: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
 	}
 	c.keys = kr
 	c.scratch.New = func() any { return new(cscratch) }
@@ -182,13 +182,13 @@ func (c *Composite) validate(req ratekit.Request) error {
 		return err
 	}
 	if req.Parts != nil && len(req.Parts) != len(c.policies) {
-		return fmt.Errorf("%w: signedwindow: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), len(c.policies))
+		return fmt.Errorf("signedwindow: %w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), len(c.policies))
 	}
 	for i, p := range c.policies {
 		cost := req.Cost
 		if req.Parts != nil {
 			if req.Parts[i].Key != req.Key {
-				return fmt.Errorf("%w: signedwindow: part %d has another key than the request; a composite token is bound to one subject", ratekit.ErrInvalidRequest, i)
+				return fmt.Errorf("signedwindow: %w: part %d has another key than the request; a composite token is bound to one subject", ratekit.ErrInvalidRequest, i)
 			}
 			cost = req.Parts[i].Cost
 		}

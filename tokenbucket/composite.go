@@ -87,7 +87,7 @@ var (
 // partitioned store (a Redis Cluster) without Group.
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w: tokenbucket composite: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("tokenbucket: %w: composite: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	if len(cfg.Buckets) == 0 {
 		return nil, invalid("no Buckets")
@@ -115,7 +115,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, b := range cfg.Buckets {
 		l, err := New(Config{Name: b.Name, Burst: b.Burst, RefillRate: b.RefillRate, Mode: Eventual, Store: cfg.Store})
 		if err != nil {
-			return nil, fmt.Errorf("tokenbucket composite: bucket %d: %w", i, err)
+			return nil, fmt.Errorf("%w (bucket %d)", err, i)
 		}
 		for j, p := range c.prefix {
 			if q := b.Name + ":"; strings.HasPrefix(p, q) || strings.HasPrefix(q, p) {

@@ -113,7 +113,7 @@ var (
 // MaxAttempts.
 func New(client *dynamodb.Client, cfg Config) (*Store, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("%w: dynamostore: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return fmt.Errorf("dynamostore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case client == nil:

@@ -58,7 +58,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		slot := keySlot(keys[0])
 		for i := 1; i < n; i++ {
 			if keySlot(keys[i]) != slot {
-				return fmt.Errorf("%w: redisstore: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
+				return fmt.Errorf("redisstore: %w: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
 			}
 		}
 	}

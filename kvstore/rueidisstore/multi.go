@@ -93,7 +93,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		slot := redisscript.Slot(keys[0])
 		for i := 1; i < n; i++ {
 			if redisscript.Slot(keys[i]) != slot {
-				return fmt.Errorf("%w: rueidisstore: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
+				return fmt.Errorf("rueidisstore: %w: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
 			}
 		}
 	}

@@ -88,10 +88,10 @@ var (
 // ratekit.ErrInvalidConfig for a nil client or a prefix with braces.
 func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: rueidisstore: nil client", ratekit.ErrInvalidConfig)
+		return nil, fmt.Errorf("rueidisstore: %w: nil client", ratekit.ErrInvalidConfig)
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("%w: rueidisstore: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
+		return nil, fmt.Errorf("rueidisstore: %w: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix

@@ -50,11 +50,11 @@ type Composite struct {
 // the database.
 func NewComposite(counters ...*Counter) (*Composite, error) {
 	if len(counters) == 0 || len(counters) > maxCompositeCounters {
-		return nil, fmt.Errorf("%w: pgstore: a composite takes 1 to %d counters, got %d", ratekit.ErrInvalidConfig, maxCompositeCounters, len(counters))
+		return nil, fmt.Errorf("%w: a composite takes 1 to %d limiters, got %d", ratekit.ErrInvalidConfig, maxCompositeCounters, len(counters))
 	}
 	for i, c := range counters {
 		if c == nil {
-			return nil, fmt.Errorf("%w: pgstore: composite counter %d is nil", ratekit.ErrInvalidConfig, i)
+			return nil, fmt.Errorf("%w: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
 		}
 	}
 	first := counters[0]
@@ -65,13 +65,13 @@ func NewComposite(counters ...*Counter) (*Composite, error) {
 	scope := []byte("ratekit/composite/" + d.String())
 	for i, c := range counters {
 		if c.store != m.store {
-			return nil, fmt.Errorf("%w: pgstore: composite counter %d uses another Store", ratekit.ErrInvalidConfig, i)
+			return nil, fmt.Errorf("%w: composite limiter %d uses another Store", ratekit.ErrInvalidConfig, i)
 		}
 		if c.cfg.Durability != d {
-			return nil, fmt.Errorf("%w: pgstore: composite counter %d is %s, counter 0 %s: a composite uses one durability", ratekit.ErrInvalidConfig, i, c.cfg.Durability, d)
+			return nil, fmt.Errorf("%w: composite limiter %d is %s, limiter 0 %s: a composite uses one durability", ratekit.ErrInvalidConfig, i, c.cfg.Durability, d)
 		}
 		if seen[c.cfg.Prefix] {
-			return nil, fmt.Errorf("%w: pgstore: composite counters share prefix %q", ratekit.ErrInvalidConfig, c.cfg.Prefix)
+			return nil, fmt.Errorf("%w: composite limiters share prefix %q", ratekit.ErrInvalidConfig, c.cfg.Prefix)
 		}
 		seen[c.cfg.Prefix] = true
 		if d == Logged {
@@ -172,7 +172,7 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 			k, n = parts[i].Key, parts[i].Cost
 		}
 		if op != opRefund && n > c.quota {
-			return nil, fmt.Errorf("%w: part %d: cost %d, limit %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
+			return nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
 		}
 		keys[i], costs[i] = []byte(k), n
 		if c.cfg.Algorithm == ratekit.SlidingLog {

@@ -58,7 +58,7 @@ func TestCounterExtremes(t *testing.T) {
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			for _, cost := range []int64{1, ctr.Capacity()} {
+			for _, cost := range []int64{1, ctr.Quota()} {
 				ops := map[string]func() (pgengine.Outcome, error){
 					"Take":   func() (pgengine.Outcome, error) { return ctr.Take(ctx, "k", cost, "") },
 					"Peek":   func() (pgengine.Outcome, error) { return ctr.Peek(ctx, "k", cost) },
@@ -69,7 +69,7 @@ func TestCounterExtremes(t *testing.T) {
 					if err != nil {
 						t.Fatalf("%v/%s: %s %d: %v", alg, c.name, op, cost, err)
 					}
-					if r.Remaining < 0 || r.Remaining > ctr.Capacity() || r.RetryAfter < 0 || r.ResetAfter < 0 {
+					if r.Remaining < 0 || r.Remaining > ctr.Quota() || r.RetryAfter < 0 || r.ResetAfter < 0 {
 						t.Fatalf("%v/%s: %s %d: result out of range: %+v", alg, c.name, op, cost, r)
 					}
 				}

@@ -145,9 +145,9 @@ type tableData struct {
 //	p_prefix   limiter prefix (text, validated by the caller)
 //	p_key      request key (bytea: any bytes)
 //	p_cost     units to take, test or give back
-//	p_limit    quota per window (windows, log) or burst capacity (bucket)
+//	p_quota    quota per window (windows, log) or burst (bucket)
 //	p_window_us window length in microseconds; for the token bucket, the
-//	           emission interval (time to refill one unit)
+//	           window of one unit, its emission interval
 //	p_lock     advisory lock key of (prefix, key) (sliding log only)
 //	p_idem     idempotency key or NULL
 //	p_idem_ttl_us how long an idempotency key is remembered

@@ -49,12 +49,12 @@ CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
 );
 CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
 
--- Cleanup: delete up to p_limit rows of each table under p_prefix that
+-- Cleanup: delete up to p_quota rows of each table under p_prefix that
 -- expired before p_before, skipping rows locked by others, and return how
 -- many of each (counters, log entries, idempotency records), found through
 -- the expiry indexes (see enable_seqscan above).
 DROP FUNCTION IF EXISTS {{.Cleanup}}(text, bigint, bigint);
-CREATE OR REPLACE FUNCTION {{.Cleanup}}(p_prefix text, p_before bigint, p_limit bigint)
+CREATE OR REPLACE FUNCTION {{.Cleanup}}(p_prefix text, p_before bigint, p_quota bigint)
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
 	a bigint;
@@ -63,15 +63,15 @@ DECLARE
 BEGIN
 	DELETE FROM {{.Counters}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+		LIMIT p_quota FOR UPDATE SKIP LOCKED));
 	GET DIAGNOSTICS a = ROW_COUNT;
 	DELETE FROM {{.Log}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+		LIMIT p_quota FOR UPDATE SKIP LOCKED));
 	GET DIAGNOSTICS b = ROW_COUNT;
 	DELETE FROM {{.Idem}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_limit FOR UPDATE SKIP LOCKED));
+		LIMIT p_quota FOR UPDATE SKIP LOCKED));
 	GET DIAGNOSTICS c = ROW_COUNT;
 	RETURN ARRAY[a, b, c];
 END
@@ -100,7 +100,7 @@ BEGIN
 			v_ws := ws;
 			v_count := 0;
 		END IF;
-		allowed := v_count + p_cost <= p_limit;
+		allowed := v_count + p_cost <= p_quota;
 		IF allowed THEN
 			v_count := v_count + p_cost;
 			UPDATE {{.Counters}} AS c SET window_start_us = v_ws, count = v_count,
@@ -137,9 +137,9 @@ BEGIN
 		END IF;
 	END IF;
 	IF p_op = 1 OR duplicate THEN
-		allowed := v_count + p_cost <= p_limit OR duplicate;
+		allowed := v_count + p_cost <= p_quota OR duplicate;
 	END IF;
-	remaining := GREATEST(p_limit - v_count, 0);
+	remaining := GREATEST(p_quota - v_count, 0);
 	reset_after_us := GREATEST(v_ws + p_window_us - now_us, 0);
 	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
 {{template "cleanup" .}}
@@ -211,7 +211,7 @@ BEGIN
 	END IF;
 	v_elapsed := GREATEST(now_us - v_ws, 0);
 	-- v_room is (limit - estimate) * window, exact in numeric.
-	v_room := p_limit::numeric * p_window_us - v_prev::numeric * (p_window_us - v_elapsed) - v_cur::numeric * p_window_us;
+	v_room := p_quota::numeric * p_window_us - v_prev::numeric * (p_window_us - v_elapsed) - v_cur::numeric * p_window_us;
 	IF p_op = 0 AND NOT duplicate THEN
 		allowed := v_room >= p_cost::numeric * p_window_us;
 		IF allowed THEN
@@ -231,15 +231,15 @@ BEGIN
 		ELSE 0 END;
 	IF allowed THEN
 		retry_after_us := 0;
-	ELSIF v_cur + p_cost <= p_limit THEN
+	ELSIF v_cur + p_cost <= p_quota THEN
 		-- Wait until the previous window's weight has decayed enough:
 		-- v_prev * (window - x) / window <= limit - cur - cost.
-		retry_after_us := GREATEST(ceil(p_window_us - (p_limit - v_cur - p_cost)::numeric * p_window_us / v_prev)::bigint - v_elapsed, 1);
+		retry_after_us := GREATEST(ceil(p_window_us - (p_quota - v_cur - p_cost)::numeric * p_window_us / v_prev)::bigint - v_elapsed, 1);
 	ELSE
 		-- Wait for the next window, where this window's count becomes the
 		-- previous one: v_cur * (window - x) / window <= limit - cost.
 		retry_after_us := (v_ws + p_window_us - now_us)
-			+ GREATEST(ceil(p_window_us - (p_limit - p_cost)::numeric * p_window_us / v_cur)::bigint, 0);
+			+ GREATEST(ceil(p_window_us - (p_quota - p_cost)::numeric * p_window_us / v_cur)::bigint, 0);
 	END IF;
 {{template "cleanup" .}}
 	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
@@ -248,12 +248,12 @@ $fn$;
 
 -- Token bucket as the generic cell rate algorithm (GCRA, ITU-T I.371):
 -- tat_us is the theoretical arrival time; p_window_us is the emission
--- interval (time per unit) and the bucket holds p_limit units.
+-- interval (time per unit) and the bucket holds p_quota units.
 DROP FUNCTION IF EXISTS {{.Bucket}}({{template "args"}});
 CREATE OR REPLACE FUNCTION {{.Bucket}}(
 {{template "signature"}}
 	now_us bigint;
-	tau bigint := p_limit * p_window_us;
+	tau bigint := p_quota * p_window_us;
 	v_tat bigint;
 	v_found boolean := false;
 BEGIN
@@ -334,7 +334,7 @@ BEGIN
 	SELECT COALESCE(sum(l.cost), 0), max(l.expires_at_us) INTO v_used, v_last
 	FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us;
 	IF p_op = 0 AND NOT duplicate THEN
-		allowed := v_used + p_cost <= p_limit;
+		allowed := v_used + p_cost <= p_quota;
 		IF allowed THEN
 			INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
 			VALUES (p_prefix, p_key, now_us, p_cost, now_us + p_window_us);
@@ -360,9 +360,9 @@ BEGIN
 		END LOOP;
 		allowed := true;
 	ELSE
-		allowed := v_used + p_cost <= p_limit OR duplicate;
+		allowed := v_used + p_cost <= p_quota OR duplicate;
 	END IF;
-	remaining := GREATEST(p_limit - v_used, 0);
+	remaining := GREATEST(p_quota - v_used, 0);
 	reset_after_us := CASE WHEN v_used > 0 THEN GREATEST(v_last - now_us, 0) ELSE 0 END;
 	IF allowed THEN
 		retry_after_us := 0;
@@ -371,7 +371,7 @@ BEGIN
 		SELECT x.expires_at_us INTO v_free FROM (
 			SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
 			FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us
-		) AS x WHERE v_used - x.freed + p_cost <= p_limit ORDER BY x.expires_at_us LIMIT 1;
+		) AS x WHERE v_used - x.freed + p_cost <= p_quota ORDER BY x.expires_at_us LIMIT 1;
 		retry_after_us := GREATEST(COALESCE(v_free, v_last) - now_us, 1);
 	END IF;
 {{template "cleanup" .}}
@@ -396,7 +396,7 @@ $fn$;
 DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean);
 CREATE OR REPLACE FUNCTION {{.Composite}}(
 	p_op bigint, p_algs bigint[], p_prefixes text[], p_keys bytea[], p_costs bigint[],
-	p_limits bigint[], p_windows bigint[], p_ttls bigint[], p_locks bigint[],
+	p_quotas bigint[], p_windows bigint[], p_ttls bigint[], p_locks bigint[],
 	p_idem_prefix text, p_idem_key bytea, p_idem bytea, p_idem_ttl_us bigint,
 	p_cleanup bigint, p_sync boolean)
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
@@ -434,7 +434,7 @@ DECLARE
 	o bigint[];
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_algs) <> n OR cardinality(p_prefixes) <> n OR cardinality(p_costs) <> n
-		OR cardinality(p_limits) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n THEN
+		OR cardinality(p_quotas) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n THEN
 		RAISE EXCEPTION 'ratekit: composite arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;
 	IF p_op <> 1 AND NOT p_sync THEN
@@ -514,7 +514,7 @@ BEGIN
 	-- zeros, which means the same as no row) and ask whether it would
 	-- admit its cost.
 	FOR i IN 1..n LOOP
-		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+		w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
 		IF p_op = 0 AND (cst < 1 OR cst > lim) THEN
 			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', cst, i, lim USING ERRCODE = '22023';
 		END IF;
@@ -556,7 +556,7 @@ BEGIN
 	END IF;
 	IF p_op = 0 AND NOT duplicate AND all_ok THEN
 		FOR i IN 1..n LOOP
-			w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+			w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
 			CASE p_algs[i]
 			WHEN 1 THEN
 				s_a[i] := s_a[i] + cst;
@@ -624,7 +624,7 @@ BEGIN
 	END IF;
 	o := ARRAY[duplicate::int::bigint];
 	FOR i IN 1..n LOOP
-		w := p_windows[i]; lim := p_limits[i]; cst := p_costs[i];
+		w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
 		allowed := p_op = 2 OR duplicate OR ok[i];
 		CASE p_algs[i]
 		WHEN 1 THEN
@@ -745,7 +745,7 @@ $fn$;
 -- two-dimensional array, one row per element, in array order.
 DROP FUNCTION IF EXISTS {{.Schema}}.batch(int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bytea[], bigint[], bigint[], boolean[]);
 CREATE OR REPLACE FUNCTION {{.Schema}}.batch(
-	p_fn int[], p_op bigint[], p_prefix text[], p_key bytea[], p_cost bigint[], p_limit bigint[],
+	p_fn int[], p_op bigint[], p_prefix text[], p_key bytea[], p_cost bigint[], p_quota bigint[],
 	p_window_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[])
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -754,7 +754,7 @@ DECLARE
 	res bigint[] := '{}';
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_op) <> n OR cardinality(p_prefix) <> n OR cardinality(p_key) <> n
-		OR cardinality(p_cost) <> n OR cardinality(p_limit) <> n OR cardinality(p_window_us) <> n
+		OR cardinality(p_cost) <> n OR cardinality(p_quota) <> n OR cardinality(p_window_us) <> n
 		OR cardinality(p_lock) <> n OR cardinality(p_idem) <> n OR cardinality(p_idem_ttl_us) <> n
 		OR cardinality(p_cleanup) <> n OR cardinality(p_sync) <> n THEN
 		RAISE EXCEPTION 'ratekit: batch arrays must be non-empty and of equal length' USING ERRCODE = '22023';
@@ -763,7 +763,7 @@ BEGIN
 		CASE p_fn[i]
 {{- range .BatchCases}}
 		WHEN {{.Index}} THEN
-			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_limit[i], p_window_us[i],
+			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_quota[i], p_window_us[i],
 				p_lock[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i], p_sync[i]);
 {{- end}}
 		END CASE;
@@ -805,7 +805,7 @@ LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
 			now_us := {{template "clock"}};
 		END IF;{{end}}
 {{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}
-{{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_limit bigint, p_window_us bigint,
+{{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_quota bigint, p_window_us bigint,
 	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
@@ -822,8 +822,8 @@ DECLARE
 	IF p_op <> 1 AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
-	IF p_op = 0 AND (p_cost < 1 OR p_cost > p_limit) THEN
-		RAISE EXCEPTION 'ratekit: cost % is outside 1..%', p_cost, p_limit USING ERRCODE = '22023';
+	IF p_op = 0 AND (p_cost < 1 OR p_cost > p_quota) THEN
+		RAISE EXCEPTION 'ratekit: cost % is outside 1..%', p_cost, p_quota USING ERRCODE = '22023';
 	END IF;
 	IF p_op <> 1 AND p_idem IS NOT NULL THEN
 		INSERT INTO {{.Idem}} AS i (prefix, key, idempotency_key, expires_at_us)

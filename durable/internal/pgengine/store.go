@@ -315,28 +315,28 @@ const MaxRefillSlowdown = 100
 // database.
 func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("pgstore: prefix: %w", err)
+		return nil, fmt.Errorf("%w (prefix)", err)
 	}
 	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
-		return nil, fmt.Errorf("pgstore: %w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
+		return nil, fmt.Errorf("%w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("pgstore: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, fmt.Errorf("%w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
 	}
 	if cfg.Quota < 1 {
-		return nil, fmt.Errorf("pgstore: %w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
+		return nil, fmt.Errorf("%w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Quota > maxMicros {
-		return nil, fmt.Errorf("pgstore: %w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
+		return nil, fmt.Errorf("%w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
 	if cfg.Window < time.Millisecond {
-		return nil, fmt.Errorf("pgstore: %w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
+		return nil, fmt.Errorf("%w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
-		return nil, fmt.Errorf("pgstore: %w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
+		return nil, fmt.Errorf("%w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
 	}
 	if cfg.CleanupBatch < 0 {
-		return nil, fmt.Errorf("pgstore: %w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
+		return nil, fmt.Errorf("%w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
 	}
 	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
 	// Unlogged tables write no WAL, so there is no commit to make
@@ -349,12 +349,12 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		w := cfg.Window.Microseconds()
 		c.windowUS = (w + cfg.Quota - 1) / cfg.Quota
 		if c.quota > maxMicros/c.windowUS {
-			return nil, fmt.Errorf("pgstore: %w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
+			return nil, fmt.Errorf("%w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
 		}
 		// The rounding may slow the refill by at most MaxRefillSlowdown
 		// of the window, so that the bucket enforces what it advertises.
 		if slow := c.windowUS*cfg.Quota - w; slow > w/MaxRefillSlowdown {
-			return nil, fmt.Errorf("pgstore: %w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
+			return nil, fmt.Errorf("%w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
 				ratekit.ErrInvalidConfig, cfg.Quota, cfg.Window, c.windowUS, time.Duration(c.windowUS*cfg.Quota)*time.Microsecond)
 		}
 	}
@@ -375,8 +375,8 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 // Config returns the configuration c was created with.
 func (c *Counter) Config() CounterConfig { return c.cfg }
 
-// Capacity returns the most units the counter admits at once: its Quota.
-func (c *Counter) Capacity() int64 { return c.quota }
+// Quota returns the most units the counter admits at once.
+func (c *Counter) Quota() int64 { return c.quota }
 
 // Outcome is what one [Counter] operation decided, computed in the database
 // from the database clock.
