@@ -123,7 +123,7 @@ func TestCompositeValidation(t *testing.T) {
 			t.Errorf("Peek(%+v) = %v, want %v", tc.req, err, tc.want)
 		}
 	}
-	unlogged, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: p + "-u"})
+	unlogged, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: p + "-u", Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}

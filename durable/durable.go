@@ -79,9 +79,10 @@ type Config struct {
 	// prefix, algorithm and durability share their counts.
 	Prefix string
 
-	// Durability selects [Unlogged] tables (the zero value, for abuse
-	// counters, emptied by a database crash) or [Logged] tables (for
-	// billing).
+	// Durability selects [Logged] tables (for billing: they survive a
+	// crash) or [Unlogged] tables (for abuse counters: cheaper, emptied by
+	// a crash). Required: the zero value is invalid, so that the choice
+	// that matters most for money is written down.
 	Durability Durability
 
 	// SynchronousCommit, when false (the default), sets synchronous_commit
@@ -126,7 +127,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Durability selects the tables a [Limiter] keeps its counts in.
+// Durability selects the tables a [Limiter] keeps its counts in. The zero
+// Durability is invalid.
 type Durability int
 
 const (
@@ -135,7 +137,7 @@ const (
 	// or an immediate shutdown (not after a clean shutdown) and does not
 	// replicate them to standbys: after a crash or a failover every key
 	// starts again with a full quota. For abuse and spam counters.
-	Unlogged Durability = iota
+	Unlogged Durability = iota + 1
 
 	// Logged keeps counts in ordinary tables, which survive crashes and
 	// are replicated. For billing and paid quotas.
@@ -171,6 +173,9 @@ func New(cfg Config) (*Limiter, error) {
 	store := pgengine.From(cfg.Store)
 	if store == nil {
 		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+	}
+	if cfg.Durability == 0 {
+		return nil, fmt.Errorf("durable: %w: Durability is not set; choose durable.Logged for quotas that are money or durable.Unlogged for abuse counters", ratekit.ErrInvalidConfig)
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
 		return nil, fmt.Errorf("durable: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))

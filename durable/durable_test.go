@@ -87,7 +87,7 @@ func TestTokenBucketBurst(t *testing.T) {
 	ctx := ctxT(t)
 	// Burst 5 refilled at 10 a second: Quota 5 per 500ms.
 	l, err := durable.New(durable.Config{Store: s,
-		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond, Algorithm: ratekit.TokenBucket}, Prefix: pgtest.Prefix(t)})
+		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond, Algorithm: ratekit.TokenBucket}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,11 +120,12 @@ func TestTokenBucketBurst(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 1)
-	good := durable.Config{Store: s, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}}
+	good := durable.Config{Store: s, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged}
 	for name, mutate := range map[string]func(*durable.Config){
 		"nil store":      func(c *durable.Config) { c.Store = nil },
 		"zero store":     func(c *durable.Config) { c.Store = &pgstore.Store{} },
 		"durability":     func(c *durable.Config) { c.Durability = durable.Logged + 1 },
+		"no durability":  func(c *durable.Config) { c.Durability = 0 },
 		"bad name":       func(c *durable.Config) { c.Policy.Name = "a b" },
 		"zero quota":     func(c *durable.Config) { c.Policy.Quota = 0 },
 		"zero window":    func(c *durable.Config) { c.Policy.Window = 0 },
@@ -158,7 +159,7 @@ func TestDeniedCache(t *testing.T) {
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 2, Now: clock,
-		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t)})
+		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestDeniedCacheInvalidation(t *testing.T) {
 	s := newStore(t, testenv.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 10,
-		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour, Algorithm: ratekit.SlidingLog}, Prefix: pgtest.Prefix(t)})
+		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour, Algorithm: ratekit.SlidingLog}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestDeniedCacheExactness(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := 0; i < 4; i++ {
 				l, err := durable.New(durable.Config{Store: newStore(t, url, 4), DeniedCacheSize: 100,
-					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: prefix})
+					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: prefix, Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -279,7 +280,7 @@ func BenchmarkAllowDeniedCached(b *testing.B) {
 	for _, size := range []int{0, 1024} {
 		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
 			l, err := durable.New(durable.Config{Store: newStore(b, url, 4), DeniedCacheSize: size,
-				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(b)})
+				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(b), Durability: durable.Unlogged})
 			if err != nil {
 				b.Fatal(err)
 			}

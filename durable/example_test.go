@@ -45,7 +45,7 @@ func ExampleNew_invalidPrefix() {
 	_, err := durable.New(durable.Config{
 		Store:  store,
 		Policy: ratekit.Policy{Name: "signup", Quota: 5, Window: time.Hour, Algorithm: ratekit.SlidingLog},
-		Prefix: "signup'; DROP TABLE users; --",
+		Prefix: "signup'; DROP TABLE users; --", Durability: durable.Unlogged,
 	})
 	fmt.Println(err != nil)
 	// Output: true

@@ -54,7 +54,7 @@ func TestNewExtremes(t *testing.T) {
 				Policy:             ratekit.Policy{Name: "x", Quota: 5, Window: time.Minute, Algorithm: alg},
 				Prefix:             prefix,
 				CleanupProbability: -1,
-				DeniedCacheSize:    16,
+				DeniedCacheSize:    16, Durability: durable.Unlogged,
 			}
 			c.set(&cfg)
 			var l *durable.Limiter
@@ -109,7 +109,7 @@ func TestTokenBucketRoundingBound(t *testing.T) {
 		{30000, time.Second, false},       // 34µs: 2% slower
 	} {
 		_, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
-			Policy: ratekit.Policy{Name: "tb", Quota: tc.quota, Window: tc.window, Algorithm: ratekit.TokenBucket}})
+			Policy: ratekit.Policy{Name: "tb", Quota: tc.quota, Window: tc.window, Algorithm: ratekit.TokenBucket}, Durability: durable.Unlogged})
 		if tc.ok && err != nil {
 			t.Errorf("%d per %v: %v", tc.quota, tc.window, err)
 		}

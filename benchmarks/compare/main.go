@@ -733,7 +733,7 @@ func pgContenders(e *env) []contender {
 		return func(lim limit, tag string) (decide, error) {
 			l, err := durable.New(durable.Config{Store: e.pgStore,
 				Policy: ratekit.Policy{Name: "compare", Quota: lim.n, Window: lim.period, Algorithm: a},
-				Prefix: a.String() + "-" + tag})
+				Prefix: a.String() + "-" + tag, Durability: durable.Unlogged})
 			if err != nil {
 				return nil, err
 			}

@@ -57,10 +57,10 @@ func BenchmarkTake(b *testing.B) {
 	})
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			c := newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1 << 40, Window: time.Hour, CleanupProbability: pgengine.DefaultCleanupProbability})
+			c := newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1 << 40, Window: time.Hour, CleanupProbability: pgengine.DefaultCleanupProbability, Durability: pgengine.Unlogged})
 			if alg == ratekit.SlidingLog {
 				// Keep the log short: a small quota over a short window.
-				c = newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1000, Window: 10 * time.Second, CleanupProbability: pgengine.DefaultCleanupProbability})
+				c = newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1000, Window: 10 * time.Second, CleanupProbability: pgengine.DefaultCleanupProbability, Durability: pgengine.Unlogged})
 			}
 			run(b, func(key []byte) error {
 				_, err := c.Take(ctx, string(key), 1, "")

@@ -431,7 +431,7 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 var batchAlgorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
 func functionIndex(d Durability, a ratekit.Algorithm) int32 {
-	return int32(d)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
+	return int32(d-Unlogged)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
 }
 
 // batchSQL returns the statement that calls the schema's batch function:

@@ -51,7 +51,7 @@ func TestParseBatchResult(t *testing.T) {
 func TestBatchRefusedAsAWhole(t *testing.T) {
 	for _, simple := range []bool{false, true} {
 		s, _, ctx := migratedStore(t, 2, simple)
-		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1})
+		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
 		if err != nil {
 			t.Fatal(err)
 		}

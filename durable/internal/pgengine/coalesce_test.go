@@ -43,7 +43,7 @@ func TestCoalescedDecisionsAreExact(t *testing.T) {
 			for g := 0; g < 48; g++ {
 				limit := int64(3 + g)
 				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: limit,
-					Durability: pgengine.Durability(g % 2), SynchronousCommit: g%3 == 0})
+					Durability: pgengine.Durability(g%2 + 1), SynchronousCommit: g%3 == 0})
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -114,7 +114,7 @@ func TestCoalescedExactness(t *testing.T) {
 						var admitted, denied, dups atomic.Int64
 						var wg sync.WaitGroup
 						for si, s := range stores {
-							c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05})
+							c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05, Durability: pgengine.Unlogged})
 							for g := 0; g < 64; g++ {
 								for i := 0; i < 3; i++ {
 									idem := ""
@@ -173,7 +173,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 			pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 			s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10, Durability: pgengine.Unlogged})
 			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
 				t.Fatal(err)
 			}
@@ -235,7 +235,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 func TestLoneDecisionsAreNotBatched(t *testing.T) {
 	s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100, Durability: pgengine.Unlogged})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 			t.Fatal(err)

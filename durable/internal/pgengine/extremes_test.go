@@ -48,7 +48,7 @@ func TestCounterExtremes(t *testing.T) {
 	}
 	for _, alg := range algorithms {
 		for _, c := range cases {
-			cfg := pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 5, Window: time.Minute, CleanupProbability: -1}
+			cfg := pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 5, Window: time.Minute, CleanupProbability: -1, Durability: pgengine.Unlogged}
 			c.set(&cfg)
 			var ctr *pgengine.Counter
 			if !extremes.Check(t, fmt.Sprintf("%v/%s", alg, c.name), func() (err error) {

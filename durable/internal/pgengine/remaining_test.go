@@ -58,7 +58,7 @@ func TestRemainingExact(t *testing.T) {
 					var counters []*pgengine.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour, Durability: pgengine.Unlogged,
 						}))
 					}
 					warmUp(ctx, t, counters)
@@ -81,7 +81,7 @@ func TestRemainingExact(t *testing.T) {
 							t.Fatal(err)
 						}
 						inTx := newCounter(t, newStore(t, tx), pgengine.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour,
+							Prefix: prefix, Algorithm: alg, Quota: burstLimit, Window: 24 * time.Hour, Durability: pgengine.Unlogged,
 						})
 						var first pgengine.Outcome
 						remaining, denied := burst(ctx, t, counters, "stalled", func() {

@@ -158,7 +158,7 @@ const (
 	// (not after a clean shutdown) and they are not replicated to standbys:
 	// after a crash or a failover every key starts with a full quota. For
 	// abuse and spam counters.
-	Unlogged Durability = iota
+	Unlogged Durability = iota + 1
 
 	// Logged stores rows in ordinary tables that survive crashes and are
 	// replicated. For billing and paid quotas.

@@ -143,7 +143,7 @@ func TestRetryAfterAndWindowRollover(t *testing.T) {
 			// Long enough that a busy machine makes the four takes
 			// that reach a denial within one window.
 			window := time.Second
-			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: window})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: window, Durability: pgengine.Unlogged})
 			var denied pgengine.Outcome
 			for i := 0; i < 10; i++ {
 				r, err := c.Take(ctx, "k", 1, "")
@@ -180,7 +180,7 @@ func TestIdempotencyKey(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Durability: pgengine.Unlogged})
 			r, err := c.Take(ctx, "k", 2, "invocation-1")
 			if err != nil || !r.Allowed || r.Duplicate || r.Remaining != 1 {
 				t.Fatalf("first: %+v, %v", r, err)
@@ -223,7 +223,7 @@ func TestIdempotencyAfterRefund(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 5})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 5, Durability: pgengine.Unlogged})
 			step := func(name string, op func(context.Context, string, int64, string) (pgengine.Outcome, error), wantDup bool, wantRemaining int64) {
 				t.Helper()
 				r, err := op(ctx, "k", 1, "call-7")
@@ -249,7 +249,7 @@ func TestIdempotencyConcurrent(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10})
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10, Durability: pgengine.Unlogged})
 			var wg sync.WaitGroup
 			var fresh, dup atomic.Int64
 			for i := 0; i < 32; i++ {
@@ -300,7 +300,7 @@ func TestExactness(t *testing.T) {
 					var counters []*pgengine.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
-							Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05,
+							Prefix: prefix, Algorithm: alg, Quota: 100, CleanupProbability: 0.05, Durability: pgengine.Unlogged,
 						}))
 					}
 					const perGoroutine = 3
@@ -348,7 +348,7 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	const limit, window = 5, 400 * time.Millisecond
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingLog, Quota: limit, Window: window})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingLog, Quota: limit, Window: window, Durability: pgengine.Unlogged})
 	var mu sync.Mutex
 	var times []time.Time
 	var wg sync.WaitGroup
@@ -468,7 +468,7 @@ func TestBadInput(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1, Durability: pgengine.Unlogged})
 	keys := []string{
 		"o'brien", `back\slash`, `"double"`, "a\x00b", "a", "a\x00", "\xff\xfe\xfd", "\xc3\x28",
 		"'); DROP TABLE counters; --", "$1", "日本語", strings.Repeat("k", ratekit.MaxKeyLen),
@@ -505,7 +505,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("reset 10 kB key: %v", err)
 	}
 	for _, p := range []string{"x'; DROP TABLE ratekit.counters; --", "a b", "", strings.Repeat("p", 65), "ü"} {
-		if _, err := s.Counter(pgengine.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		if _, err := s.Counter(pgengine.CounterConfig{Prefix: p, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second, Durability: pgengine.Unlogged}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("prefix %q: %v, want ErrInvalidConfig", p, err)
 		}
 	}
@@ -514,7 +514,7 @@ func TestBadInput(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
 	s := newStore(t, pool)
-	ok := pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second}
+	ok := pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second, Durability: pgengine.Unlogged}
 	bad := map[string]func(*pgengine.CounterConfig){
 		"no algorithm":    func(c *pgengine.CounterConfig) { c.Algorithm = 0 },
 		"bad durability":  func(c *pgengine.CounterConfig) { c.Durability = 7 },
@@ -567,7 +567,7 @@ func TestMigrateRace(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			c, err := s.Counter(pgengine.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Quota: 100, Window: time.Hour})
+			c, err := s.Counter(pgengine.CounterConfig{Prefix: "race", Algorithm: ratekit.SlidingLog, Quota: 100, Window: time.Hour, Durability: pgengine.Unlogged})
 			if err != nil {
 				t.Error(err)
 				return
@@ -595,7 +595,7 @@ func TestDisableAutoMigrate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.Counter(pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second})
+	c, err := s.Counter(pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second, Durability: pgengine.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -623,9 +623,9 @@ func TestCleanup(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			prefix := pgtest.Prefix(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3, Durability: pgengine.Unlogged})
 			// Another prefix with a long window must survive.
-			other := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2})
+			other := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2, Durability: pgengine.Unlogged})
 			for i := 0; i < 10; i++ {
 				if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, fmt.Sprint("i", i)); err != nil {
 					t.Fatal(err)
@@ -658,7 +658,7 @@ func TestInlineCleanup(t *testing.T) {
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	prefix := pgtest.Prefix(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1})
+	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1, Durability: pgengine.Unlogged})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
 			t.Fatal(err)
@@ -684,7 +684,7 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: time.Hour, CleanupProbability: 1})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: time.Hour, CleanupProbability: 1, Durability: pgengine.Unlogged})
 			if _, err := c.Peek(ctx, "k", 1); err != nil { // migrates
 				t.Fatal(err)
 			}
@@ -741,7 +741,7 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour, Durability: pgengine.Unlogged})
 			q := `"` + schema + `".`
 			decide := func(n int) {
 				t.Helper()
@@ -852,7 +852,7 @@ func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
 	}
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
-		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2})
+		c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2, Durability: pgengine.Unlogged})
 		for i, want := range []bool{true, true, false} {
 			r, err := c.Take(ctx, "o'k\x00\xff", 1, "")
 			if err != nil || r.Allowed != want {
@@ -911,7 +911,7 @@ func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
 	ctx := ctxT(t)
 	s := newStore(t, pool)
 	const window = 2 * time.Second
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingWindow, Quota: 10, Window: window})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.SlidingWindow, Quota: 10, Window: window, Durability: pgengine.Unlogged})
 	// The functions' windows are aligned to the Unix epoch on the
 	// server's clock, here the same machine's.
 	intoNextWindow := func(phase time.Duration) {

@@ -114,7 +114,7 @@ func backends() []backend {
 				// a test running across the hour counted nothing after
 				// it. A window of 1000 days rolls over once in 1000 days.
 				l, err := durable.New(durable.Config{Store: store,
-					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t)})
+					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

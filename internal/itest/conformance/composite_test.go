@@ -340,7 +340,7 @@ func TestDurableComposite(t *testing.T) {
 						l, err := durable.New(durable.Config{
 							Store:  s,
 							Policy: ratekit.Policy{Name: p.Name, Quota: p.Quota, Window: p.Window, Algorithm: alg},
-							Prefix: fmt.Sprintf("%s-%d", prefix, i),
+							Prefix: fmt.Sprintf("%s-%d", prefix, i), Durability: durable.Unlogged,
 						})
 						if err != nil {
 							t.Fatal(err)

@@ -277,7 +277,7 @@ func TestOnePolicyOneHeader(t *testing.T) {
 	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.SlidingLog} {
 		limiters["durable/"+alg.String()] = func(t *testing.T) ratekit.Limiter {
 			l, err := durable.New(durable.Config{Store: store, Prefix: pgtest.Prefix(t),
-				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second, Algorithm: alg}})
+				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second, Algorithm: alg}, Durability: durable.Unlogged})
 			if err != nil {
 				t.Fatal(err)
 			}

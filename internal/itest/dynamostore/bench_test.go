@@ -65,7 +65,7 @@ func BenchmarkAllow(b *testing.B) {
 			if err := store.Migrate(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-			l, err := durable.New(durable.Config{Store: store, Policy: ratekit.Policy{Name: "bench", Quota: burst, Window: time.Hour, Algorithm: ratekit.TokenBucket}, Prefix: "bench"})
+			l, err := durable.New(durable.Config{Store: store, Policy: ratekit.Policy{Name: "bench", Quota: burst, Window: time.Hour, Algorithm: ratekit.TokenBucket}, Prefix: "bench", Durability: durable.Unlogged})
 			if err != nil {
 				b.Fatal(err)
 			}

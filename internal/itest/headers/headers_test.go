@@ -87,7 +87,7 @@ func limiters(t *testing.T) map[string]ratekit.Limiter {
 				p.Window = time.Duration(ratekit.MaxQuota) * time.Microsecond // one unit a microsecond, exactly
 			}
 			p.Name, p.Algorithm = "d-"+alg.String(), alg
-			l, err := durable.New(durable.Config{Store: s, Policy: p, Prefix: pgtest.Prefix(t) + p.Name})
+			l, err := durable.New(durable.Config{Store: s, Policy: p, Prefix: pgtest.Prefix(t) + p.Name, Durability: durable.Unlogged})
 			add(fmt.Sprintf("durable %v q=%d w=%v", alg, p.Quota, p.Window), l, err)
 			parts = append(parts, l)
 		}
@@ -307,7 +307,7 @@ func TestQuotaAboveMaxRefused(t *testing.T) {
 	for _, q := range []int64{ratekit.MaxQuota + 1, 1 << 53, 1<<63 - 1} {
 		_, err1 := signedwindow.New(signedwindow.Config{Name: "sw", Quota: q, Window: time.Minute, Keys: keys})
 		_, err2 := tokenbucket.New(tokenbucket.Config{Name: "tb", Burst: q, RefillRate: tokenbucket.Rate{Tokens: 1, Per: time.Microsecond}, Mode: tokenbucket.Atomic, Store: store})
-		_, err3 := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "d", Quota: q, Window: time.Duration(1<<63 - 1), Algorithm: ratekit.FixedWindow}})
+		_, err3 := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "d", Quota: q, Window: time.Duration(1<<63 - 1), Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged})
 		for i, err := range []error{err1, err2, err3} {
 			if !errors.Is(err, ratekit.ErrInvalidConfig) {
 				t.Errorf("quota %d, strategy %d: %v, want ErrInvalidConfig", q, i, err)

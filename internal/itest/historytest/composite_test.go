@@ -235,12 +235,12 @@ func TestDurableComposite(t *testing.T) {
 				prefix := pgtest.Prefix(t)
 				pair := func(s *pgstore.Store) ratekit.Limiter {
 					short, err := durable.New(durable.Config{Store: s, Prefix: prefix + "-short",
-						Policy: ratekit.Policy{Name: "short", Quota: limit, Window: window, Algorithm: alg}})
+						Policy: ratekit.Policy{Name: "short", Quota: limit, Window: window, Algorithm: alg}, Durability: durable.Unlogged})
 					if err != nil {
 						t.Fatal(err)
 					}
 					long, err := durable.New(durable.Config{Store: s, Prefix: prefix + "-long",
-						Policy: ratekit.Policy{Name: "long", Quota: longQuota, Window: longWindow, Algorithm: ratekit.FixedWindow}})
+						Policy: ratekit.Policy{Name: "long", Quota: longQuota, Window: longWindow, Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged})
 					if err != nil {
 						t.Fatal(err)
 					}

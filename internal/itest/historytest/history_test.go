@@ -214,7 +214,7 @@ func TestDurable(t *testing.T) {
 				// 500ms refilled, and were rarely denied.
 				const limit, window = 2, time.Second
 				policy := ratekit.Policy{Name: "history", Quota: limit, Window: window, Algorithm: alg}
-				l, err := durable.New(durable.Config{Store: store, Policy: policy, Prefix: pgtest.Prefix(t)})
+				l, err := durable.New(durable.Config{Store: store, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -153,7 +153,7 @@ func durableLimiter(t *testing.T, store *pgstore.Store, alg ratekit.Algorithm, n
 	t.Helper()
 	cfg := durable.Config{
 		Store: store, Prefix: pgtest.Prefix(t) + name,
-		Policy: ratekit.Policy{Name: name, Quota: quota, Window: farWindow, Algorithm: alg},
+		Policy: ratekit.Policy{Name: name, Quota: quota, Window: farWindow, Algorithm: alg}, Durability: durable.Unlogged,
 	}
 	if cache {
 		cfg.DeniedCacheSize = cacheSize

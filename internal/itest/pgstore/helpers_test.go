@@ -46,7 +46,7 @@ func newCounter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, quota int
 	return counter{cfg: durable.Config{
 		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour, Algorithm: alg},
 		Prefix:             pgtest.Prefix(t),
-		CleanupProbability: -1,
+		CleanupProbability: -1, Durability: durable.Unlogged,
 	}, t: t}.on(s)
 }
 

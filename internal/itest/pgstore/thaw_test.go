@@ -120,7 +120,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	decide := func() error { return take(timeout) }
 	if guard {
 		l, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
-			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour, Algorithm: ratekit.FixedWindow}})
+			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged})
 		if err != nil {
 			t.Fatal(err)
 		}
