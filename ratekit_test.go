@@ -54,23 +54,6 @@ func (l *windowLimiter) Allow(ctx context.Context, req Request) (Decision, error
 	return d, nil
 }
 
-// failingLimiter always fails, after waiting for delay or the context.
-type failingLimiter struct {
-	err   error
-	delay time.Duration
-}
-
-func (l failingLimiter) Allow(ctx context.Context, req Request) (Decision, error) {
-	if l.delay > 0 {
-		select {
-		case <-time.After(l.delay):
-		case <-ctx.Done():
-			return Decision{}, ctx.Err()
-		}
-	}
-	return Decision{}, l.err
-}
-
 func TestRequestValidate(t *testing.T) {
 	long := strings.Repeat("k", MaxKeyLen+1)
 	tests := []struct {
