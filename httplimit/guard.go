@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -165,6 +166,10 @@ type Guard struct {
 	cfg         GuardConfig
 	log         *slog.Logger
 	unavailable []byte
+	// badLogged is when a 400 was last logged (UnixNano), badSkipped how
+	// many were not logged since.
+	badLogged  atomic.Int64
+	badSkipped atomic.Int64
 }
 
 // NewGuard validates cfg and returns a Guard. It returns an error matching
@@ -383,19 +388,61 @@ func (g *Guard) callerGone(ctx context.Context, limiterErr error, dst http.Heade
 
 // BadRequest returns the 400 answer for a request whose key could not be
 // derived (a [KeyFunc] error) or that failed validation, writing
-// Content-Type into dst.
+// Content-Type into dst. The body says what is wrong in words for the
+// client; err, which may say what the operator should fix (a key function
+// that does not suit the transport, say), goes to the Guard's Logger, at
+// most once per [BadRequestLogInterval] with a count of the others, and is
+// the Verdict's Err.
 func (g *Guard) BadRequest(err error, dst http.Header) Verdict {
 	dst.Set("Content-Type", ProblemContentType)
+	g.logBadRequest(err)
 	return Verdict{
 		Status: http.StatusBadRequest,
 		Body: mustJSON(Problem{
 			Type:   "about:blank",
 			Title:  "Bad Request",
 			Status: http.StatusBadRequest,
-			Detail: err.Error(),
+			Detail: clientDetail(err),
 		}),
 		Err: err,
 	}
+}
+
+// BadRequestLogInterval is the least time between two log lines of one
+// Guard about requests it answered 400.
+const BadRequestLogInterval = 10 * time.Second
+
+// logBadRequest logs err unless a 400 was logged in the last
+// BadRequestLogInterval, in which case it only counts it.
+func (g *Guard) logBadRequest(err error) {
+	now := time.Now().UnixNano()
+	last := g.badLogged.Load()
+	if now-last < int64(BadRequestLogInterval) || !g.badLogged.CompareAndSwap(last, now) {
+		g.badSkipped.Add(1)
+		return
+	}
+	if n := g.badSkipped.Swap(0); n > 0 {
+		g.log.Warn("ratekit: request answered 400 (no usable key or an invalid request)", "error", err, "more_since_last_line", n)
+		return
+	}
+	g.log.Warn("ratekit: request answered 400 (no usable key or an invalid request)", "error", err)
+}
+
+// clientDetail says what is wrong with a request, for its client.
+func clientDetail(err error) string {
+	switch {
+	case errors.Is(err, ErrNoKey):
+		return "The request does not say who sends it (no client address or API key), so it cannot be counted."
+	case errors.Is(err, ratekit.ErrEmptyKey):
+		return "The request's client identity (address or API key) is empty."
+	case errors.Is(err, ratekit.ErrKeyTooLong):
+		return "The request's client identity (address, API key or idempotency key) is too long."
+	case errors.Is(err, ratekit.ErrInvalidCost):
+		return "The request's cost is not a positive number."
+	case errors.Is(err, ratekit.ErrCostExceedsLimit):
+		return "The request costs more than the whole quota, so it can never be admitted."
+	}
+	return "The request cannot be counted as sent."
 }
 
 // limit returns the time by which every limiter call of a Check that

@@ -2,11 +2,13 @@ package httplimit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -291,3 +293,54 @@ func TestUnavailableRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestBadRequestWords: a 400's body says what is wrong in words for the
+// client, never the key function's advice to the operator, which the Guard
+// logs, once per BadRequestLogInterval with a count of the others.
+func TestBadRequestWords(t *testing.T) {
+	var logged []string
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		logged = append(logged, string(p))
+		mu.Unlock()
+		return len(p), nil
+	}), nil))
+	g, err := NewGuard(GuardConfig{Limiter: newWindowLimiter("p", 5), OnError: FailClosed, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	advice := fmt.Errorf("%w: X-Forwarded-For has fewer than 2 entries (ALB events: use ForwardedForKey)", ErrNoKey)
+	for range 5 {
+		v := g.BadRequest(advice, http.Header{})
+		var p Problem
+		if err := json.Unmarshal(v.Body, &p); err != nil {
+			t.Fatal(err)
+		}
+		if v.Status != 400 || strings.Contains(p.Detail, "ForwardedFor") || !strings.Contains(p.Detail, "who sends it") || !errors.Is(v.Err, ErrNoKey) {
+			t.Fatalf("400 %d, detail %q, err %v", v.Status, p.Detail, v.Err)
+		}
+	}
+	if len(logged) != 1 || !strings.Contains(logged[0], "use ForwardedForKey") {
+		t.Fatalf("logged %q, want one line with the operator's advice", logged)
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{ratekit.ErrEmptyKey, "is empty"},
+		{fmt.Errorf("%w: 600 bytes", ratekit.ErrKeyTooLong), "too long"},
+		{ratekit.ErrCostExceedsLimit, "whole quota"},
+		{errors.New("something else"), "cannot be counted"},
+	} {
+		var p Problem
+		json.Unmarshal(g.BadRequest(tc.err, http.Header{}).Body, &p)
+		if !strings.Contains(p.Detail, tc.want) {
+			t.Errorf("%v: detail %q, want it to say %q", tc.err, p.Detail, tc.want)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

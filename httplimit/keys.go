@@ -22,7 +22,7 @@ type KeyFunc func(r *http.Request) (string, error)
 // ErrNoKey is matched by the errors of this package's key functions when a
 // request carries no usable key: no parseable client address, too few
 // X-Forwarded-For entries, an empty API key header.
-var ErrNoKey = errors.New("ratekit: request carries no usable rate-limit key")
+var ErrNoKey = errors.New("no usable rate-limit key")
 
 // IP keys are "ip:" followed by the address. IPv4 addresses (including
 // IPv4-mapped IPv6) are used whole. IPv6 addresses are reduced to their /64
