@@ -71,8 +71,8 @@ type Config struct {
 	Prefix string
 
 	// Now is the clock of every decision and expiry: DynamoDB has none.
-	// Nil means time.Now. See the package doc for what skew between the
-	// clocks of instances does.
+	// Nil means time.Now. See docs/dynamodb.md in the repository for what
+	// skew between the clocks of instances does.
 	Now func() time.Time
 
 	// EventuallyConsistentReads makes Get read with eventual consistency:
@@ -233,10 +233,10 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Update implements [kvstore.Atomic] with conditional writes on the Store's
 // clock (Config.Now): DynamoDB has none. OpTake is one conditional
 // UpdateItem in the common case; OpPeek one strongly consistent GetItem;
-// OpRefund a GetItem and a conditional write. The package doc describes the
-// requests, what they cost, and the one way the result differs from
-// [kvstore.Refill.Apply] (an item read before its own time, when clocks
-// disagree). A refused take writes nothing.
+// OpRefund a GetItem and a conditional write. See docs/dynamodb.md in the
+// repository for the requests, what they cost, and the one way the result
+// differs from [kvstore.Refill.Apply] (an item read before its own time,
+// when clocks disagree). A refused take writes nothing.
 //
 // A condition that fails is never an error: Update decides with the item it
 // failed on and retries, up to Config.MaxAttempts conditional writes in all,

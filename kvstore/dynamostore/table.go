@@ -27,7 +27,7 @@ import (
 //	    --time-to-live-specification Enabled=true,AttributeName=ttl
 //
 // Production tables belong in infrastructure code (CloudFormation, SAM,
-// Terraform); the package doc has a template.
+// Terraform); docs/dynamodb.md in the repository has a template.
 //
 // It returns an error matching ErrNoTTL when the table is ready but the
 // server does not implement UpdateTimeToLive, and the SDK's error (wrapped)
