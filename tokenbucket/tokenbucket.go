@@ -4,119 +4,41 @@
 //
 // A bucket holds up to Burst tokens and refills at RefillRate. A request of
 // cost n takes n tokens when the bucket holds at least n; otherwise it is
-// denied and takes nothing. Refill is lazy: each key stores two numbers, the
-// level at its last update and the time of that update, and the next request
-// refills an idle bucket in one step. Nothing is written on a timer, so
-// nothing needs to run inside a frozen serverless instance.
-//
-// # Exact arithmetic
-//
-// Levels are integers in units of 1/D token, where D is the refill period in
-// microseconds divided by its greatest common divisor with the tokens per
-// period, so that refill is a whole number of units per microsecond: 10
-// tokens per second is 1 unit per microsecond with D = 100,000; 3 tokens per
-// second is 3 units per microsecond with D = 1,000,000. Refill therefore never
-// rounds: it does not drift however requests fall, the level never goes
-// negative, and RetryAfter and ResetAfter are exact to the microsecond (the
-// resolution of Redis's TIME), rounded up. Burst × D must not exceed 2^53
-// (kvstore.MaxValue), the integers Redis's Lua represents exactly; New
-// refuses larger configurations (a burst of 1,000 refilled one token per
-// hour is 3.6e12 units, far inside).
-//
-// # Two consistency modes
+// denied and takes nothing. Refill is lazy and nothing is written on a
+// timer, so nothing needs to run inside a frozen serverless instance.
+// Levels are integers in units of 1/D token, where D is chosen so that
+// refill is a whole number of units per microsecond: refill never drifts,
+// and RetryAfter and ResetAfter are exact to the microsecond, rounded up.
+// [New] refuses a configuration whose Burst × D exceeds 2^53.
 //
 // The mode is chosen explicitly ([Config.Mode] has no default):
 //
-//	                      Eventual                         Atomic
-//	store                 any kvstore.Store                kvstore.Atomic (memstore, redisstore)
-//	round trips / Allow   2 (Get, then Set when admitted)  1 (Lua script on Redis, shard lock in memory)
-//	clock                 the instance's (Config.Now)      the store's (Redis TIME, memstore's Now)
-//	exact under races     no: can admit more than Burst    yes
-//	Peek                  yes (one Get)                    yes
-//	Refund                yes, best effort (races lose it) yes, exact
-//	Reset                 yes                              yes
+//   - [Atomic] refills, checks and writes in one step in a [kvstore.Atomic]
+//     store, on the store's clock. It is exact on one store. Over an
+//     interval that contains a Redis failover, a bucket can admit up to
+//     twice what one master admits.
+//   - [Eventual] reads and writes back over any store, on each instance's
+//     clock. Racing instances overwrite each other's takes: k instances in
+//     lock step on one key admit about k × Burst, and no bound holds
+//     whatever the timing. Refund is best effort: a race can lose it. Use
+//     Eventual where that is acceptable.
 //
-// Eventual is the edge key-value pattern: read the two numbers, compute,
-// write them back. When instances race on one key, the last write wins and
-// the takes it overwrites are not counted, so the bucket admits more than
-// Burst. The overshoot is exactly the number of overwritten takes (the test
-// checks this accounting), and a take is overwritten when another instance
-// writes from a read it made before that take was written. So each race
-// window (the time from one decision's read to its write: a network round
-// trip, or a replicated store's lag) lets at most k−1 extra requests through,
-// one per other racing instance. Instances that hammer one key in lock step
-// race on every decision, and k of them admit about k × Burst; decisions that
-// rarely overlap add little. No bound holds regardless of timing: an
-// instance that stalls between its read and its write undoes every take
-// written meanwhile.
+// With [Config.DeniedCacheSize] set, a Limiter denies repeated requests for
+// a key it has just denied without a round trip, until their retry time.
+// Within one process the cache is linearizable with Allow, Peek, Refund
+// and Reset.
 //
-// TestEventualOvershoot holds this accounting with k instances racing on one
-// bucket; benchmarks/README.md gives the admitted counts it measures.
+// A [Composite] ([NewComposite]) takes each request's cost from several
+// buckets or from none, in one atomic step of a [kvstore.MultiAtomic]
+// store. It runs in Atomic mode only.
 //
-// Eventual mode also takes the time from each instance's clock: an instance
-// whose clock runs d ahead of the others refills the buckets it touches d ×
-// RefillRate early (and one behind refills nothing until it catches up; a
-// clock never makes tokens by stepping back). Use Eventual where all that is
-// acceptable (search endpoints, free tiers, per-IP throttles) and Atomic
-// where the count matters.
+// Decisions advertise Policy{Name, Quota: Burst, Window: the time to refill
+// an empty bucket}: a bucket of Burst 20 refilled at 5 per second
+// advertises q=20;w=4.
 //
-// Atomic runs the refill, the check and the write as one step in the store
-// with the store's clock: one EVALSHA on Redis (TIME is read inside the
-// script, so instance clocks never enter the math, and a flushed script cache
-// recovers through EVAL) or one shard lock in memory. It is exact: 64
-// workers making 50 requests each against a bucket of 100 with negligible
-// refill admit exactly 100, on memory, on Redis and on a Redis Cluster of 3
-// masters (tests).
-//
-// # Atomic mode across a Redis failover
-//
-// Exact means exact on one Redis master. Redis replicates asynchronously and
-// the store does not wait for replicas (no WAIT), so when Sentinel or Redis
-// Cluster promotes a replica, a bucket in use at the switch may be counted
-// on both masters: requests the old master admitted but had not yet
-// replicated are admitted again by the new one, and an old master cut off
-// from Sentinel but not from some clients keeps admitting them until it is
-// demoted. Over any interval of length T that contains one failover, a
-// bucket admits at most 2 × (Burst + the tokens RefillRate adds in T), twice
-// what one master admits; with n failovers, (n+1) times as much. Buckets not
-// used between the last replicated write and the switch stay exact.
-// Decisions fail (see httplimit.FailurePolicy) from the master's failure
-// until the client reaches the new master: with go-redis's failover client,
-// within 2 × down-after-milliseconds + failover-timeout + 2s of Sentinel's
-// settings, plus one decision's deadline. Package redisstore gives the
-// derivation and the Redis settings that narrow the window;
-// TestRedisSentinelFailover checks both bounds on a live Sentinel, with the
-// master killed and with it cut off.
-//
-// # Denied-key cache
-//
-// With [Config.DeniedCacheSize] set, a Limiter remembers the keys it has
-// just denied, in process, until their retry time, and denies repeated
-// requests from a blocked client without a round trip. Within one process
-// the cache is linearizable with Allow, Peek, Refund and Reset: it answers a
-// key only while no decision about that key is in flight, and never keeps a
-// denial that an admission, refund or reset returned after. A Refund or
-// Reset made by another instance is seen when the cached retry time ends.
-// The cached level is refilled from the moment the denied request was sent,
-// so its RetryAfter is the shortest the store could answer, never longer.
-//
-// # Several limits, one decision
-//
-// A [Composite] ([NewComposite]) holds several buckets, "10 a second and
-// 1,000 a day" or "100 a minute per user and 5,000 per organisation"
-// (Request.Parts), and takes each request's cost from every bucket or from
-// none, in one atomic step of a kvstore.MultiAtomic store: one Lua script
-// and one round trip on Redis, entry locks taken in key order in memory.
-// It runs in Atomic mode only. On a Redis Cluster it needs
-// CompositeConfig.Group, which keeps each decision's buckets in one slot.
-//
-// # Policy
-//
-// Decisions carry Policy{Name, Quota: Burst, Window: the time to refill an
-// empty bucket (Burst × RefillRate.Per / RefillRate.Tokens, rounded up to
-// the nanosecond)}, the rule of [ratekit.Policy]: a bucket of Burst 20
-// refilled at 5 per second advertises `q=20;w=4`, as durable's TokenBucket of
-// Quota 20 per 4s does.
+// See docs/tokenbucket.md in the repository for the arithmetic, the
+// overshoot of Eventual mode, clocks and the denied-key cache, and
+// docs/redis.md for the bounds across a Redis failover.
 package tokenbucket
 
 import (

@@ -20,18 +20,20 @@
 // All limiters share three tables per durability (counters, log and
 // idempotency), keyed by (prefix, key). Keys are stored byte for byte.
 // UNLOGGED tables (durable.Unlogged) start every key afresh after a crash
-// or failover; logged tables (durable.Logged) keep it. By default a server
-// crash can lose up to 3×wal_writer_delay of committed decisions; with
-// durable.Config.SynchronousCommit a decision is durable when it returns.
+// or failover; logged tables (durable.Logged) keep their counts. By default
+// a server crash can lose up to 3×wal_writer_delay of committed decisions;
+// with durable.Config.SynchronousCommit a decision is durable when it
+// returns.
 //
 // A Store keeps no session state and prepares no statements, so it works
-// through PgBouncer in transaction mode and through RDS Proxy. Build pools
-// for serverless functions with [ServerlessPoolConfig], and give every
-// decision a context deadline.
+// through PgBouncer in transaction mode and through RDS Proxy; add
+// default_query_exec_mode=exec to the connection string so that your own
+// queries on the pool do too. Build pools for serverless functions with
+// [ServerlessPoolConfig], and give every decision a context deadline.
 //
 // A Store retries a statement only when nothing was applied. After any
 // other error the request may or may not have been counted: retry with the
-// same [ratekit.Request.IdempotencyKey] to make it count once.
+// same ratekit.Request.IdempotencyKey to make it count once.
 //
 // See docs/postgres.md in the repository for the locking and batching
 // rules, the tables, durability, PgBouncer and RDS Proxy, pool settings and

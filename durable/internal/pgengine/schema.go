@@ -110,9 +110,9 @@ func migrateSQL(schema string) (string, error) {
 }
 
 // migrationLockID is the advisory lock that serialises schema migrations:
-// hashBytes("ratekit/pgstore/migrate"), the first 8 bytes of its SHA-256
-// (TestMigrationLockID checks the value), written out so that importing the
-// package hashes nothing.
+// hashBytes("ratekit/pgstore/migrate"), the first 8 bytes of its SHA-256.
+// The value is written out, and held equal to that hash, so that importing
+// the package hashes nothing.
 const migrationLockID = 8689334289248001880
 
 type schemaData struct {
