@@ -70,8 +70,8 @@
 // the caller's choice) until the client reaches the new master. With
 // go-redis's failover client that is Sentinel's down-after-milliseconds,
 // the promotion and Sentinel's one-second polling: at most
-// 2 × down-after-milliseconds + failover-timeout + 2s, plus one command's
-// deadline (tested in package tokenbucket on a live Sentinel). On Redis
+// 2 × down-after-milliseconds + failover-timeout + 2s, plus two commands'
+// deadlines (tested on a live Sentinel). On Redis
 // Cluster, cluster-node-timeout plays the part of down-after-milliseconds.
 // An update whose caller gave up may still be applied by the old master: it
 // takes units and admits nothing.
