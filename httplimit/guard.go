@@ -106,9 +106,11 @@ type GuardConfig struct {
 	// above the time the handler needs to answer after a refusal.
 	DeadlineMargin time.Duration
 
-	// Logger receives FailOpen and fallback events at level Warn. Nil means
-	// slog.Default(). Keys are never logged: they are IP addresses and API
-	// keys.
+	// Logger receives, at level Warn, the limiter's failures (with the
+	// failure policy's action and the cause) and the requests answered
+	// 400: the first of each kind at once, then at most one line per
+	// [LogInterval] with a count of the others. Nil means slog.Default().
+	// Keys are never logged: they are IP addresses and API keys.
 	Logger *slog.Logger
 
 	// LegacyHeaders also writes X-RateLimit-Limit, -Remaining and -Reset.
@@ -166,10 +168,39 @@ type Guard struct {
 	cfg         GuardConfig
 	log         *slog.Logger
 	unavailable []byte
-	// badLogged is when a 400 was last logged (UnixNano), badSkipped how
-	// many were not logged since.
-	badLogged  atomic.Int64
-	badSkipped atomic.Int64
+	// badRequests and failures bound the Guard's log lines about 400s and
+	// about limiter failures.
+	badRequests, failures throttle
+}
+
+// throttle lets one log line through per LogInterval and counts the others.
+type throttle struct {
+	last    atomic.Int64 // UnixNano of the last line let through
+	skipped atomic.Int64 // lines held back since
+}
+
+// allow reports whether a line may be written now and, if so, how many
+// were held back since the last one.
+func (t *throttle) allow() (ok bool, skipped int64) {
+	now := time.Now().UnixNano()
+	last := t.last.Load()
+	if (last != 0 && now-last < int64(LogInterval)) || !t.last.CompareAndSwap(last, now) {
+		t.skipped.Add(1)
+		return false, 0
+	}
+	return true, t.skipped.Swap(0)
+}
+
+// warn writes msg at level Warn through t.
+func (g *Guard) warn(ctx context.Context, t *throttle, msg string, args ...any) {
+	ok, skipped := t.allow()
+	if !ok {
+		return
+	}
+	if skipped > 0 {
+		args = append(args, "more_since_last_line", skipped)
+	}
+	g.log.WarnContext(ctx, msg, args...)
 }
 
 // NewGuard validates cfg and returns a Guard. It returns an error matching
@@ -316,13 +347,13 @@ func (g *Guard) Check(ctx context.Context, req ratekit.Request, dst http.Header)
 		}
 		switch g.cfg.OnError {
 		case FailOpen:
-			g.log.WarnContext(ctx, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
+			g.warn(ctx, &g.failures, "ratekit: limiter failed; letting the request through (FailOpen)", "error", err)
 			g.observeFailure(ctx, ratekit.FailedOpen, err, nil)
 			return Verdict{Err: err}
 		case UseFallback:
 			fd, ferr := g.allow(ctx, g.cfg.Fallback, req, last, hasLast, false)
 			if ferr == nil {
-				g.log.WarnContext(ctx, "ratekit: limiter failed; decided by the fallback", "error", err)
+				g.warn(ctx, &g.failures, "ratekit: limiter failed; decided by the fallback", "error", err)
 				g.observeFailure(ctx, ratekit.FellBack, err, nil)
 				res := g.decided(fd, dst)
 				res.Err = err
@@ -331,10 +362,11 @@ func (g *Guard) Check(ctx context.Context, req ratekit.Request, dst http.Header)
 			if ctx.Err() != nil {
 				return g.callerGone(ctx, errors.Join(err, ferr), dst)
 			}
-			g.log.WarnContext(ctx, "ratekit: limiter and fallback failed; failing closed", "error", err, "fallback_error", ferr)
+			g.warn(ctx, &g.failures, "ratekit: limiter and fallback failed; failing closed", "error", err, "fallback_error", ferr)
 			g.observeFailure(ctx, ratekit.FailedClosed, err, ferr)
 			err = errors.Join(err, ferr)
 		default:
+			g.warn(ctx, &g.failures, "ratekit: limiter failed; failing closed", "error", err)
 			g.observeFailure(ctx, ratekit.FailedClosed, err, nil)
 		}
 		dst.Set("Content-Type", ProblemContentType)
@@ -390,12 +422,11 @@ func (g *Guard) callerGone(ctx context.Context, limiterErr error, dst http.Heade
 // derived (a [KeyFunc] error) or that failed validation, writing
 // Content-Type into dst. The body says what is wrong in words for the
 // client; err, which may say what the operator should fix (a key function
-// that does not suit the transport, say), goes to the Guard's Logger, at
-// most once per [BadRequestLogInterval] with a count of the others, and is
-// the Verdict's Err.
+// that does not suit the transport, say), goes to the Guard's Logger as
+// [LogInterval] says, and is the Verdict's Err.
 func (g *Guard) BadRequest(err error, dst http.Header) Verdict {
 	dst.Set("Content-Type", ProblemContentType)
-	g.logBadRequest(err)
+	g.warn(context.Background(), &g.badRequests, "ratekit: request answered 400 (no usable key or an invalid request)", "error", err)
 	return Verdict{
 		Status: http.StatusBadRequest,
 		Body: mustJSON(Problem{
@@ -408,25 +439,11 @@ func (g *Guard) BadRequest(err error, dst http.Header) Verdict {
 	}
 }
 
-// BadRequestLogInterval is the least time between two log lines of one
-// Guard about requests it answered 400.
-const BadRequestLogInterval = 10 * time.Second
-
-// logBadRequest logs err unless a 400 was logged in the last
-// BadRequestLogInterval, in which case it only counts it.
-func (g *Guard) logBadRequest(err error) {
-	now := time.Now().UnixNano()
-	last := g.badLogged.Load()
-	if now-last < int64(BadRequestLogInterval) || !g.badLogged.CompareAndSwap(last, now) {
-		g.badSkipped.Add(1)
-		return
-	}
-	if n := g.badSkipped.Swap(0); n > 0 {
-		g.log.Warn("ratekit: request answered 400 (no usable key or an invalid request)", "error", err, "more_since_last_line", n)
-		return
-	}
-	g.log.Warn("ratekit: request answered 400 (no usable key or an invalid request)", "error", err)
-}
+// LogInterval is the least time between two log lines of one Guard about
+// the same kind of event (requests it answered 400, limiter failures): the
+// first is logged at once with its cause, later ones at most once per
+// interval with a count of those held back, never a line per request.
+const LogInterval = 10 * time.Second
 
 // clientDetail says what is wrong with a request, for its client.
 func clientDetail(err error) string {

@@ -344,3 +344,28 @@ func TestBadRequestWords(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestFailureLogged: a store outage is logged at once with its cause, and
+// then not once per request.
+func TestFailureLogged(t *testing.T) {
+	for _, policy := range []FailurePolicy{FailClosed, FailOpen} {
+		var lines []string
+		var mu sync.Mutex
+		log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+			mu.Lock()
+			lines = append(lines, string(p))
+			mu.Unlock()
+			return len(p), nil
+		}), nil))
+		g, err := NewGuard(GuardConfig{Limiter: fixedLimiter{err: errors.New("dial tcp 127.0.0.1:5433: connection refused")}, OnError: policy, Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 50 {
+			g.Check(context.Background(), ratekit.Request{Key: "k", Cost: 1}, http.Header{})
+		}
+		if len(lines) != 1 || !strings.Contains(lines[0], "connection refused") {
+			t.Errorf("%v: logged %q, want one line with the cause", policy, lines)
+		}
+	}
+}

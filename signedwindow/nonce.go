@@ -43,7 +43,7 @@ func (l *Limiter) VerifyNonce(nonce, subject string) error {
 	now := l.now()
 	st, err := l.verifyStamp(purposeNonce, nonceV1, noncePayload, nonce, subject, now, l.nonceTTL)
 	if err != nil {
-		return fmt.Errorf("signedwindow: nonce: %w", err)
+		return fmt.Errorf("%w (in the nonce)", err)
 	}
 	if l.replay != nil && l.replay.claim(macKey(st.mac), st.expires, now.UnixMilli()) {
 		return fmt.Errorf("signedwindow: nonce: %w", ErrTokenReplayed)

@@ -111,12 +111,12 @@ func (l *Limiter) VerifySolution(solution, subject string, minDifficulty int) er
 	}
 	challenge, _, err := splitSolution(solution)
 	if err != nil {
-		return fmt.Errorf("signedwindow: proof-of-work solution: %w", err)
+		return fmt.Errorf("%w (in the proof-of-work solution)", err)
 	}
 	now := l.now()
 	st, err := l.verifyStamp(purposeChallenge, challengeV1, challengePayload, challenge, subject, now, l.chalTTL)
 	if err != nil {
-		return fmt.Errorf("signedwindow: proof-of-work challenge: %w", err)
+		return fmt.Errorf("%w (in the proof-of-work challenge)", err)
 	}
 	difficulty := int(st.payload[0])
 	if difficulty < minDifficulty {
@@ -143,7 +143,7 @@ func Solve(ctx context.Context, challenge string) (string, error) {
 	var raw [maxRawLen]byte
 	var src [maxEncLen]byte
 	if _, err := parseStamp(&st, raw[:], src[:], challenge, challengeV1, challengePayload); err != nil {
-		return "", fmt.Errorf("signedwindow: proof-of-work challenge: %w", err)
+		return "", fmt.Errorf("%w (in the proof-of-work challenge)", err)
 	}
 	difficulty := int(st.payload[0])
 	buf := make([]byte, 0, len(challenge)+1+maxCounterDigits)

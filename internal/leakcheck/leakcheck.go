@@ -84,8 +84,10 @@ func (g goroutine) expected() bool {
 	case "os/signal.signal_recv", "os/signal.loop":
 		return true
 	}
+	// runtime.handleEvent is the goroutine that js/wasm's runtime keeps
+	// for the host's events (Node, a browser, an edge runtime).
 	return (g.has("runtime.goexit") && strings.HasPrefix(g.state, "syscall")) ||
-		g.has("runtime.ensureSigM") || g.has("runtime.ReadTrace")
+		g.has("runtime.ensureSigM") || g.has("runtime.ReadTrace") || g.has("runtime.handleEvent")
 }
 
 // Find returns an error listing the goroutines other than the caller's that

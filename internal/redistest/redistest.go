@@ -1,3 +1,5 @@
+//go:build !js
+
 // Package redistest holds what ratekit's Redis tests share: a throwaway
 // redis-server that a test may stop, pause and restart without touching the
 // shared server, a throwaway Sentinel deployment (master, replica, Sentinel)
