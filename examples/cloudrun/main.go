@@ -16,7 +16,14 @@
 //	FUNCTION_TARGET=Quote PORT=8080 go -C examples run ./cloudrun
 //	curl -i localhost:8080/
 //
-// $FUNCTION_TARGET selects the function, $PORT the port (default 8080).
+// $FUNCTION_TARGET selects the function, $PORT the port (default 8080). The
+// program serves one function, Quote, at /, also when $FUNCTION_TARGET is
+// unset, and logs one line at start that says so. It takes no flags but -h.
+//
+// When Redis fails, the first failure is logged at once with its cause, and
+// then at most one line every 10 seconds with the number of requests that
+// the in-memory buckets decided meanwhile, never a line per request.
+//
 // On Cloud Run ($K_SERVICE is set) clients are keyed by the address the
 // Google front end appends to X-Forwarded-For; locally by the connection's
 // address. $TRUSTED_PROXIES overrides the number of trusted proxies.
@@ -33,7 +40,11 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"log"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -51,6 +62,13 @@ import (
 	"github.com/ratekit/ratekit/otelratekit"
 )
 
+// target is the name of the one function this program registers and
+// serves.
+const target = "Quote"
+
+// logger writes JSON lines to stderr, which Cloud Logging reads.
+var logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+
 // init builds the limiter once per instance and registers the function, as
 // a Cloud Run function's package does.
 func init() {
@@ -59,17 +77,32 @@ func init() {
 		log.Fatalf("cloudrun: OpenTelemetry: %v", err)
 	}
 	shutdownTelemetry = shutdown
-	f, err := newFunction(os.Getenv, observe)
+	f, err := newFunction(os.Getenv, observe, logger)
 	if err != nil {
 		log.Fatalf("cloudrun: %v", err)
 	}
-	functions.HTTP("Quote", f.ServeHTTP)
+	functions.HTTP(target, f.ServeHTTP)
 }
 
 // shutdownTelemetry flushes the metrics and spans not yet exported.
 var shutdownTelemetry func(context.Context) error
 
 func main() {
+	switch err := parseArgs(os.Args[1:], os.Stderr); {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case err != nil:
+		os.Exit(2) // the error and the usage are printed
+	}
+	// funcframework serves $FUNCTION_TARGET at /; without it, it would
+	// serve each function at its own path (/Quote) and / would be 404.
+	switch t := os.Getenv("FUNCTION_TARGET"); t {
+	case "":
+		os.Setenv("FUNCTION_TARGET", target)
+	case target:
+	default:
+		log.Fatalf("cloudrun: FUNCTION_TARGET is %q; this program serves one function, %q", t, target)
+	}
 	port := os.Getenv("PORT")
 	if port == "" {
 		port = "8080"
@@ -88,9 +121,45 @@ func main() {
 		os.Exit(0)
 	}()
 	// An empty host listens on every interface, as Cloud Run requires.
+	logger.Info(fmt.Sprintf("cloudrun: serving function %q at / on port %s", target, port), "function", target, "port", port)
 	if err := funcframework.StartHostPort(os.Getenv("HOST"), port); err != nil {
 		log.Fatalf("cloudrun: %v", err)
 	}
+}
+
+// parseArgs refuses every argument but -h (or -help), which prints the usage
+// to stderr and returns flag.ErrHelp: the program is configured by its
+// environment, as Cloud Run configures it. The flag package prints what
+// it refuses, with the usage.
+func parseArgs(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cloudrun", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, `Usage: cloudrun
+
+Serves the Cloud Run function Quote at /, limited per client by a token
+bucket (burst 5, 30 a minute). It takes no flags; the environment sets it up:
+
+  PORT             port to listen on (default 8080); HOST, the interface
+  FUNCTION_TARGET  the function to serve: Quote (the default)
+  REDIS_URL        redis:// or rediss:// URL of the Redis the instances share
+                   (default: buckets in each instance's memory)
+  REDIS_PREFIX     prefix of the Redis keys (default "ratekit:")
+  K_SERVICE        set on Cloud Run: clients keyed by X-Forwarded-For
+  TRUSTED_PROXIES  proxies that append to X-Forwarded-For (1 on Cloud Run)
+  OTEL_EXPORTER_OTLP_ENDPOINT  export metrics and spans over OTLP/HTTP
+`)
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+		return err
+	}
+	return nil
 }
 
 // setupTelemetry exports ratekit's metrics and spans over OTLP/HTTP when

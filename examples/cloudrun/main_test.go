@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -139,7 +140,7 @@ func TestRegisteredQuote(t *testing.T) {
 }
 
 func TestInMemory(t *testing.T) {
-	f, err := newFunction(func(string) string { return "" }, nil)
+	f, err := newFunction(func(string) string { return "" }, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestRedisSharedAcrossInstances(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	var bases []string
 	for i := 0; i < 2; i++ {
-		f, err := newFunction(getenv, nil)
+		f, err := newFunction(getenv, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,6 +185,7 @@ func TestRedisDownFallsBack(t *testing.T) {
 	var mu sync.Mutex
 	decisions := map[string]int{} // "store outcome" -> count
 	fallbacks := 0
+	var logs syncBuffer
 	f, err := newFunction(func(k string) string {
 		if k == "REDIS_URL" {
 			return "redis://" + dead + "/0"
@@ -204,7 +206,7 @@ func TestRedisDownFallsBack(t *testing.T) {
 				}
 			},
 		}, nil
-	})
+	}, slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,5 +219,18 @@ func TestRedisDownFallsBack(t *testing.T) {
 	n := decisions["memory allowed"] + decisions["memory denied"]
 	if n == 0 || decisions["redis error"] != n || fallbacks != n || decisions["memory allowed"] != 5 || len(decisions) != 3 || n != 6 {
 		t.Fatalf("decisions %v, fallbacks %d", decisions, fallbacks)
+	}
+	// Six failed requests, one warning: the first failure's, with its
+	// cause; the rest are counted for a later line. go-redis's own
+	// messages are at level Debug.
+	var warnings []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		if !strings.Contains(line, `"level":"DEBUG"`) {
+			warnings = append(warnings, line)
+		}
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], `"msg":"cloudrun: Redis failed; each instance limits with buckets in its own memory until Redis answers again"`) ||
+		!strings.Contains(warnings[0], "connection refused") || !strings.Contains(warnings[0], `"action":"fallback"`) {
+		t.Fatalf("log of six requests with Redis down:\n%s", logs.String())
 	}
 }

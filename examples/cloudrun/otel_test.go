@@ -35,7 +35,7 @@ func TestOTLPExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := newFunction(getenv, observe)
+	f, err := newFunction(getenv, observe, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -623,4 +624,47 @@ func TestBrowserSendStaysPut(t *testing.T) {
 		break
 	}
 	tb.checkClean(t)
+}
+
+// TestBrowserWithoutJavaScript opens the form in a browser that runs no
+// script of the page: the page says the form needs JavaScript, and Send is
+// disabled, so that nobody posts a form that would be refused for want of
+// the proof of work. (DevTools still evaluates the test's expressions.)
+func TestBrowserWithoutJavaScript(t *testing.T) {
+	ctx := browser(t)
+	base := start(t)
+	scripts := func(off bool) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: off})
+			return err
+		})
+	}
+	type view struct {
+		Disabled, Ran bool
+		Text          string
+	}
+	look := chromedp.Evaluate[view](`({disabled: document.getElementById("send").disabled, ran: typeof cur !== "undefined", text: document.body.innerText})`)
+	if err := chromedp.Do(ctx, scripts(true), chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	v, err := chromedp.Run(ctx, look)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Ran {
+		t.Fatal("the page's script ran: JavaScript is not off")
+	}
+	if !v.Disabled {
+		t.Error("Send is enabled in a browser without JavaScript")
+	}
+	if !strings.Contains(v.Text, "This form needs JavaScript") {
+		t.Errorf("the page does not say that the form needs JavaScript:\n%s", v.Text)
+	}
+	// The same page with JavaScript enables Send.
+	if err := chromedp.Do(ctx, scripts(false), chromedp.Navigate(base+"/")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := chromedp.Run(ctx, look); err != nil || !v.Ran || v.Disabled || strings.Contains(v.Text, "needs JavaScript") {
+		t.Errorf("with JavaScript: %+v, %v; want Send enabled and no notice", v, err)
+	}
 }

@@ -18,7 +18,11 @@
 // rate browserHashRate, measured in headless Chromium; challenges live long
 // enough for the slowest solve the policy can ask for. A client whose quota
 // is spent gets no challenge and an immediate 429 with Retry-After, and the
-// page counts down until it may send again.
+// page counts down until it may send again. Without JavaScript the proof of
+// work cannot run: the page says the form needs JavaScript and keeps Send
+// disabled, and a plain form post without a solution is answered 403 with a
+// page that says the same (JSON problem details to clients that prefer
+// JSON). With -pow=false the form works without JavaScript.
 //
 // It listens on $PORT (default 8080) on all interfaces, so it runs unchanged
 // as a Cloud Run service. The HMAC secret comes from $RATEKIT_SECRET (at least
@@ -55,15 +59,75 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
+	var usage usageError
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		// -h or -help: the usage is printed, and asking for it is no failure.
+	case errors.As(err, &usage):
+		// The flag package has printed the error and the usage already.
+		os.Exit(2)
+	default:
 		fmt.Fprintln(os.Stderr, "contactform:", err)
 		os.Exit(1)
 	}
 }
 
+// usageError is a command-line error that the flag package has already
+// printed, with the usage, so main only exits.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usage prints what the flags are and which environment variables the
+// program reads.
+func usage(fs *flag.FlagSet) func() {
+	return func() {
+		w := fs.Output()
+		fmt.Fprintf(w, `Usage: contactform [flags]
+
+Serves a contact form limited per client by ratekit's signedwindow strategy,
+with a proof of work that the page solves in the browser (JavaScript).
+
+Environment:
+  PORT            port to listen on (default 8080)
+  RATEKIT_SECRET  HMAC secret, at least %d bytes, shared by every instance
+                  (default: a random secret, good for one process only)
+  K_SERVICE       set on Cloud Run: JSON logs and a Secure cookie
+
+Flags:
+`, signedwindow.MinSecretLen)
+		fs.PrintDefaults()
+	}
+}
+
+// check refuses flag values the form cannot work with, naming the flag, and
+// arguments that are not flags.
+func (cfg config) check(rest []string) error {
+	switch {
+	case len(rest) > 0:
+		return fmt.Errorf("unexpected argument %q: contactform takes flags only (see -h)", rest[0])
+	case cfg.limit < 1:
+		return fmt.Errorf("-limit is %d; it must be at least 1", cfg.limit)
+	case cfg.window < time.Second || cfg.window > signedwindow.MaxWindow || cfg.window%time.Second != 0:
+		return fmt.Errorf("-window is %v; it must be whole seconds from 1s to %v", cfg.window, signedwindow.MaxWindow)
+	case cfg.trustedProxies < 0:
+		return fmt.Errorf("-trusted-proxies is %d; it must be 0 (key clients by the connection address) or more", cfg.trustedProxies)
+	case cfg.powTime <= 0:
+		return fmt.Errorf("-pow-time is %v; it must be positive", cfg.powTime)
+	case cfg.powBits < 0 || cfg.powBits > signedwindow.MaxDifficulty:
+		return fmt.Errorf("-pow-bits is %d; it must be 0 (use -pow-time) to %d", cfg.powBits, signedwindow.MaxDifficulty)
+	}
+	return nil
+}
+
 // run parses args, serves until ctx ends and returns nil after a clean
 // shutdown. When ready is not nil it receives the address the server
-// listens on.
+// listens on. For -h it prints the usage to stderr and returns
+// flag.ErrHelp; for a flag the flag package refuses it prints the error and
+// the usage and returns a usageError.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("contactform", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -80,11 +144,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	host := fs.String("host", "", "interface to listen on (empty: all)")
 	secure := fs.Bool("secure-cookie", getenv("K_SERVICE") != "",
 		"mark the token cookie Secure (default true on Cloud Run, where K_SERVICE is set)")
+	fs.Usage = usage(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
-	if cfg.powTime <= 0 || cfg.powBits < 0 || cfg.powBits > signedwindow.MaxDifficulty {
-		return fmt.Errorf("-pow-time must be positive and -pow-bits 0 to %d", signedwindow.MaxDifficulty)
+	if err := cfg.check(fs.Args()); err != nil {
+		return err
 	}
 	cfg.secureCookie = *secure
 
@@ -97,10 +165,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cfg.logger = logger
 
 	cfg.secret = []byte(getenv("RATEKIT_SECRET"))
-	if len(cfg.secret) == 0 {
-		cfg.secret = make([]byte, 32)
+	switch {
+	case len(cfg.secret) == 0:
+		cfg.secret = make([]byte, signedwindow.MinSecretLen)
 		rand.Read(cfg.secret)
 		logger.Warn("RATEKIT_SECRET is not set: using a random secret; tokens will not survive a restart or work across instances")
+	case len(cfg.secret) < signedwindow.MinSecretLen:
+		return fmt.Errorf("RATEKIT_SECRET is %d bytes; need at least %d (for example the output of: openssl rand -base64 32)",
+			len(cfg.secret), signedwindow.MinSecretLen)
 	}
 
 	handler, err := newServer(cfg)

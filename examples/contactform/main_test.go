@@ -23,6 +23,13 @@ import (
 // URL; the server is shut down (and run's result checked) when the test ends.
 func start(t *testing.T, args ...string) string {
 	t.Helper()
+	base, _ := startWithLogs(t, args...)
+	return base
+}
+
+// startWithLogs is start that also returns the server's log.
+func startWithLogs(t *testing.T, args ...string) (string, *syncBuffer) {
+	t.Helper()
 	env := map[string]string{"PORT": "0", "RATEKIT_SECRET": "0123456789abcdef0123456789abcdef-test"}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -50,7 +57,7 @@ func start(t *testing.T, args ...string) string {
 			t.Errorf("run returned %v after shutdown", err)
 		}
 	})
-	return "http://" + addr
+	return "http://" + addr, logs
 }
 
 // syncBuffer is a bytes.Buffer safe for concurrent use: the server's log.

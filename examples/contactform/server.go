@@ -1,8 +1,11 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"log/slog"
@@ -114,6 +117,34 @@ var (
 		`<!doctype html><meta charset="utf-8"><title>Thanks</title><link rel="icon" href="data:,"><p>Thanks, {{.Name}}. You can send {{.Remaining}} more {{.Window}}. <a href="/">Back</a></p>`))
 	deniedTmpl = template.Must(template.New("denied").Parse(
 		`<!doctype html><meta charset="utf-8"><title>Too many messages</title><link rel="icon" href="data:,"><p>You have sent {{.Limit}} messages {{.Window}}. Please try again in {{.Seconds}} seconds. <a href="/">Back</a></p>`))
+	refusedTmpl = template.Must(template.New("refused").Parse(
+		`<!doctype html><meta charset="utf-8"><title>Message not sent</title><link rel="icon" href="data:,"><p>{{.}} <a href="/">Back to the form</a></p>`))
+)
+
+// refusal is a post the form refuses, told in words for the person who sent
+// it: Detail in the problem+json answer (for the page's script, which shows
+// a 400's detail, and for API clients), Page in the HTML answer to a browser
+// that posted the plain form. Why it was refused, in a developer's terms,
+// goes to the log, never here.
+type refusal struct {
+	Status int
+	Title  string // the problem's title
+	Detail string
+	Page   string // the HTML page's text; empty means Detail
+}
+
+var (
+	unreadableForm = refusal{Status: http.StatusBadRequest, Title: "Bad Request",
+		Detail: "The form could not be read. Please reload the page and try again."}
+	unknownClient = refusal{Status: http.StatusBadRequest, Title: "Bad Request",
+		Detail: "The server could not tell where your connection comes from, so it cannot accept messages from it. Please try again later."}
+	// The page's script meets a 403 only when its solution went stale,
+	// and solves a new challenge without a word; a person sees the page
+	// only after posting the plain form, which happens without JavaScript.
+	workRequired = refusal{Status: http.StatusForbidden, Title: "Proof of work required",
+		Detail: "The form's anti-spam check was missing or out of date. Please reload the page and send again.",
+		Page: "Your message was not sent. Before it sends, this form has your browser do a short calculation that keeps spam robots out, " +
+			"and that needs JavaScript. Please turn on JavaScript for this site, then reload the form and send your message again."}
 )
 
 // newServer builds the contact form's handler: GET / (the page), GET /pow.js
@@ -163,8 +194,10 @@ func newServer(cfg config) (http.Handler, error) {
 	s := &server{cfg: cfg, limiter: limiter, guard: guard, key: key}
 	limit, err := httplimit.Middleware(httplimit.MiddlewareConfig{
 		GuardConfig: gcfg,
-		Key:         key,
-		Denied:      http.HandlerFunc(s.denied),
+		// s.keyed has derived the key already and refused a post without
+		// one in words for people.
+		Key:    keyFromContext,
+		Denied: http.HandlerFunc(s.denied),
 	})
 	if err != nil {
 		return nil, err
@@ -176,6 +209,7 @@ func newServer(cfg config) (http.Handler, error) {
 		// solutions costs the server one hash each and counts nothing.
 		contact = s.requireWork(contact)
 	}
+	contact = s.keyed(contact)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /pow.js", func(w http.ResponseWriter, r *http.Request) {
@@ -191,9 +225,40 @@ func newServer(cfg config) (http.Handler, error) {
 	return mux, nil
 }
 
+type keyContext struct{}
+
+// keyed derives the client's key before anything else reads a post. A post
+// without a usable key (no address, or fewer X-Forwarded-For entries than
+// -trusted-proxies says) is refused in words for people, and why goes to
+// the log: the limiter's middleware would answer it with the key function's
+// error as the problem's detail, which is meant for developers. The
+// middleware reads the key from the context instead (keyFromContext).
+func (s *server) keyed(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, err := s.key(r)
+		if err != nil {
+			s.cfg.logger.Warn("contact form post refused: no client address", "err", err, "trusted_proxies", s.cfg.trustedProxies)
+			s.refuse(w, r, unknownClient)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), keyContext{}, key)))
+	})
+}
+
+// keyFromContext is the middleware's key function: the key keyed derived.
+func keyFromContext(r *http.Request) (string, error) {
+	if key, ok := r.Context().Value(keyContext{}).(string); ok {
+		return key, nil
+	}
+	return "", httplimit.ErrNoKey
+}
+
 // status peeks at the client's window without counting anything.
 func (s *server) status(r *http.Request) (key string, d ratekit.Decision, err error) {
-	key, err = s.key(r)
+	key, err = keyFromContext(r)
+	if err != nil {
+		key, err = s.key(r)
+	}
 	if err != nil {
 		return "", d, err
 	}
@@ -266,7 +331,7 @@ func (s *server) challenge(w http.ResponseWriter, r *http.Request) {
 	cur, err := s.current(r)
 	if err != nil {
 		s.cfg.logger.Warn("contact form challenge", "err", err)
-		problem(w, http.StatusBadRequest, "Bad Request", "This connection cannot be identified, so the form cannot be used from it.")
+		problem(w, unknownClient.Status, unknownClient.Title, unknownClient.Detail)
 		return
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -280,13 +345,14 @@ func (s *server) challenge(w http.ResponseWriter, r *http.Request) {
 func (s *server) requireWork(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil {
-			problem(w, http.StatusBadRequest, "Bad Request", "The form could not be read. Please reload the page and try again.")
+			s.cfg.logger.Info("contact form post refused: unreadable form", "err", err)
+			s.refuse(w, r, unreadableForm)
 			return
 		}
 		key, d, err := s.status(r)
 		if err != nil {
 			s.cfg.logger.Warn("contact form post", "err", err)
-			problem(w, http.StatusBadRequest, "Bad Request", "This connection cannot be identified, so the form cannot be used from it.")
+			s.refuse(w, r, unknownClient)
 			return
 		}
 		if !d.Allowed {
@@ -298,9 +364,8 @@ func (s *server) requireWork(next http.Handler) http.Handler {
 		if err := s.limiter.VerifySolution(r.PostForm.Get("pow"), key, need); err != nil {
 			// The page fetches a new challenge and tries again on 403; the
 			// reason is for the log, not for people.
-			s.cfg.logger.Info("contact form proof of work refused", "err", err)
-			problem(w, http.StatusForbidden, "Proof of work required",
-				"The form's anti-spam check was missing or out of date. Please reload the page and send again.")
+			s.cfg.logger.Info("contact form post refused: proof of work", "reason", workRefusal(err))
+			s.refuse(w, r, workRequired)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -314,13 +379,14 @@ func (s *server) contact(w http.ResponseWriter, r *http.Request) {
 	email := strings.TrimSpace(r.PostFormValue("email"))
 	message := strings.TrimSpace(r.PostFormValue("message"))
 	if msg := validate(name, email, message); msg != "" {
-		problem(w, http.StatusBadRequest, "Bad Request", msg)
+		s.refuse(w, r, refusal{Status: http.StatusBadRequest, Title: "Bad Request", Detail: msg,
+			Page: "Your message was not sent. " + msg})
 		return
 	}
 	// A real form would send the message on; this one logs it.
 	s.cfg.logger.Info("contact message", "name", name, "email", email, "chars", utf8.RuneCountInString(message),
 		"remaining", d.Remaining)
-	if wantsHTML(r) {
+	if prefersHTML(r) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		thanksTmpl.Execute(w, struct {
 			Name      string
@@ -343,7 +409,7 @@ func (s *server) denied(w http.ResponseWriter, r *http.Request) {
 // else. The RateLimit fields and Retry-After must already be set; the page
 // quotes the same seconds as Retry-After.
 func (s *server) deny(w http.ResponseWriter, r *http.Request, d ratekit.Decision) {
-	if wantsHTML(r) {
+	if prefersHTML(r) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		deniedTmpl.Execute(w, struct {
@@ -373,10 +439,103 @@ func validate(name, email, message string) string {
 	return ""
 }
 
-// wantsHTML reports whether the client is a browser posting the plain form
-// (its Accept prefers HTML) rather than the page's script or an API client.
-func wantsHTML(r *http.Request) bool {
-	return strings.Contains(r.Header.Get("Accept"), "text/html")
+// refuse answers a post the form does not accept: an HTML page for a
+// browser posting the plain form, the problem+json body for everything else.
+func (s *server) refuse(w http.ResponseWriter, r *http.Request, rf refusal) {
+	if prefersHTML(r) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(rf.Status)
+		refusedTmpl.Execute(w, cmp.Or(rf.Page, rf.Detail))
+		return
+	}
+	problem(w, rf.Status, rf.Title, rf.Detail)
+}
+
+// workRefusal says in plain words why VerifySolution refused a solution,
+// for the log. (signedwindow's error text names its package at each layer
+// and calls every signed value a token.)
+func workRefusal(err error) string {
+	switch {
+	case errors.Is(err, signedwindow.ErrTokenMissing):
+		return "no solution sent"
+	case errors.Is(err, signedwindow.ErrTokenMalformed):
+		return "malformed solution"
+	case errors.Is(err, signedwindow.ErrTokenUnknownKey):
+		return "challenge signed by an unknown key"
+	case errors.Is(err, signedwindow.ErrTokenInvalid):
+		return "challenge forged, edited or issued to another client"
+	case errors.Is(err, signedwindow.ErrTokenExpired):
+		return "challenge expired"
+	case errors.Is(err, signedwindow.ErrTokenFuture):
+		return "challenge dated in the future (is this instance's clock behind?)"
+	case errors.Is(err, signedwindow.ErrTokenReplayed):
+		return "solution already used"
+	case errors.Is(err, signedwindow.ErrDifficultyTooLow):
+		return "challenge easier than the client's count now asks for"
+	case errors.Is(err, signedwindow.ErrWorkInsufficient):
+		return "solution does not do the challenge's work"
+	case errors.Is(err, ratekit.ErrInvalidRequest):
+		return "invalid client key"
+	}
+	return err.Error()
+}
+
+// prefersHTML reports whether the client prefers an HTML page to JSON, as a
+// browser posting the plain form does (its Accept starts with text/html);
+// the page's script asks for application/json, and an API client that
+// sends */* or no Accept at all gets JSON too.
+func prefersHTML(r *http.Request) bool {
+	accept := r.Header.Values("Accept")
+	html := acceptQuality(accept, "text", "html")
+	json := max(acceptQuality(accept, "application", "json"), acceptQuality(accept, "application", "problem+json"))
+	return html > json
+}
+
+// acceptQuality returns the weight (q) that the Accept field lines give to
+// the media type typ/sub: that of the most specific media range matching it
+// (typ/sub, then typ/*, then */*), 0 when none does (RFC 9110, section
+// 12.5.1). Parameters other than q are ignored.
+func acceptQuality(lines []string, typ, sub string) float64 {
+	best, q := 0, 0.0
+	for _, line := range lines {
+		for elem := range strings.SplitSeq(line, ",") {
+			mediaRange, params, _ := strings.Cut(elem, ";")
+			t, st, ok := strings.Cut(strings.ToLower(strings.TrimSpace(mediaRange)), "/")
+			if !ok {
+				continue
+			}
+			specificity := 0
+			switch {
+			case t == typ && st == sub:
+				specificity = 3
+			case t == typ && st == "*":
+				specificity = 2
+			case t == "*" && st == "*":
+				specificity = 1
+			}
+			if specificity <= best {
+				continue
+			}
+			weight := 1.0
+			for p := range strings.SplitSeq(params, ";") {
+				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+				if strings.EqualFold(k, "q") {
+					f, err := strconv.ParseFloat(v, 64)
+					if err != nil || f < 0 || f > 1 {
+						weight = -1
+					} else {
+						weight = f
+					}
+				}
+			}
+			if weight < 0 {
+				continue // a malformed weight: ignore the range
+			}
+			best, q = specificity, weight
+		}
+	}
+	return q
 }
 
 func problem(w http.ResponseWriter, status int, title, detail string) {
