@@ -277,6 +277,7 @@ var imports = map[string]string{
 	"time":         "time",
 	"ratekit":      root,
 	"signedwindow": root + "/signedwindow",
+	"httplimit":    root + "/httplimit",
 	"tokenbucket":  root + "/tokenbucket",
 	"memstore":     root + "/kvstore/memstore",
 	"redisstore":   root + "/kvstore/redisstore",

@@ -91,7 +91,7 @@ func TestCompositeDecisions(t *testing.T) {
 	c := newComposite(t, tokenbucket.CompositeConfig{Buckets: twoBuckets, Mode: tokenbucket.Atomic, Store: memStore(t, clock.Now)})
 	ctx := context.Background()
 	pol := c.Policies()
-	if pol[0] != (ratekit.Policy{Name: "second", Quota: 10, Window: time.Second}) || pol[1] != (ratekit.Policy{Name: "minute", Quota: 30, Window: time.Minute}) {
+	if pol[0] != (ratekit.Policy{Name: "second", Quota: 10, Window: time.Second, Algorithm: ratekit.TokenBucket}) || pol[1] != (ratekit.Policy{Name: "minute", Quota: 30, Window: time.Minute, Algorithm: ratekit.TokenBucket}) {
 		t.Fatalf("Policies() = %+v", pol)
 	}
 	parts := func(d ratekit.Decision) string {
