@@ -43,7 +43,6 @@ require (
 require (
 	cloud.google.com/go/functions v1.19.3 // indirect
 	github.com/Shopify/toxiproxy/v2 v2.5.0 // indirect
-	github.com/aws/aws-sdk-go-v2/config v1.33.18 // indirect
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.0 // indirect
 	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.12 // indirect
@@ -84,6 +83,7 @@ require (
 
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/config v1.33.18
 	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.73.2
 	github.com/ratekit/ratekit v0.1.0
 	github.com/ratekit/ratekit/durable v0.1.0
@@ -92,6 +92,7 @@ require (
 	github.com/ratekit/ratekit/kvstore/redisstore v0.1.0
 	github.com/ratekit/ratekit/lambda v0.1.0
 	github.com/ratekit/ratekit/otelratekit v0.1.0
+	github.com/tetratelabs/wazero v1.12.0
 )
 
 replace github.com/ratekit/ratekit/kvstore/redisstore => ../kvstore/redisstore

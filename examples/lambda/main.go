@@ -10,6 +10,10 @@
 // $RATEKIT_SECRET (at least 32 bytes, the same on every instance) signs the
 // tokens.
 //
+// It has no local mode: started outside Lambda (AWS_LAMBDA_RUNTIME_API
+// unset) it says how to try it instead (its tests, or the Lambda runtime
+// interface emulator) and exits with status 2.
+//
 // Every decision is also written to standard output as a CloudWatch Embedded
 // Metric Format line (lambda.NewEMFObserver), so CloudWatch shows the
 // metrics Decisions, DecisionLatency and StoreErrors in the namespace
@@ -23,18 +27,28 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/examples/internal/lambdaenv"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
 )
 
+// localHint says how to try the function without Lambda.
+const localHint = "this example has no local mode; try it with `go -C examples test ./lambda`, " +
+	"or run the binary under the Lambda runtime interface emulator (aws-lambda-rie)"
+
 func main() {
+	if err := lambdaenv.Check(os.Getenv, localHint); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", filepath.Base(os.Args[0]), err)
+		os.Exit(lambdaenv.ExitCode)
+	}
 	// Built once per instance, in the init phase, and reused by every
 	// invocation the instance serves.
 	handler, err := newHandler(os.Getenv, os.Stdout)

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -111,5 +113,40 @@ func BenchmarkNewHandler(b *testing.B) {
 		if _, err := newHandler(env, io.Discard); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Started outside Lambda, the binary says in one line how to try it instead
+// and exits 2, rather than aws-lambda-go's "expected AWS Lambda environment
+// variables ... are not defined".
+func TestNotInLambda(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "bootstrap")
+	if out, err := exec.Command("go", "build", "-tags", "lambda.norpc", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_LAMBDA_RUNTIME_API=") && !strings.HasPrefix(kv, "_LAMBDA_SERVER_PORT=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "RATEKIT_SECRET=0123456789abcdef0123456789abcdef-example")
+	cmd := exec.Command(bin)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 ||
+		!strings.HasPrefix(string(out), "bootstrap: not running in AWS Lambda (AWS_LAMBDA_RUNTIME_API is unset): ") ||
+		!strings.Contains(string(out), "go -C examples test ./lambda") || strings.Count(string(out), "\n") != 1 {
+		t.Fatalf("outside Lambda: %v, output %q; want exit status 2 and a one-line hint", err, out)
+	}
+
+	// With the variable set, the hint stays silent and aws-lambda-go takes
+	// over (here it finds no Runtime API at the address and gives up).
+	cmd = exec.Command(bin)
+	cmd.Env = append(env, "AWS_LAMBDA_RUNTIME_API=127.0.0.1:1")
+	out, _ = cmd.CombinedOutput()
+	if strings.Contains(string(out), "not running in AWS Lambda") {
+		t.Fatalf("with AWS_LAMBDA_RUNTIME_API set: %q", out)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"os"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
 )
@@ -21,7 +23,7 @@ import (
 // TestPaidAPI runs the function's handler through aws-lambda-go's real JSON
 // path against the test DynamoDB (dynalite in CI): a known key gets its 100
 // calls (and what refills meanwhile), then 429 with Retry-After; an unknown
-// key gets 400.
+// key gets 401, as examples/paidapi answers it.
 func TestPaidAPI(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -44,7 +46,7 @@ func TestPaidAPI(t *testing.T) {
 	key := "key-" + time.Now().Format("150405.000000000")
 	env := map[string]string{"RATEKIT_TABLE": table, "PAIDAPI_KEYS": "other," + key}
 	// A patient timeout: dynalite on a loaded machine is no DynamoDB.
-	h, err := newHandler(client, func(k string) string { return env[k] }, 30*time.Second)
+	h, err := newHandler(client, func(k string) string { return env[k] }, 30*time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +86,10 @@ func TestPaidAPI(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Headers["Retry-After"] == "" || admitted < 100 || admitted > most {
 		t.Fatalf("after %d calls admitted: %d %v %s; want 429 with Retry-After after 100 to %d", admitted, resp.StatusCode, resp.Headers, resp.Body, most)
 	}
-	if resp := call("unknown"); resp.StatusCode != 400 {
-		t.Fatalf("unknown key: %d %s; want 400", resp.StatusCode, resp.Body)
+	for _, k := range []string{"unknown", ""} {
+		if resp := call(k); resp.StatusCode != 401 || resp.Headers["Content-Type"] != httplimit.ProblemContentType {
+			t.Fatalf("unknown key %q: %d %v %s; want 401", k, resp.StatusCode, resp.Headers, resp.Body)
+		}
 	}
 }
 

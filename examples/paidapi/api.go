@@ -16,6 +16,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/examples/internal/outage"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/lambda"
 )
@@ -113,13 +114,24 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The reporter tells the operator why calls get 503: the first
+	// failure at once with its cause, then at most a line per
+	// outage.DefaultInterval with a count, never a line per call, and a
+	// line when PostgreSQL answers again.
+	observer := outage.New(outage.Config{Logger: cfg.logger, Store: "PostgreSQL"}).Observer()
 	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
-		Limiter: limiter,
+		Limiter:  ratekit.Observe(limiter, observer),
+		Observer: observer,
 		// An unmetered call costs money: no decision, no call.
 		OnError: httplimit.FailClosed,
 		// Bounds the quota check inside the invocation's deadline.
 		Timeout: decisionTimeout,
-		Logger:  cfg.logger,
+		// The Guard would log the same failures (throttled on its own
+		// clock): the reporter's lines are the only ones. The Guard's
+		// other lines are about requests it answers 400, here only an
+		// over-long Idempotency-Key (authenticate refuses bad API keys
+		// first), which the 400's body explains to the client.
+		Logger: slog.New(slog.DiscardHandler),
 		// API clients keep no cookies; the server-side count needs no
 		// client state anyway.
 		NoStateCookie: true,

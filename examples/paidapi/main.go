@@ -14,11 +14,19 @@
 //
 // With -local it serves the same handler over plain HTTP, translating each
 // request into the HTTP API event that API Gateway would send, so it can be
-// tried with curl against any PostgreSQL:
+// tried with curl against any PostgreSQL. From the repository root (the
+// examples are a module of their own):
 //
-//	DATABASE_URL=postgres://postgres@127.0.0.1/test PAIDAPI_KEYS=demo-key \
-//	  go run ./examples/paidapi -local -addr 127.0.0.1:8080
+//	DATABASE_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' PAIDAPI_KEYS=demo-key \
+//	  go -C examples run ./paidapi -local -addr 127.0.0.1:8080
 //	curl -i -H 'X-Api-Key: demo-key' -H 'Idempotency-Key: 1' 'http://127.0.0.1:8080/v1/quote?symbol=ACME'
+//
+// Started without -local outside Lambda, it says so and exits with status 2.
+//
+// When PostgreSQL fails (unreachable, wrong database or user, slower than
+// 2 s), every call is refused with 503 and Retry-After, and the log says
+// why: the first failure at once with its error, then at most one line per
+// 30 s with the number of failures since, and a line when it answers again.
 package main
 
 import (
@@ -29,28 +37,36 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/examples/internal/apigwlocal"
+	"github.com/ratekit/ratekit/examples/internal/cli"
+	"github.com/ratekit/ratekit/examples/internal/lambdaenv"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
-		fmt.Fprintln(os.Stderr, "paidapi:", err)
-		os.Exit(1)
-	}
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil)
+	stop()
+	os.Exit(cli.Exit("paidapi", err, os.Stderr))
 }
+
+// notInLambdaHint is what paidapi says when it is started without -local
+// outside Lambda.
+const notInLambdaHint = "run with -local to serve on localhost"
+
+// maxPrefixLen leaves room for the burst's prefix, <prefix>-burst, within
+// ratekit.MaxPolicyNameLen.
+const maxPrefixLen = ratekit.MaxPolicyNameLen - len("-burst")
 
 // run sets the API up once and then serves: on Lambda through lambda.Start,
 // with -local over HTTP until ctx ends. When ready is not nil it receives
@@ -58,13 +74,37 @@ func main() {
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("paidapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.SetUsage(fs, "paidapi [-local [-addr host:port]] [-quota calls] [-burst calls] [-prefix name]",
+		`Environment:
+  DATABASE_URL   PostgreSQL connection string (required)
+  PAIDAPI_KEYS   comma-separated API keys of the customers (required)
+
+Without -local it must run in AWS Lambda (provided.al2023).
+`)
 	local := fs.Bool("local", false, "serve over plain HTTP instead of the Lambda runtime")
-	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on with -local")
-	quota := fs.Int64("quota", 1000, "calls per API key and UTC day")
-	burst := fs.Int64("burst", 10, "calls per API key and second")
-	prefix := fs.String("prefix", policyName, "counter prefix in the shared ratekit tables")
-	if err := fs.Parse(args); err != nil {
+	addr := cli.String(fs, "addr", "127.0.0.1:8080", "`host:port` to listen on with -local", func(v string) error {
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			return errors.New("must be host:port, such as 127.0.0.1:8080")
+		}
+		return nil
+	})
+	quota := cli.Int64(fs, "quota", 1000, 1, ratekit.MaxQuota, "`calls` per API key and UTC day")
+	burst := cli.Int64(fs, "burst", 10, 1, ratekit.MaxQuota, "`calls` per API key and second")
+	prefix := cli.String(fs, "prefix", policyName, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
+		if len(v) > maxPrefixLen {
+			return fmt.Errorf("must be at most %d bytes", maxPrefixLen)
+		}
+		return ratekit.ValidatePolicyName(v)
+	})
+	if err := cli.Parse(fs, args); err != nil {
 		return err
+	}
+	if !*local {
+		// Before anything else: outside Lambda, lambda.Start would fail
+		// with a message that does not mention -local.
+		if err := lambdaenv.Check(getenv, notInLambdaHint); err != nil {
+			return err
+		}
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 
@@ -82,6 +122,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	// NewWithConfig does not connect: the first call does, so a database
 	// that is briefly unreachable at init does not crash the instance.
+	// When it stays unreachable, the first call logs why (see newAPI).
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return err
@@ -110,40 +151,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{
-		Handler:           httpAPIServer(a.handler),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
 	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(), "quota", *quota, "burst", *burst)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Requests in flight get 5 s to finish. A connection still open then
-	// (a request still running, or a socket a browser opened ahead of time
-	// and never used, which the server counts as busy for its first 5 s)
-	// is closed: stopping is not a failure.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
-		logger.Warn("closing connections still open after 5 s")
-		if err := srv.Close(); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return apigwlocal.Serve(ctx, ln, apigwlocal.Handler(a.handler), logger)
 }
 
 // poolConfig parses dsn and sizes the pool for a function instance that runs

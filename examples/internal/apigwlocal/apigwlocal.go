@@ -1,9 +1,14 @@
-package main
+// Package apigwlocal serves a Lambda handler for API Gateway HTTP APIs
+// (payload format 2.0) over plain HTTP, so that an example's -local mode
+// runs the very handler that runs on Lambda.
+package apigwlocal
 
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -18,11 +23,11 @@ import (
 // maxBody bounds a request body in local mode, as API Gateway does (10 MB).
 const maxBody = 10 << 20
 
-// httpAPIServer serves h over plain HTTP: each request becomes the
+// Handler serves h over plain HTTP: each request becomes the
 // APIGatewayV2HTTPRequest that an HTTP API would send (lower-case header
 // names, cookies in their own list, the peer address as source IP), so the
 // handler under test is the one that runs on Lambda.
-func httpAPIServer(h lambda.HTTPAPIHandler) http.Handler {
+func Handler(h lambda.HTTPAPIHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
@@ -99,4 +104,38 @@ func httpAPIServer(h lambda.HTTPAPIHandler) http.Handler {
 		w.WriteHeader(resp.StatusCode)
 		w.Write(out)
 	})
+}
+
+// Serve serves h on ln until ctx ends, then shuts the server down: requests
+// in flight get 5 s to finish, after which the connections still open (a
+// request still running, or a socket a browser opened ahead of time and
+// never used, which the server counts as busy for its first 5 s) are
+// closed. Stopping is not a failure: Serve returns nil after ctx ends.
+func Serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
+		logger.Warn("closing connections still open after 5 s")
+		if err := srv.Close(); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
