@@ -31,6 +31,13 @@
 //     Quota, or the Burst); it always equals Decision.Policy.Quota.
 //   - Cost: the units one request takes ([Request.Cost]).
 //   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
+//   - Key: the subject a request is counted under ([Request.Key]). Two
+//     names use the word in its other standard senses: signedwindow.Key is
+//     a signing key (an ID and a secret), pglock.Key an advisory lock's key.
+//   - Allow is the act, Allowed (or, in limitertest, Admitted) its
+//     outcome; Peek, Refund and Reset are the other acts.
+//   - A refill rate is tokens per period (tokenbucket.Rate); kvstore.Refill
+//     states the same rate to a store in whole units per microsecond.
 //
 // This package is the contract: [Limiter], [Request], [Decision] and
 // [Policy], the optional [Peeker], [Refunder] and [Resetter] capabilities,
