@@ -63,7 +63,7 @@ func newReporter(interval time.Duration) (*Reporter, *clock, *syncBuffer) {
 	return r, c, buf
 }
 
-var refused = errors.New(`failed to connect to "user=postgres database=test": dial tcp 127.0.0.1:1: connect: connection refused`)
+var errRefused = errors.New(`failed to connect to "user=postgres database=test": dial tcp 127.0.0.1:1: connect: connection refused`)
 
 func failure(err error) ratekit.FailureEvent {
 	return ratekit.FailureEvent{Policy: "paid-tier", Action: ratekit.FailedClosed, ErrorClass: ratekit.ClassifyError(err), Err: err}
@@ -75,7 +75,7 @@ func TestFirstFailureThenSummaries(t *testing.T) {
 	// The first failure is logged at once, with its cause; the 999 after
 	// it within the interval are only counted.
 	for range 1000 {
-		r.Failure(failure(refused))
+		r.Failure(failure(errRefused))
 	}
 	lines := buf.lines(t)
 	if len(lines) != 1 {
@@ -83,7 +83,7 @@ func TestFirstFailureThenSummaries(t *testing.T) {
 	}
 	first := lines[0]
 	if first["level"] != "ERROR" || !strings.Contains(first["msg"].(string), "PostgreSQL failed") ||
-		!strings.Contains(first["msg"].(string), "503") || first["error"] != refused.Error() ||
+		!strings.Contains(first["msg"].(string), "503") || first["error"] != errRefused.Error() ||
 		first["error_class"] != "store" || first["action"] != "fail_closed" || first["policy"] != "paid-tier" {
 		t.Fatalf("first line %v", first)
 	}
@@ -91,7 +91,7 @@ func TestFirstFailureThenSummaries(t *testing.T) {
 	// Within the interval: nothing more, however many failures.
 	c.Add(29 * time.Second)
 	for range 500 {
-		r.Failure(failure(refused))
+		r.Failure(failure(errRefused))
 	}
 	if lines := buf.lines(t); len(lines) != 0 {
 		t.Fatalf("failures within the interval wrote %v", lines)
@@ -136,7 +136,7 @@ func TestFirstFailureThenSummaries(t *testing.T) {
 
 	// A new outage an interval after the last line is logged at once.
 	c.Add(time.Minute)
-	r.Failure(failure(refused))
+	r.Failure(failure(errRefused))
 	if lines := buf.lines(t); len(lines) != 1 || !strings.Contains(lines[0]["msg"].(string), "PostgreSQL failed") {
 		t.Fatalf("second outage %v", lines)
 	}
@@ -148,7 +148,7 @@ func TestFlappingIsBounded(t *testing.T) {
 	r, c, buf := newReporter(30 * time.Second)
 	for i := range 600 { // ten minutes, one call a second, every other one failing
 		if i%2 == 0 {
-			r.Failure(failure(refused))
+			r.Failure(failure(errRefused))
 		} else {
 			r.Answered()
 		}
@@ -163,19 +163,19 @@ func TestFlappingIsBounded(t *testing.T) {
 // once: the bound holds across outages too.
 func TestNewOutageWithinInterval(t *testing.T) {
 	r, c, buf := newReporter(30 * time.Second)
-	r.Failure(failure(refused))
+	r.Failure(failure(errRefused))
 	c.Add(30 * time.Second)
 	r.Answered()
 	if n := len(buf.lines(t)); n != 2 {
 		t.Fatalf("%d lines, want the failure and the recovery", n)
 	}
 	c.Add(time.Second)
-	r.Failure(failure(refused))
+	r.Failure(failure(errRefused))
 	if lines := buf.lines(t); len(lines) != 0 {
 		t.Fatalf("a failure 1 s after the last line wrote %v", lines)
 	}
 	c.Add(30 * time.Second)
-	r.Failure(failure(refused))
+	r.Failure(failure(errRefused))
 	lines := buf.lines(t)
 	if len(lines) != 1 || lines[0]["failures"] != float64(2) || lines[0]["failing_for"] != "30s" {
 		t.Fatalf("summary of the second outage %v", lines)
@@ -188,7 +188,7 @@ func TestConcurrentFailures(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
-				r.Failure(failure(refused))
+				r.Failure(failure(errRefused))
 				r.Answered()
 			}
 		})
@@ -205,9 +205,9 @@ func TestObserver(t *testing.T) {
 	r, c, buf := newReporter(time.Second)
 	o := r.Observer()
 	ctx := context.Background()
-	o.FailurePolicy(ctx, failure(refused))
+	o.FailurePolicy(ctx, failure(errRefused))
 	c.Add(time.Second)
-	o.Decision(ctx, ratekit.DecisionEvent{Outcome: ratekit.OutcomeError, Err: refused})
+	o.Decision(ctx, ratekit.DecisionEvent{Outcome: ratekit.OutcomeError, Err: errRefused})
 	if n := len(buf.lines(t)); n != 1 {
 		t.Fatalf("%d lines after a failure and a failed decision, want 1", n)
 	}
