@@ -293,15 +293,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		if err != nil {
 			return kvstore.OpResult{}, err
 		}
-		// Never decide at a time before the item's: a decision written by
-		// a clock ahead (another instance's, or a goroutine of this one
-		// whose request overtook this one's) is then seen whole, so that
-		// the decisions on an item run at times that never go back and each
-		// one sees the refill of every one before it.
 		now := s.now().UnixMicro()
-		if it.present && it.rec.Time > now {
-			now = it.rec.Time
-		}
 		if it.present && it.rate == r.Rate {
 			s.hints.set(k, it.fullAt(r))
 		}
@@ -344,11 +336,9 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 }
 
 // take sends a conditional UpdateItem that takes n units from the bucket
-// when the item is absent or written by Update with r's rate at a time no
-// later than now and, for the partial form, its bucket holds n units or more
-// without being full at now, or, for the full form, its bucket is full at
-// now. (An item written at a later time fails the condition, and Update
-// decides again at that time.)
+// when the item is absent or written by Update with r's rate and, for the
+// partial form, its bucket holds n units or more without being full at now,
+// or, for the full form, its bucket is full at now.
 //
 // The item keeps, besides the level v at time t, x = t×Rate − v: the level
 // at a time T is T×Rate − x, capped at Max (see item.view), so the
@@ -386,12 +376,12 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 		values[":x"] = &types.AttributeValueMemberN{Value: f.Add(f, big.NewInt(n)).String()}
 		values[":v"] = num(r.Max - n)
 		in.UpdateExpression = aws.String("SET x = :x, v = :v, t = :now, r = :r, e = :e, #ttl = :ttl")
-		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x <= :f AND t <= :now)")
+		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x <= :f)")
 	} else {
 		values[":n"] = num(n)
 		values[":c"] = &types.AttributeValueMemberN{Value: nowR.Sub(nowR, big.NewInt(n)).String()}
 		in.UpdateExpression = aws.String("SET x = if_not_exists(x, :f) + :n, v = :c - if_not_exists(x, :f), t = :now, r = :r, e = :e, #ttl = :ttl")
-		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x BETWEEN :f AND :c AND t <= :now)")
+		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x BETWEEN :f AND :c)")
 	}
 	out, err := s.client.UpdateItem(ctx, in, noRetries)
 	if err != nil {

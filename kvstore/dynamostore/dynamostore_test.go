@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -250,7 +251,8 @@ func TestRequests(t *testing.T) {
 // TestMatchesApply runs random operations (takes, peeks, refunds, records
 // written by Set, the clock moving forward and back) through Update and
 // through kvstore.Refill.Apply on a local record: every result must be the
-// same, Apply running at the record's time when the clock is behind it.
+// same, except that a record written by Update and read before its time is
+// first moved back along its refill line (lineView; see the package doc).
 func TestMatchesApply(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New(t0)
@@ -265,7 +267,7 @@ func TestMatchesApply(t *testing.T) {
 	}
 	for _, r := range refills {
 		var rec kvstore.Record
-		var ok bool
+		var ok, fromUpdate bool
 		var exp int64 // the reference record's expiry
 		key := "k" + time.Now().Format("150405.000000")
 		var trace []string
@@ -284,20 +286,18 @@ func TestMatchesApply(t *testing.T) {
 				if err := s.Set(ctx, key, want, time.Hour); err != nil {
 					t.Fatal(err)
 				}
-				rec, ok, exp = want, true, now+int64(time.Hour/time.Microsecond)
+				rec, ok, fromUpdate, exp = want, true, false, now+int64(time.Hour/time.Microsecond)
 				trace = append(trace, fmt.Sprintf("set %+v", want))
 				continue
 			}
 			op := []kvstore.Op{kvstore.OpTake, kvstore.OpTake, kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund}[rng.IntN(5)]
 			n := 1 + rng.Int64N(min(r.Max, 1+r.Max/4))
-			// The Store decides at the item's time when its clock is
-			// behind it.
-			at := now
-			if ok && rec.Time > at {
-				at = rec.Time
+			live := ok && exp > now
+			view := rec
+			if fromUpdate {
+				view = lineView(rec, r, now)
 			}
-			live := ok && exp > at
-			want, next, write, err := r.Apply(rec, live, at, op, n)
+			want, next, write, err := r.Apply(view, live, now, op, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -319,11 +319,26 @@ func TestMatchesApply(t *testing.T) {
 			default:
 				// The Store writes a record that lives until a bucket
 				// emptied at its time would be full, or deletes it.
-				rec, ok = next, next.Value < r.Max
+				rec, ok, fromUpdate = next, next.Value < r.Max, true
 				exp = next.Time + int64(r.TimeToFull(0)/time.Microsecond)
 			}
 		}
 	}
+}
+
+// lineView returns rec, written by Update, as read at now: when now is
+// before rec.Time, the point of its refill line at now,
+// rec.Value − (rec.Time−now)×Rate, or −1 when that is below zero.
+func lineView(rec kvstore.Record, r kvstore.Refill, now int64) kvstore.Record {
+	if now >= rec.Time {
+		return rec
+	}
+	v := new(big.Int).Mul(big.NewInt(rec.Time-now), big.NewInt(r.Rate))
+	v.Sub(big.NewInt(rec.Value), v)
+	if v.Sign() < 0 {
+		return kvstore.Record{Value: -1, Time: now}
+	}
+	return kvstore.Record{Value: v.Int64(), Time: now}
 }
 
 // TestCreateTableTwice: CreateTable on an existing table is not an error.
