@@ -10,7 +10,7 @@
 // prefix isolation (binary keys included), validation errors (matched with
 // errors.Is), and the documented exactness when [Workers] goroutines hit
 // one key at once. ratekit runs it against every strategy and store
-// (internal/conformance); run it against a Limiter of your own the same
+// (internal/itest/conformance); run it against a Limiter of your own the same
 // way. Each check is also available on its own through [Checks], as a
 // function that returns an error, which is how the suite's own tests show
 // that every check fails on a limiter built to break it.
