@@ -44,6 +44,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ratekit/ratekit/examples/internal/serve"
 	"io"
 	"log/slog"
 	"net"
@@ -205,29 +206,5 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		ready <- ln.Addr().String()
 	}
 
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	// Requests in flight get 5 s to finish. A connection still open then
-	// (a request still running, or a socket a browser opened ahead of time
-	// and never used, which the server counts as busy for its first 5 s)
-	// is closed: stopping is not a failure.
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
-		logger.Warn("closing connections still open after 5 s")
-		if err := srv.Close(); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.Run(ctx, srv, ln, logger)
 }

@@ -6,7 +6,7 @@ package apigwlocal
 import (
 	"context"
 	"encoding/base64"
-	"errors"
+	"github.com/ratekit/ratekit/examples/internal/serve"
 	"io"
 	"log/slog"
 	"net"
@@ -117,25 +117,5 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 		ReadHeaderTimeout: 5 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
-		logger.Warn("closing connections still open after 5 s")
-		if err := srv.Close(); err != nil {
-			return err
-		}
-	} else if err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.Run(ctx, srv, ln, logger)
 }
