@@ -1,8 +1,10 @@
 package leakcheck
 
 import (
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFindReportsALeakAndItsEnd(t *testing.T) {
@@ -31,8 +33,29 @@ func TestFindIgnoresTopFunction(t *testing.T) {
 	done := make(chan struct{})
 	go parked(stop, done)
 	defer func() { close(stop); <-done }()
+	waitParked(t)
 	if err := Find("github.com/ratekit/ratekit/internal/leakcheck.parked"); err != nil {
 		t.Fatalf("Find ignoring parked: %v", err)
+	}
+}
+
+// waitParked waits until a goroutine blocks in parked, so that its top
+// frame is parked and not yet the function that started it.
+func waitParked(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		for _, g := range strings.Split(stacks, "\n\n") {
+			if strings.Contains(g, "[chan receive") && strings.Contains(g, "leakcheck.parked(") {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the goroutine did not block in parked within 5s")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -47,6 +70,7 @@ func TestFindIgnoresAFunctionAnywhereInTheStack(t *testing.T) {
 	done := make(chan struct{})
 	go outer(stop, done)
 	defer func() { close(stop); <-done }()
+	waitParked(t)
 	const fn = "github.com/ratekit/ratekit/internal/leakcheck.outer"
 	if err := Find(fn); err == nil {
 		t.Fatal("Find ignoring outer by its top frame: nil, want the goroutine (parked is on top)")
