@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +53,14 @@ func TestReadmeQuickStart(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "-c", block)
 	cmd.Dir = "../../.."
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	// Its own process group, so that a server the block started is
+	// stopped even when the block fails before its own kill.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	defer func() {
+		if cmd.Process != nil {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+	}()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the README's block failed: %v\n%s", err, out)
