@@ -24,25 +24,24 @@ func newDeniedCache(size int) *deniedCache {
 }
 
 // lookup reports whether a request of n units for key can be denied without
-// asking the store, and the most units the bucket can hold at now. When it
-// cannot, it removes the entry: the request goes to the store, and the
-// store's answer is what the cache learns next.
-func (c *deniedCache) lookup(key string, n int64, now time.Time, r kvstore.Refill) (level int64, hit bool) {
-	d, _, ok := c.c.Get(key, now)
-	if !ok {
-		return 0, false
+// asking the store, with the most units the bucket can hold at now. When it
+// cannot, it registers the request's decision (see deniedcache.Cache.Lookup)
+// and returns its ticket: the caller asks the store, then calls finish.
+func (c *deniedCache) lookup(key string, n int64, now time.Time, r kvstore.Refill) (level int64, hit bool, ticket uint64) {
+	d, hit, ticket := c.c.Lookup(key, now, func(d denial) bool { return d.levelAt(now, r) < n })
+	if !hit {
+		return 0, false, ticket
 	}
-	// Round the elapsed time up to the microsecond: the estimate must never
-	// fall below what the store could hold.
+	return d.levelAt(now, r), true, 0
+}
+
+// levelAt returns the most units the bucket can hold at now: the level the
+// denial saw, refilled since it was sent (the elapsed time rounded up to
+// the microsecond, so that the estimate never falls below the store's).
+func (d denial) levelAt(now time.Time, r kvstore.Refill) int64 {
 	elapsed := (now.Sub(d.sent) + time.Microsecond - 1) / time.Microsecond
-	level, _ = r.Level(kvstore.Record{Value: d.level, Time: 0}, true, max(int64(elapsed), 0))
-	if level >= n {
-		// The request goes to the store, which may admit it; its answer
-		// replaces what this entry knows.
-		c.c.Remove(key)
-		return level, false
-	}
-	return level, true
+	level, _ := r.Level(kvstore.Record{Value: d.level, Time: 0}, true, max(int64(elapsed), 0))
+	return level
 }
 
 // add records a denial of key that the store decided after ticket was

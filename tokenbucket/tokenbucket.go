@@ -279,15 +279,19 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	var sent time.Time
+	var (
+		sent   time.Time
+		ticket uint64
+	)
 	if l.denied != nil {
 		sent = l.now()
-		if level, hit := l.denied.lookup(req.Key, n, sent, l.refill); hit {
+		level, hit, t := l.denied.lookup(req.Key, n, sent, l.refill)
+		if hit {
 			l.decide(&d, false, level, n)
 			return d, nil
 		}
+		ticket = t
 	}
-	ticket := l.denied.begin(req.Key)
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
 	if err == nil && !res.OK && l.denied != nil {
 		l.denied.add(req.Key, res.Value, sent, sent.Add(l.refill.TimeUntil(res.Value, n)), ticket)

@@ -105,6 +105,28 @@ func (c *Cache[V]) Get(key string, now time.Time) (v V, expires time.Time, ok bo
 	return e.v, e.expires, true
 }
 
+// Lookup is Get and Begin under one lock: it returns key's entry when the
+// entry has not expired at now, no decision about key is in flight and hit
+// reports that it answers the caller (ok true, nothing registered), and
+// otherwise registers the caller's decision and returns its ticket, for
+// [Cache.Put] and [Cache.Finish].
+func (c *Cache[V]) Lookup(key string, now time.Time, hit func(V) bool) (v V, ok bool, ticket uint64) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.inFlight[key] == 0 {
+		if e, found := sh.entries[key]; found {
+			if !now.Before(e.expires) {
+				delete(sh.entries, key)
+			} else if hit(e.v) {
+				return e.v, true, 0
+			}
+		}
+	}
+	sh.inFlight[key]++
+	return v, false, sh.gen
+}
+
 // Begin registers a decision about key that is about to ask the store and
 // returns its ticket, for [Cache.Put] and [Cache.Finish]. Every Begin must
 // be followed by one Finish.
@@ -123,19 +145,26 @@ func (c *Cache[V]) Begin(key string) (ticket uint64) {
 func (c *Cache[V]) Finish(key string, changed bool) {
 	sh := c.shard(key)
 	sh.mu.Lock()
-	if n := sh.inFlight[key]; n > 1 {
-		sh.inFlight[key] = n - 1
+	others := sh.inFlight[key] - 1 // other decisions about key in flight
+	if others > 0 {
+		sh.inFlight[key] = others
 	} else {
 		delete(sh.inFlight, key)
 	}
 	if changed {
 		delete(sh.entries, key)
 		sh.gen++
-		if len(sh.changed) >= maxChanged {
-			clear(sh.changed)
-			sh.floor = sh.gen
-		} else {
-			sh.changed[key] = sh.gen
+		// Only a decision still in flight can Put a denial that predates
+		// this change (callers Put before they Finish, and the entry a
+		// finished one stored is deleted above), so the change is
+		// remembered only when there is one.
+		if others > 0 {
+			if len(sh.changed) >= maxChanged {
+				clear(sh.changed)
+				sh.floor = sh.gen
+			} else {
+				sh.changed[key] = sh.gen
+			}
 		}
 	}
 	sh.mu.Unlock()

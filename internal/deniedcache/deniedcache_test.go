@@ -149,13 +149,21 @@ func TestGetMissesWhileInFlight(t *testing.T) {
 
 // Past maxChanged changed keys a shard forgets them and refuses every
 // ticket taken before, rather than grow.
+//
+// (A change with no other decision about its key in flight is not
+// remembered at all: TestPutAfterChange covers what it must refuse.)
 func TestChangesAreBounded(t *testing.T) {
 	start := time.Unix(1000, 0)
 	c := New[int](1)
 	old := c.Begin("k")
 	for i := range 3 * maxChanged {
-		c.Begin(strconv.Itoa(i))
-		c.Finish(strconv.Itoa(i), true)
+		// A change is remembered while another decision about its key
+		// is in flight.
+		k := strconv.Itoa(i)
+		c.Begin(k)
+		c.Begin(k)
+		c.Finish(k, true)
+		c.Finish(k, false)
 	}
 	if n := len(c.shards[0].changed); n > maxChanged {
 		t.Fatalf("%d keys remembered, want at most %d", n, maxChanged)
