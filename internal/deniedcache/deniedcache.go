@@ -191,15 +191,6 @@ func (c *Cache[V]) Put(key string, v V, now, expires time.Time, ticket uint64, k
 	sh.entries[key] = entry[V]{v: v, expires: expires}
 }
 
-// Remove forgets key's entry, for an entry that proved too old to answer;
-// it changes nothing else.
-func (c *Cache[V]) Remove(key string) {
-	sh := c.shard(key)
-	sh.mu.Lock()
-	delete(sh.entries, key)
-	sh.mu.Unlock()
-}
-
 // Len returns the number of entries, expired ones included.
 func (c *Cache[V]) Len() int {
 	n := 0
