@@ -29,6 +29,10 @@
 //   - RefillRate: how fast a token bucket refills (tokenbucket.Config).
 //   - Limit: only [Decision.Limit], the capacity behind a decision (the
 //     Quota, or the Burst); it always equals Decision.Policy.Quota.
+//   - Period: a calendar day, week or month that a Quota applies to
+//     instead of a Window ([Period], [Policy.Period]), in a time zone and
+//     optionally from a billing anchor.
+//   - Plan: the policies a key is sold, decided together ([Plan]).
 //   - Cost: the units one request takes ([Request.Cost]).
 //   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
 //   - Key: the subject a request is counted under ([Request.Key]). Two
@@ -285,6 +289,22 @@ type Policy struct {
 	// reads it to say when more quota comes (the RateLimit t parameter:
 	// the next unit of a token bucket, the window's end otherwise).
 	Algorithm Algorithm
+
+	// Period, when not zero, makes the policy a fixed window whose windows
+	// are calendar periods ("100,000 a month from the billing day", see
+	// [Period]) instead of multiples of Window since the Unix epoch: the
+	// Algorithm must be FixedWindow and Window zero in a configuration.
+	// Strategies that support periods say so; the others refuse them.
+	//
+	// In a Decision, Window is then the length of the period the decision
+	// counted in (28 to 31 days for a month, 23 to 25 hours for a day of a
+	// daylight-saving change), so that the RateLimit-Policy field's w is
+	// the current period's length, and ResetAfter its true end. Draft-10
+	// defines w as the time window the quota applies to (section 3.1) and
+	// has no parameter for a calendar: a period whose length varies
+	// advertises the length of the current one, and the reset (the
+	// RateLimit field's t, and Retry-After) is exact.
+	Period Period
 }
 
 // MaxQuota is the largest quota (for a token bucket, the largest burst)

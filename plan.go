@@ -1,0 +1,107 @@
+package ratekit
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxPlanPolicies is the most policies a [Plan] holds.
+const MaxPlanPolicies = 16
+
+// Plan is what a key is sold: a named set of policies decided together, all
+// or nothing ("Pro: 10 a second and 100,000 a month from the billing day").
+// Strategies that resolve a plan per request (durable.Planned) count each
+// policy under its Name, not under the plan's, so a key that changes plan
+// keeps what it used under the policies both plans name.
+//
+// A Plan is a value; it is safe for concurrent use when not modified.
+type Plan struct {
+	// Name identifies the plan ("free", "pro"). It is informational: it is
+	// neither counted nor shown to clients.
+	Name string
+
+	// Policies are the plan's policies, 1 to MaxPlanPolicies of them, with
+	// distinct names. A policy with a Period carries its key's billing
+	// anchor in Period.Anchor.
+	Policies []Policy
+}
+
+// Validate reports whether p is a plan that every strategy could decide:
+// 1 to MaxPlanPolicies policies, each with a valid, distinct name
+// ([ValidatePolicyName]), a Quota from 1 to [MaxQuota], a known Algorithm,
+// and either a positive Window and no Period, or a valid Period with
+// Algorithm FixedWindow and no Window. Strategies may check more. The error
+// matches [ErrInvalidConfig].
+func (p Plan) Validate() error {
+	if len(p.Policies) == 0 || len(p.Policies) > MaxPlanPolicies {
+		return fmt.Errorf("%w: plan %q has %d policies, want 1 to %d", ErrInvalidConfig, p.Name, len(p.Policies), MaxPlanPolicies)
+	}
+	for i, pol := range p.Policies {
+		if err := pol.validate(); err != nil {
+			return fmt.Errorf("plan %q: policy %d: %w", p.Name, i, err)
+		}
+		for _, q := range p.Policies[:i] {
+			if q.Name == pol.Name {
+				return fmt.Errorf("%w: plan %q names policy %q twice", ErrInvalidConfig, p.Name, pol.Name)
+			}
+		}
+	}
+	return nil
+}
+
+// validate checks the rules Plan.Validate states for one policy.
+func (p Policy) validate() error {
+	if err := ValidatePolicyName(p.Name); err != nil {
+		return err
+	}
+	if p.Quota < 1 || p.Quota > MaxQuota {
+		return fmt.Errorf("%w: policy %q: quota must be from 1 to ratekit.MaxQuota, got %d", ErrInvalidConfig, p.Name, p.Quota)
+	}
+	if p.Algorithm < FixedWindow || p.Algorithm > SlidingLog {
+		return fmt.Errorf("%w: policy %q: unknown algorithm %v", ErrInvalidConfig, p.Name, p.Algorithm)
+	}
+	return p.ValidatePeriod()
+}
+
+// ValidatePeriod reports whether the policy's Window and Period agree: no
+// Period and a positive Window, or a valid Period (see [Period.Validate])
+// with Algorithm FixedWindow and a zero Window. The error matches
+// [ErrInvalidConfig].
+func (p Policy) ValidatePeriod() error {
+	if p.Period.IsZero() {
+		if p.Window <= 0 {
+			return fmt.Errorf("%w: policy %q: window must be positive, got %v", ErrInvalidConfig, p.Name, p.Window)
+		}
+		return nil
+	}
+	if err := p.Period.Validate(); err != nil {
+		return fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	if p.Algorithm != FixedWindow {
+		return fmt.Errorf("%w: policy %q: a period is a fixed window; its algorithm must be ratekit.FixedWindow, got %v", ErrInvalidConfig, p.Name, p.Algorithm)
+	}
+	if p.Window != 0 {
+		return fmt.Errorf("%w: policy %q: a policy with a period takes its windows from the period; its Window must be zero, got %v", ErrInvalidConfig, p.Name, p.Window)
+	}
+	return nil
+}
+
+// Usage is what one key used of one policy in its current window or
+// period, as a dashboard shows it.
+type Usage struct {
+	// Policy is the policy, as a Decision reports it: for a policy with a
+	// Period, Window is the length of the current period.
+	Policy Policy
+
+	// Used is the units counted in the current window or period. It can
+	// exceed Policy.Quota after the key moved to a plan with a smaller
+	// quota. For a token bucket it is Quota − Remaining.
+	Used int64
+
+	// Remaining is the units still available, from 0 to Policy.Quota.
+	Remaining int64
+
+	// ResetAfter is how long until the full Quota is available again: for
+	// a period, the time to its end.
+	ResetAfter time.Duration
+}
