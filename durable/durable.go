@@ -72,6 +72,20 @@ type Config struct {
 	//     Decisions for one key are serialised by a transaction-level
 	//     advisory lock, so it suits small quotas ("5 sign-ups per hour")
 	//     rather than hot keys.
+	//
+	// A Policy with a Period ([ratekit.Period]: a day, week or month in a
+	// time zone, from an anchor) is a fixed window over those periods:
+	// Algorithm FixedWindow and Window zero. The units admitted in one
+	// period never exceed Quota, and a new period starts from zero at its
+	// true start. This process computes the period around its clock and
+	// its two neighbours; the database picks among them the one its clock
+	// is in, so decisions use the database clock, and an error matching
+	// [ErrClockSkew] reports clocks more than a period apart. Decisions
+	// report the current period's length in Policy.Window and its end in
+	// ResetAfter (and RetryAfter when denied); an IdempotencyKey is
+	// remembered 32 days. Such decisions are never coalesced with others
+	// (each is its own statement), and ended periods' usage is kept for
+	// [Limiter.PeriodUsage].
 	Policy ratekit.Policy
 
 	// Prefix separates this limiter's keys from other limiters' in the
@@ -186,6 +200,11 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Policy.Quota < 1 || cfg.Policy.Quota > ratekit.MaxQuota {
 		return nil, fmt.Errorf("durable: %w: policy quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
 	}
+	if !cfg.Policy.Period.IsZero() {
+		if err := cfg.Policy.ValidatePeriod(); err != nil {
+			return nil, fmt.Errorf("durable: %w", err)
+		}
+	}
 	if cfg.DeniedCacheSize < 0 {
 		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
 	}
@@ -198,6 +217,7 @@ func New(cfg Config) (*Limiter, error) {
 		Algorithm:          cfg.Policy.Algorithm,
 		Quota:              cfg.Policy.Quota,
 		Window:             cfg.Policy.Window,
+		Period:             cfg.Policy.Period,
 		Durability:         pgengine.Durability(cfg.Durability),
 		SynchronousCommit:  cfg.SynchronousCommit,
 		CleanupProbability: cfg.CleanupProbability,
@@ -304,14 +324,33 @@ func (l *Limiter) Cleanup(ctx context.Context) (int64, error) {
 }
 
 func (l *Limiter) decision(r pgengine.Outcome) ratekit.Decision {
+	return outcomeDecision(l.policy, r)
+}
+
+// outcomeDecision returns the Decision of policy p for r: for a policy with
+// a Period, Policy.Window is the length of the period r counted in.
+func outcomeDecision(p ratekit.Policy, r pgengine.Outcome) ratekit.Decision {
+	if r.Period > 0 {
+		p.Window = r.Period
+	}
 	return ratekit.Decision{
 		Allowed:    r.Allowed,
-		Limit:      l.counter.Quota(),
+		Limit:      p.Quota,
 		Remaining:  r.Remaining,
 		RetryAfter: r.RetryAfter,
 		ResetAfter: r.ResetAfter,
-		Policy:     l.policy,
+		Policy:     p,
 	}
+}
+
+// PeriodUsage calls fn, in order of key and period start, with the units
+// each key used in each period of the limiter's Period that starts in
+// [from, to), skipping periods in which nothing was used, as
+// [Planned.PeriodUsage] does for a plan's policy. It returns an error
+// matching [ratekit.ErrInvalidConfig] when the policy has no Period, fn's
+// error as is, and store errors wrapping the pgx error.
+func (l *Limiter) PeriodUsage(ctx context.Context, from, to time.Time, fn func(PeriodUsage) error) error {
+	return l.counter.PeriodUsage(ctx, from, to, func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })
 }
 
 func (l *Limiter) cached(req ratekit.Request) (ratekit.Decision, bool) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/ratekit/ratekit"
@@ -35,6 +36,12 @@ type Composite struct {
 	keepSync bool
 	cleanupP float64
 	batch    int64
+	// periods holds each counter's Period (zero for the others), the
+	// default of a call that passes none.
+	periods  []ratekit.Period
+	periodic bool
+	// idemPrefix is the prefix idempotency records are kept under.
+	idemPrefix string
 	// scope distinguishes this composite's idempotency records from a
 	// single counter's and from other composites' under the same prefix.
 	scope [8]byte
@@ -49,6 +56,29 @@ type Composite struct {
 // error matching [ratekit.ErrInvalidConfig] otherwise and does not contact
 // the database.
 func NewComposite(counters ...*Counter) (*Composite, error) {
+	return NewCompositeWith(CompositeOptions{}, counters...)
+}
+
+// CompositeOptions are the settings of a [Composite] that do not come from
+// its counters. The zero value is NewComposite's.
+type CompositeOptions struct {
+	// Scope, when not empty, names the composite's idempotency records
+	// instead of its counters' prefixes, so that composites of different
+	// counters share them (a key's plans).
+	Scope string
+
+	// IdempotencyPrefix, when not empty, is the prefix the idempotency
+	// records are kept under instead of the first counter's. It must be a
+	// valid policy name; Reset forgets its records too.
+	IdempotencyPrefix string
+
+	// IdempotencyTTL, when positive, is how long an idempotency key is
+	// remembered instead of the longest of the counters' windows.
+	IdempotencyTTL time.Duration
+}
+
+// NewCompositeWith is NewComposite with options.
+func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, error) {
 	if len(counters) == 0 || len(counters) > maxCompositeCounters {
 		return nil, fmt.Errorf("%w: a composite takes 1 to %d limiters, got %d", ratekit.ErrInvalidConfig, maxCompositeCounters, len(counters))
 	}
@@ -78,17 +108,36 @@ func NewComposite(counters ...*Counter) (*Composite, error) {
 			logged = true
 			needSync = needSync || c.cfg.SynchronousCommit
 		}
-		m.algs = append(m.algs, int64(c.cfg.Algorithm))
+		alg := int64(c.cfg.Algorithm)
+		if !c.cfg.Period.IsZero() {
+			alg = algPeriod
+			m.periodic = true
+		}
+		m.algs = append(m.algs, alg)
+		m.periods = append(m.periods, c.cfg.Period)
 		m.prefixes = append(m.prefixes, c.cfg.Prefix)
 		m.limits = append(m.limits, c.quota)
 		m.windows = append(m.windows, c.windowUS)
-		m.ttls = append(m.ttls, c.ttlUS)
+		m.ttls = append(m.ttls, c.keepUS)
 		m.idemTTL = max(m.idemTTL, c.ttlUS)
 		m.cleanupP = max(m.cleanupP, c.cleanupP)
 		m.batch = max(m.batch, c.batch)
 		scope = appendLenPrefixed(scope, c.cfg.Prefix)
 	}
 	m.keepSync = needSync || !logged
+	if o.Scope != "" {
+		scope = append([]byte("ratekit/scope/"+d.String()+"/"), o.Scope...)
+	}
+	m.idemPrefix = m.prefixes[0]
+	if o.IdempotencyPrefix != "" {
+		if err := ratekit.ValidatePolicyName(o.IdempotencyPrefix); err != nil {
+			return nil, fmt.Errorf("%w (idempotency prefix)", err)
+		}
+		m.idemPrefix = o.IdempotencyPrefix
+	}
+	if o.IdempotencyTTL > 0 {
+		m.idemTTL = o.IdempotencyTTL.Microseconds()
+	}
 	h := hashBytes(scope)
 	for i := range m.scope {
 		m.scope[i] = byte(h >> (56 - 8*i))
@@ -99,8 +148,37 @@ func NewComposite(counters ...*Counter) (*Composite, error) {
 	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") + "($1, " +
 		intArray(m.algs) + ", " + textArray(m.prefixes) + ", $2, $3, " +
 		intArray(m.limits) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
-		m.prefixes[0] + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ")"
+		m.idemPrefix + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ", $8)"
 	return m, nil
+}
+
+// algPeriod is the composite function's algorithm number of a fixed
+// window over calendar periods.
+const algPeriod = 5
+
+// Op is an operation of [Composite.Decide].
+type Op int64
+
+// The operations of [Composite.Decide].
+const (
+	OpTake   = Op(opTake)
+	OpPeek   = Op(opPeek)
+	OpRefund = Op(opRefund)
+)
+
+// Decide runs op (Take, Peek or Refund, with their rules and errors) with
+// the periods of the counters replaced by periods, one per counter (nil
+// keeps the counters' own; a zero Period where a counter has one is
+// refused). It is how a decision uses a key's own billing anchor without a
+// counter per key.
+func (m *Composite) Decide(ctx context.Context, op Op, key string, cost int64, parts []ratekit.Part, idempotencyKey string, periods []ratekit.Period) ([]Outcome, error) {
+	if periods != nil && len(periods) != len(m.counters) {
+		return nil, fmt.Errorf("%w: %d periods for a composite of %d policies", ratekit.ErrInvalidConfig, len(periods), len(m.counters))
+	}
+	if op == OpPeek {
+		idempotencyKey = ""
+	}
+	return m.do(ctx, int64(op), key, cost, parts, idempotencyKey, periods)
 }
 
 // Counters returns the composite's counters, in order.
@@ -125,13 +203,13 @@ func (m *Composite) Counters() []*Counter { return append([]*Counter(nil), m.cou
 // an error the decision may or may not have been applied (to every counter
 // or to none): a retry with the same idempotency key counts once.
 func (m *Composite) Take(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Outcome, error) {
-	return m.do(ctx, opTake, key, cost, parts, idempotencyKey)
+	return m.do(ctx, opTake, key, cost, parts, idempotencyKey, nil)
 }
 
 // Peek reports what Take would decide now, without taking or writing
 // anything. It returns the same errors as Take.
 func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ratekit.Part) ([]Outcome, error) {
-	return m.do(ctx, opPeek, key, cost, parts, "")
+	return m.do(ctx, opPeek, key, cost, parts, "", nil)
 }
 
 // Refund gives every part's cost back to its counter, as [Counter.Refund]
@@ -139,7 +217,7 @@ func (m *Composite) Peek(ctx context.Context, key string, cost int64, parts []ra
 // retried refund count once. It returns the same errors as Take, except that
 // a cost above a counter's capacity is allowed.
 func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []ratekit.Part, idempotencyKey string) ([]Outcome, error) {
-	return m.do(ctx, opRefund, key, cost, parts, idempotencyKey)
+	return m.do(ctx, opRefund, key, cost, parts, idempotencyKey, nil)
 }
 
 // Reset forgets key under every counter (counter rows, sliding-log entries,
@@ -151,10 +229,49 @@ func (m *Composite) Refund(ctx context.Context, key string, cost int64, parts []
 // returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong] for an invalid
 // key and otherwise errors that wrap the pgx error.
 func (m *Composite) Reset(ctx context.Context, key string) error {
-	return resetKey(ctx, m.counters, key, "composite reset")
+	var extra []string
+	if m.idemPrefix != m.prefixes[0] {
+		extra = []string{m.idemPrefix}
+	}
+	return resetKey(ctx, m.counters, extra, key, "composite reset")
 }
 
-func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string) ([]Outcome, error) {
+// bounds returns the period bounds argument of the composite function for
+// periods (nil: the counters'): for each counter with a period, the starts
+// of the periods before, at and after the client's now and the end of the
+// last, in microseconds since the epoch; zeros for the others.
+func (m *Composite) bounds(periods []ratekit.Period) ([]int64, error) {
+	b := make([]int64, 4*len(m.counters))
+	if !m.periodic {
+		return b, nil
+	}
+	if periods == nil {
+		periods = m.periods
+	}
+	now := m.store.clock()
+	shift := m.store.shift.Microseconds()
+	for i, p := range periods {
+		if m.algs[i] != algPeriod {
+			if !p.IsZero() {
+				return nil, fmt.Errorf("%w: policy %d has a period its counter was not made for", ratekit.ErrInvalidConfig, i)
+			}
+			continue
+		}
+		if err := p.Validate(); err != nil {
+			return nil, fmt.Errorf("policy %q: %w", m.prefixes[i], err)
+		}
+		start, end := p.Bounds(now)
+		before, _ := p.Bounds(start.Add(-time.Nanosecond))
+		_, after := p.Bounds(end)
+		b[4*i] = before.UnixMicro() + shift
+		b[4*i+1] = start.UnixMicro() + shift
+		b[4*i+2] = end.UnixMicro() + shift
+		b[4*i+3] = after.UnixMicro() + shift
+	}
+	return b, nil
+}
+
+func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem, Parts: parts}
 	if err := req.Validate(); err != nil {
 		return nil, err
@@ -179,6 +296,10 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
 		}
 	}
+	bounds, err := m.bounds(periods)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.store.ensureSchema(ctx); err != nil {
 		return nil, err
 	}
@@ -200,13 +321,10 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	if op != opPeek && m.cleanupP > 0 && rand.Float64() < m.cleanupP {
 		cleanup = m.batch
 	}
-	var (
-		raw []byte
-		err error
-	)
+	var raw []byte
 	for attempt := 0; ; attempt++ {
 		err = m.store.db.QueryRow(ctx, m.query, m.store.mode,
-			op, keys, costs, locks, []byte(key), idemArg, cleanup,
+			op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds,
 		).Scan(&raw)
 		// As in Counter.do: retry only what never reached the server.
 		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
@@ -216,18 +334,20 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	if err != nil {
 		return nil, wrapErr(ctx, "composite", err)
 	}
-	out := make([]int64, 1+4*n)
+	out := make([]int64, 1+6*n)
 	if !parseInts(raw, out) {
 		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
 	}
 	res := make([]Outcome, n)
 	for i := range res {
-		v := out[1+4*i:]
+		v := out[1+6*i:]
 		res[i] = Outcome{
 			Allowed:    v[0] == 1,
 			Remaining:  v[1],
 			RetryAfter: microseconds(v[2]),
 			ResetAfter: microseconds(v[3]),
+			Period:     microseconds(v[4]),
+			Used:       v[5],
 			Duplicate:  out[0] == 1,
 		}
 	}

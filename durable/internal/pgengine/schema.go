@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 14
+const SchemaVersion = 15
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -75,6 +75,7 @@ func SchemaSQL(schema string) (string, error) {
 			Composite:   data.Schema + "." + d.table("composite"),
 			Reset:       data.Schema + "." + d.table("reset"),
 			Cleanup:     data.Schema + "." + d.table("cleanup"),
+			Usage:       data.Schema + "." + d.table("period_usage"),
 		})
 		for _, a := range batchAlgorithms {
 			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.function(a)})
@@ -136,6 +137,7 @@ type tableData struct {
 	CountersRaw, LogRaw, IdemRaw       string
 	Fixed, Sliding, Bucket, SlidingLog string
 	Composite, Reset, Cleanup          string
+	Usage                              string
 }
 
 // schemaSource is schema.sql: a text/template of the schema SQL, executed

@@ -49,6 +49,21 @@ CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
 );
 CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
 
+-- The units each key used in each ended period of a calendar-period policy
+-- (composite algorithm 5), moved here from the counter row, in the
+-- transaction that starts the key's next period: a period's usage is in
+-- the counter row while it is the row's period and here after, never in
+-- both, so one statement that reads both is exact. Nothing deletes these
+-- rows: they are billing records.
+CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Usage}} (
+	prefix          text   NOT NULL,
+	key             bytea  NOT NULL,
+	period_start_us bigint NOT NULL,
+	period_end_us   bigint NOT NULL,
+	used            bigint NOT NULL,
+	PRIMARY KEY (prefix, period_start_us, key)
+);
+
 -- Cleanup: delete up to p_quota rows of each table under p_prefix that
 -- expired before p_before, skipping rows locked by others, and return how
 -- many of each (counters, log entries, idempotency records), found through
@@ -391,14 +406,33 @@ $fn$;
 -- every policy admits, and then takes from every policy; otherwise it
 -- writes nothing. A peek locks nothing and reads the clock after the
 -- counters. The idempotency record (p_idem_prefix, p_idem_key, p_idem)
--- covers the whole decision. Returns ARRAY[duplicate, then for each policy
--- allowed, remaining, retry_after_us, reset_after_us].
+-- covers the whole decision.
+--
+-- Algorithm 5 is a fixed window over calendar periods. The client computes
+-- them with its own clock and passes, in p_bounds[4i-3 .. 4i], four
+-- boundaries b0 < b1 < b2 < b3 (microseconds since the epoch): the period
+-- that contains its now and its two neighbours. The function picks the one
+-- that contains the database's now, so that decisions use one clock, the
+-- database's, and calendar arithmetic lives in one place, the client; a
+-- database now outside [b0, b3) (clocks more than a period apart) raises
+-- SQLSTATE RK001 and decides nothing. The counter row holds the period's
+-- start in window_start_us and its end in expires_at_us; a take that
+-- starts a new period moves the ended period's count to the usage table.
+-- A refund whose idempotency key names a take of this scope gives nothing
+-- back to a period that started after that take (the take's time is its
+-- record's expiry less p_idem_ttl_us).
+--
+-- Returns ARRAY[duplicate, then for each policy allowed, remaining,
+-- retry_after_us, reset_after_us, period_us (the length of the period
+-- counted in, 0 for the other algorithms), used (the units counted in the
+-- window or period; quota - remaining for algorithms 2 and 3)].
 DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean);
+DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean, bigint[]);
 CREATE OR REPLACE FUNCTION {{.Composite}}(
 	p_op bigint, p_algs bigint[], p_prefixes text[], p_keys bytea[], p_costs bigint[],
 	p_quotas bigint[], p_windows bigint[], p_ttls bigint[], p_locks bigint[],
 	p_idem_prefix text, p_idem_key bytea, p_idem bytea, p_idem_ttl_us bigint,
-	p_cleanup bigint, p_sync boolean)
+	p_cleanup bigint, p_sync boolean, p_bounds bigint[])
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
 	n int := cardinality(p_keys);
@@ -415,7 +449,17 @@ DECLARE
 	s_a bigint[]; -- count, tat or logged units
 	s_b bigint[]; -- prev_count or last log expiry
 	s_id tid[]; -- the locked counter row, written by ctid
+	s_we bigint[]; -- algorithm 5: the end of the period counted in
+	s_pl bigint[]; -- algorithm 5: the length of that period
+	s_ows bigint[]; -- algorithm 5: the row's period start and count as read
+	s_oa bigint[];
+	s_oe bigint[]; -- the row's expires_at_us as locked
 	v_id tid;
+	v_exp bigint;
+	v_pe bigint;
+	v_charge bigint;
+	b int;
+	used bigint;
 	ok boolean[];
 	all_ok boolean := true;
 	allowed boolean;
@@ -434,7 +478,8 @@ DECLARE
 	o bigint[];
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_algs) <> n OR cardinality(p_prefixes) <> n OR cardinality(p_costs) <> n
-		OR cardinality(p_quotas) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n THEN
+		OR cardinality(p_quotas) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n
+		OR cardinality(p_bounds) IS DISTINCT FROM 4 * n THEN
 		RAISE EXCEPTION 'ratekit: composite arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;
 	IF p_op <> 1 AND NOT p_sync THEN
@@ -444,6 +489,7 @@ BEGIN
 	s_a := s_ws;
 	s_b := s_ws;
 	s_id := array_fill(NULL::tid, ARRAY[n]);
+	s_we := s_ws; s_pl := s_ws; s_ows := s_ws; s_oa := s_ws; s_oe := s_ws;
 	ok := array_fill(true, ARRAY[n]);
 	IF p_op <> 1 THEN
 		-- The lock order: by prefix in byte order, then key (an insertion
@@ -471,11 +517,11 @@ BEGIN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
 			ELSE
 				LOOP
-					SELECT c.ctid, c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count
-					INTO v_id, v_ws, v_a, v_b
+					SELECT c.ctid, c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count, c.expires_at_us
+					INTO v_id, v_ws, v_a, v_b, v_exp
 					FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
 					IF FOUND THEN
-						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b;
+						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b; s_oe[i] := v_exp;
 						EXIT;
 					END IF;
 					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
@@ -525,6 +571,27 @@ BEGIN
 				s_ws[i] := ws; s_a[i] := 0;
 			END IF;
 			ok[i] := s_a[i] + cst <= lim;
+		WHEN 5 THEN
+			b := 4 * (i - 1);
+			IF now_us >= p_bounds[b + 1] AND now_us < p_bounds[b + 2] THEN
+				ws := p_bounds[b + 1]; v_pe := p_bounds[b + 2];
+			ELSIF now_us >= p_bounds[b + 2] AND now_us < p_bounds[b + 3] THEN
+				ws := p_bounds[b + 2]; v_pe := p_bounds[b + 3];
+			ELSIF now_us >= p_bounds[b + 3] AND now_us < p_bounds[b + 4] THEN
+				ws := p_bounds[b + 3]; v_pe := p_bounds[b + 4];
+			ELSE
+				RAISE EXCEPTION 'ratekit: clock skew: the database clock (% µs since the Unix epoch) is outside the periods [%, %) that the client computed for policy %: the clocks differ by more than a period',
+					now_us, p_bounds[b + 1], p_bounds[b + 4], p_prefixes[i] USING ERRCODE = 'RK001';
+			END IF;
+			s_ows[i] := s_ws[i]; s_oa[i] := s_a[i];
+			s_we[i] := v_pe; s_pl[i] := v_pe - ws;
+			-- A row of an earlier period counts from zero; a row whose
+			-- period started later (the key's anchor moved back) keeps its
+			-- count: a change of period never grants a fresh one.
+			IF s_ws[i] < ws THEN
+				s_ws[i] := ws; s_a[i] := 0;
+			END IF;
+			ok[i] := s_a[i] + cst <= lim;
 		WHEN 2 THEN
 			ws := now_us - now_us % w;
 			IF s_ws[i] < ws THEN
@@ -554,6 +621,12 @@ BEGIN
 		WHERE x.expires_at_us <= now_us;
 		duplicate := NOT FOUND;
 	END IF;
+	IF p_op = 2 AND p_idem IS NOT NULL AND NOT duplicate THEN
+		-- When the take this refund undoes is on record, its time.
+		SELECT x.expires_at_us - p_idem_ttl_us INTO v_charge FROM {{.Idem}} AS x
+		WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key
+			AND x.idempotency_key = set_byte(p_idem, 0, get_byte(p_idem, 0) + 2) AND x.expires_at_us > now_us;
+	END IF;
 	IF p_op = 0 AND NOT duplicate AND all_ok THEN
 		FOR i IN 1..n LOOP
 			w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
@@ -562,6 +635,17 @@ BEGIN
 				s_a[i] := s_a[i] + cst;
 				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
 					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + w)
+				WHERE c.ctid = s_id[i];
+			WHEN 5 THEN
+				s_a[i] := s_a[i] + cst;
+				IF s_ows[i] < s_ws[i] AND s_oa[i] > 0 THEN
+					INSERT INTO {{.Usage}} AS u (prefix, key, period_start_us, period_end_us, used)
+					VALUES (p_prefixes[i], p_keys[i], s_ows[i], s_oe[i], s_oa[i])
+					ON CONFLICT (prefix, period_start_us, key) DO UPDATE SET used = u.used + EXCLUDED.used,
+						period_end_us = GREATEST(u.period_end_us, EXCLUDED.period_end_us);
+				END IF;
+				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
+					expires_at_us = GREATEST(c.expires_at_us, s_we[i])
 				WHERE c.ctid = s_id[i];
 			WHEN 2 THEN
 				s_a[i] := s_a[i] + cst;
@@ -587,6 +671,11 @@ BEGIN
 			CASE p_algs[i]
 			WHEN 1 THEN
 				IF s_a[i] > 0 THEN
+					s_a[i] := GREATEST(s_a[i] - cst, 0);
+					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.ctid = s_id[i];
+				END IF;
+			WHEN 5 THEN
+				IF s_a[i] > 0 AND (v_charge IS NULL OR v_charge >= s_ws[i]) THEN
 					s_a[i] := GREATEST(s_a[i] - cst, 0);
 					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.ctid = s_id[i];
 				END IF;
@@ -631,6 +720,10 @@ BEGIN
 			remaining := GREATEST(lim - s_a[i], 0);
 			reset_after_us := GREATEST(s_ws[i] + w - now_us, 0);
 			retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
+		WHEN 5 THEN
+			remaining := GREATEST(lim - s_a[i], 0);
+			reset_after_us := GREATEST(s_we[i] - now_us, 0);
+			retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
 		WHEN 2 THEN
 			v_ws := s_ws[i]; v_a := s_a[i]; v_b := s_b[i];
 			v_elapsed := GREATEST(now_us - v_ws, 0);
@@ -666,7 +759,8 @@ BEGIN
 				retry_after_us := GREATEST(COALESCE(v_free, s_b[i]) - now_us, 1);
 			END IF;
 		END CASE;
-		o := o || ARRAY[allowed::int::bigint, remaining, retry_after_us, reset_after_us];
+		used := CASE WHEN p_algs[i] IN (2, 3) THEN lim - remaining ELSE s_a[i] END;
+		o := o || ARRAY[allowed::int::bigint, remaining, retry_after_us, reset_after_us, s_pl[i], used];
 	END LOOP;
 	IF p_op = 0 AND p_idem IS NOT NULL AND NOT duplicate AND NOT all_ok THEN
 		-- A denied request consumed nothing; forget its idempotency key so a

@@ -49,6 +49,11 @@ type Store struct {
 	co       coalescer
 	batchSQL string
 
+	// clock is the client clock that period bounds are computed from and
+	// shift is added to the bounds sent (see SetPeriodClock).
+	clock func() time.Time
+	shift time.Duration
+
 	autoMigrate bool
 	migrateMu   sync.Mutex
 	migrated    atomic.Bool
@@ -83,6 +88,7 @@ func New(db DB, cfg Config) (*Store, error) {
 		s.mode = pgx.QueryExecModeSimpleProtocol
 	}
 	s.batchSQL = batchSQL(s.quoted)
+	s.clock = time.Now
 	s.co = coalescer{store: s, max: cfg.MaxInFlight}
 	switch {
 	case cfg.MaxInFlight == 0:
@@ -91,6 +97,19 @@ func New(db DB, cfg Config) (*Store, error) {
 		s.co.max = 0
 	}
 	return s, nil
+}
+
+// SetPeriodClock sets the client clock that period bounds are computed from
+// (nil means time.Now) and a shift added to every bound sent to the
+// database, and so to every period start that PeriodUsage is given. Tests
+// use it to decide, on the database's real clock, in periods of any date:
+// a clock fixed at a date and a shift of the real now minus that date. It
+// must be called before the Store is used.
+func (s *Store) SetPeriodClock(now func() time.Time, shift time.Duration) {
+	if now == nil {
+		now = time.Now
+	}
+	s.clock, s.shift = now, shift
 }
 
 // Schema returns the name of the schema the Store uses.
@@ -249,8 +268,16 @@ type CounterConfig struct {
 	Quota int64
 
 	// Window is the window length, for a TokenBucket the time an empty
-	// bucket takes to fill. At least 1 ms; stored in microseconds.
+	// bucket takes to fill. At least 1 ms; stored in microseconds. Zero
+	// with a Period.
 	Window time.Duration
+
+	// Period, when not zero, makes the counter a fixed window over
+	// calendar periods (Algorithm FixedWindow, Window zero): decisions go
+	// through a [Composite] of the one counter, which picks on the
+	// database clock the period among the client's bounds (see
+	// schema.sql, algorithm 5).
+	Period ratekit.Period
 
 	// Durability selects UNLOGGED (the zero value) or logged tables.
 	Durability Durability
@@ -296,6 +323,10 @@ type Counter struct {
 	quota    int64
 	windowUS int64 // window, or emission interval for TokenBucket
 	ttlUS    int64 // idempotency record lifetime
+	keepUS   int64 // how long after its expiry a row is cleaned up
+	// single decides for a counter with a Period, through the composite
+	// function.
+	single   *Composite
 	cleanupP float64
 	// keepSyncCommit is the functions' p_sync: true leaves
 	// synchronous_commit alone.
@@ -329,7 +360,13 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if cfg.Quota > maxMicros {
 		return nil, fmt.Errorf("%w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
 	}
-	if cfg.Window < time.Millisecond {
+	periodic := !cfg.Period.IsZero()
+	if periodic {
+		p := ratekit.Policy{Name: cfg.Prefix, Algorithm: cfg.Algorithm, Window: cfg.Window, Period: cfg.Period}
+		if err := p.ValidatePeriod(); err != nil {
+			return nil, err
+		}
+	} else if cfg.Window < time.Millisecond {
 		return nil, fmt.Errorf("%w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
 	}
 	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
@@ -339,10 +376,20 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		return nil, fmt.Errorf("%w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
 	}
 	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
+	if periodic {
+		// The longest period (31 days and an hour) rounded up: how long
+		// an idempotency record lives. Rows are kept PeriodKeep after
+		// their period ended, for PeriodUsage.
+		c.windowUS = PeriodIdempotencyTTL.Microseconds()
+	}
 	// Unlogged tables write no WAL, so there is no commit to make
 	// asynchronous: skip the set_config call.
 	c.keepSyncCommit = cfg.SynchronousCommit || cfg.Durability == Unlogged
 	c.ttlUS = c.windowUS
+	c.keepUS = c.ttlUS
+	if periodic {
+		c.keepUS = PeriodKeep.Microseconds()
+	}
 	if cfg.Algorithm == ratekit.TokenBucket {
 		// The emission interval, rounded up so the refill is never faster
 		// than configured.
@@ -369,8 +416,25 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		c.batch = DefaultCleanupBatch
 	}
 	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+	if periodic {
+		single, err := NewComposite(c)
+		if err != nil {
+			return nil, err
+		}
+		c.single = single
+	}
 	return c, nil
 }
+
+// PeriodIdempotencyTTL is how long an idempotency key is remembered by a
+// counter with a Period: 32 days, longer than any period.
+const PeriodIdempotencyTTL = 32 * 24 * time.Hour
+
+// PeriodKeep is how long after its period ended the counter row of a
+// counter with a Period is kept (inline cleanup and [Counter.Cleanup] skip
+// it until then), so that PeriodUsage finds the last period of a key that
+// has made no request since: 400 days.
+const PeriodKeep = 400 * 24 * time.Hour
 
 // Config returns the configuration c was created with.
 func (c *Counter) Config() CounterConfig { return c.cfg }
@@ -397,6 +461,15 @@ type Outcome struct {
 
 	// ResetAfter is how long until the full capacity is available again.
 	ResetAfter time.Duration
+
+	// Period is the length of the period the decision counted in, for a
+	// counter with a Period; zero otherwise.
+	Period time.Duration
+
+	// Used is the units counted in the current window or period (for
+	// SlidingWindow and TokenBucket, capacity − Remaining). Only
+	// decisions of a [Composite] report it.
+	Used int64
 
 	// Duplicate reports that the idempotency key was seen within its
 	// lifetime: nothing was taken or given back this time, and Allowed is
@@ -446,6 +519,13 @@ func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotenc
 }
 
 func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Outcome, error) {
+	if c.single != nil {
+		r, err := c.single.do(ctx, op, key, cost, nil, idem, nil)
+		if err != nil {
+			return Outcome{}, err
+		}
+		return r[0], nil
+	}
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem}
 	if err := req.Validate(); err != nil {
 		return Outcome{}, err
@@ -537,13 +617,14 @@ func microseconds(us int64) time.Duration {
 // not an error. It returns [ratekit.ErrEmptyKey] or [ratekit.ErrKeyTooLong]
 // for an invalid key and otherwise errors that wrap the pgx error.
 func (c *Counter) Reset(ctx context.Context, key string) error {
-	return resetKey(ctx, []*Counter{c}, key, "reset")
+	return resetKey(ctx, []*Counter{c}, nil, key, "reset")
 }
 
 // resetKey forgets key under every counter of cs, which share a Store and
-// a durability, with one call of the schema's reset function; op names the
+// a durability, and under the prefixes extra (whose rows are locked as a
+// counter's), with one call of the schema's reset function; op names the
 // operation in errors.
-func resetKey(ctx context.Context, cs []*Counter, key, op string) error {
+func resetKey(ctx context.Context, cs []*Counter, extra []string, key, op string) error {
 	if err := ratekit.ValidateKey(key); err != nil {
 		return err
 	}
@@ -559,6 +640,11 @@ func resetKey(ctx context.Context, cs []*Counter, key, op string) error {
 		if c.cfg.Algorithm == ratekit.SlidingLog {
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 		}
+	}
+	for _, p := range extra {
+		prefixes = append(prefixes, p)
+		algs = append(algs, int64(ratekit.FixedWindow))
+		locks = append(locks, 0)
 	}
 	q := "SELECT " + s.quoted + "." + cs[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
 	if _, err := s.db.Exec(ctx, q, s.mode, prefixes, []byte(key), algs, locks); err != nil {
@@ -578,9 +664,14 @@ func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return 0, err
 	}
-	// Rows that expired at or before now: before now + 1 µs.
+	// Rows that expired at or before now: before now + 1 µs; for a
+	// counter with a Period, PeriodKeep before that.
+	keep := int64(-1)
+	if c.single != nil {
+		keep = c.keepUS
+	}
 	q := "SELECT r[1], r[2], r[3] FROM " + c.store.quoted + "." + c.cfg.Durability.table("cleanup") +
-		"($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint + 1, $2) AS r"
+		"($1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint - " + strconv.FormatInt(keep, 10) + ", $2) AS r"
 	var total int64
 	for {
 		var a, b, cc int64
@@ -620,10 +711,24 @@ func appendLenPrefixed(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
+// clockSkewCode is the SQLSTATE the composite function raises when the
+// database clock lies outside the period bounds a client sent.
+const clockSkewCode = "RK001"
+
+// ErrClockSkew is matched by the error of a decision on a policy with a
+// Period when the database clock lies outside the three periods around the
+// client's clock: the two clocks differ by more than a period. Nothing was
+// decided.
+var ErrClockSkew = errors.New("clock skew: the database clock is more than a period away from the client's")
+
 // wrapErr wraps a pgx error with the operation and, when ctx has ended,
 // ctx.Err(), so that errors.Is(err, context.DeadlineExceeded) holds whatever
 // pgx reported.
 func wrapErr(ctx context.Context, op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == clockSkewCode {
+		return fmt.Errorf("pgstore: %s: %w: %w", op, ErrClockSkew, err)
+	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("pgstore: %s: %w (%w)", op, cerr, err)
 	}
