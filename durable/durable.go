@@ -22,6 +22,13 @@
 // [ratekit.Request.IdempotencyKey]: a retried Allow or Refund with the same
 // idempotency key counts once within Policy.Window of the first attempt.
 //
+// A policy may count in calendar periods instead of windows
+// ([ratekit.Period]: a day, week or month in a time zone, from a billing
+// anchor), on the database clock. [Planned] decides each request against
+// its key's plan ([ratekit.Plan]), resolved per request, and reports usage
+// per key ([Planned.Usage]) and per period for billing
+// ([Planned.PeriodUsage]).
+//
 // See package pgstore for the table layout, the durability choices, PgBouncer
 // and RDS Proxy, and pool settings for serverless functions.
 package durable
