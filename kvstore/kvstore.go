@@ -11,7 +11,8 @@
 // A store that can read, refill and write a key as one atomic step with its
 // own clock implements [Atomic] as well. The refill rule it must follow is
 // [Refill.Apply]; this package holds the reference implementation in Go, which
-// the in-memory store runs under a lock and the Redis store mirrors in Lua.
+// the in-memory store runs under a lock and the Redis stores follow in Lua
+// (as GCRA on the key's expiry, in whole milliseconds of Redis's clock).
 //
 // A store that can also update several keys as one all-or-nothing step, for
 // limits that decide together ("10 a second and 1,000 a day"), implements
@@ -73,18 +74,35 @@ type Record struct {
 // write one key as a single atomic step, reading the time from their own
 // clock, so that concurrent callers never overwrite each other's work.
 //
-// Update brings the record under key up to date with [Refill.Level] at the
+// Update brings the value under key up to date with [Refill.Level] at the
 // store's current time, applies op with n units exactly as [Refill.Apply]
-// does, and writes the result (when Apply writes) with a time to live of
-// [Refill.TimeToFull]; a record that reaches the maximum is deleted, since an
-// absent key reads as full. One call is one round trip to the store.
+// does, and keeps the result (when Apply writes) until the value would be
+// full again; a value that reaches the maximum leaves no key behind, since
+// an absent key reads as full. One call is one round trip to the store.
+//
+// An Atomic store may keep Update's records in a form of its own (the Redis
+// stores keep a bucket's debt in the key's expiry), which Get need not read
+// and Set cannot write: a key is used either through Update or through Get
+// and Set, never both, as a limiter's mode does.
 //
 // Update returns [ErrInvalidRefill] for an invalid r, [ErrInvalidOp] for an
-// unknown op or an n outside the op's range (see [Op]), and otherwise the
-// same errors as the [Store] methods.
+// unknown op or an n outside the op's range (see [Op]),
+// [ErrMalformedRecord] when the key holds something Update did not write,
+// and otherwise the same errors as the [Store] methods.
 type Atomic interface {
 	Store
 	Update(ctx context.Context, key string, r Refill, op Op, n int64) (OpResult, error)
+}
+
+// ClockStepper is implemented by [Atomic] stores whose clock, the one
+// Update reads, advances in steps longer than a microsecond, so that the
+// refill arrives in those steps: the level at any instant is [Refill.Level]
+// at the start of its step. ClockStep returns the step; the Redis stores
+// read Redis's TIME in whole milliseconds. A limiter rounds the waits it
+// reports (retry after, reset) up to whole steps, so that a client that
+// waits that long finds the units there.
+type ClockStepper interface {
+	ClockStep() time.Duration
 }
 
 // Prefixer is implemented by stores that can give a key prefix a key space of
@@ -135,10 +153,11 @@ type OpResult struct {
 	Value int64
 }
 
-// MaxValue is the largest [Refill.Max] accepted: 2^53, the largest integer
-// that every number in Redis's Lua (a float64) represents exactly, so that the
-// Go and Lua implementations of [Refill.Apply] agree to the unit.
-const MaxValue = 1 << 53
+// MaxValue is the largest [Refill.Max] accepted: 2^52, so that the Redis
+// stores' scripts, which compute in Lua's doubles with numbers up to twice a
+// Max, stay exact integers (below 2^53) and agree with the Go implementation
+// of [Refill.Apply] to the unit.
+const MaxValue = 1 << 52
 
 // Errors returned by this package and the stores.
 var (

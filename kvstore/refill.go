@@ -10,7 +10,8 @@ import (
 // Refill describes a value that refills linearly with time up to a maximum:
 // the level of a token bucket, in integer units.
 //
-// Rate is in units per microsecond, the resolution of Redis's TIME. Because
+// Rate is in units per microsecond, the resolution of the stores' clocks
+// (the Redis stores step it in whole milliseconds: see [ClockStepper]). Because
 // both numbers are integers, refill is exact: no fraction of a unit is lost
 // or invented however the requests fall, so the level never drifts and never
 // goes negative. A limiter picks its unit so that its refill rate is a whole
@@ -30,7 +31,7 @@ type Refill struct {
 // out of range.
 func (r Refill) Validate() error {
 	if r.Max < 1 || r.Max > MaxValue {
-		return fmt.Errorf("%w: max %d is not between 1 and 2^53", ErrInvalidRefill, r.Max)
+		return fmt.Errorf("%w: max %d is not between 1 and 2^52", ErrInvalidRefill, r.Max)
 	}
 	if r.Rate < 1 || r.Rate > r.Max {
 		return fmt.Errorf("%w: rate %d is not between 1 and max %d", ErrInvalidRefill, r.Rate, r.Max)

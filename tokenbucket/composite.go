@@ -117,6 +117,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w (bucket %d)", err, i)
 		}
+		l.step = clockStep(cfg.Store)
 		for j, p := range c.prefix {
 			if q := b.Name + ":"; strings.HasPrefix(p, q) || strings.HasPrefix(q, p) {
 				return nil, invalid("bucket names %q and %q are equal or overlap (one is the other followed by ':')", cfg.Buckets[j].Name, b.Name)

@@ -36,7 +36,8 @@ func Example() {
 		}
 		fmt.Printf("request %d: allowed=%v remaining=%d\n", i, d.Allowed, d.Remaining)
 	}
-	fmt.Println(limiter.Policy())
+	p := limiter.Policy()
+	fmt.Printf("policy %q: quota %d per %v (%v)\n", p.Name, p.Quota, p.Window, p.Algorithm)
 	// Output:
 	// request 1: allowed=true remaining=4
 	// request 2: allowed=true remaining=3
@@ -44,7 +45,7 @@ func Example() {
 	// request 4: allowed=true remaining=1
 	// request 5: allowed=true remaining=0
 	// request 6: allowed=false remaining=0
-	// {search 5 10s TokenBucket}
+	// policy "search": quota 5 per 10s (TokenBucket)
 }
 
 // Decisions are exact to the microsecond, on an injected clock here.

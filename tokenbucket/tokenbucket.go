@@ -8,8 +8,10 @@
 // timer, so nothing needs to run inside a frozen serverless instance.
 // Levels are integers in units of 1/D token, where D is chosen so that
 // refill is a whole number of units per microsecond: refill never drifts,
-// and RetryAfter and ResetAfter are exact to the microsecond, rounded up.
-// [New] refuses a configuration whose Burst × D exceeds 2^53.
+// and RetryAfter and ResetAfter are exact to the microsecond, rounded up (to
+// the millisecond on a store whose clock moves in milliseconds, see
+// kvstore.ClockStepper).
+// [New] refuses a configuration whose Burst × D exceeds 2^52.
 //
 // The mode is chosen explicitly ([Config.Mode] has no default):
 //
@@ -44,6 +46,7 @@ package tokenbucket
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/big"
 	"time"
 
@@ -146,6 +149,7 @@ type Limiter struct {
 	prefix string
 	policy ratekit.Policy
 	denied *deniedCache
+	step   time.Duration // the Atomic store's clock step (kvstore.ClockStepper), 0 for a microsecond
 }
 
 var (
@@ -158,7 +162,7 @@ var (
 // New returns a Limiter for cfg. It returns an error matching
 // ratekit.ErrInvalidConfig for an invalid policy name, a Burst below 1, a
 // RefillRate that is not positive, not whole microseconds or faster than
-// Burst tokens per microsecond, a Burst × D above 2^53 (see the package doc),
+// Burst tokens per microsecond, a Burst × D above 2^52 (see the package doc),
 // a missing or unknown Mode, a nil Store, an Atomic mode over a store that is
 // not a kvstore.Atomic, or a negative DeniedCacheSize.
 func New(cfg Config) (*Limiter, error) {
@@ -182,7 +186,7 @@ func New(cfg Config) (*Limiter, error) {
 	g := gcd(r.Tokens, perMicro)
 	unit, rate := perMicro/g, r.Tokens/g
 	if unit > kvstore.MaxValue/cfg.Burst {
-		return nil, invalid("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^53; use a shorter period", cfg.Burst, r.Tokens, r.Per, cfg.Burst, unit)
+		return nil, invalid("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^52; use a shorter period", cfg.Burst, r.Tokens, r.Per, cfg.Burst, unit)
 	}
 	refill := kvstore.Refill{Max: cfg.Burst * unit, Rate: rate}
 	if err := refill.Validate(); err != nil {
@@ -212,6 +216,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, invalid("Atomic mode needs a kvstore.Atomic store; %T is not one", cfg.Store)
 		}
 		l.atomic = a
+		l.step = clockStep(cfg.Store)
 	case 0:
 		return nil, invalid("Mode is not set; choose tokenbucket.Eventual or tokenbucket.Atomic")
 	default:
@@ -294,7 +299,7 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	}
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
 	if err == nil && !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Value, sent, sent.Add(l.refill.TimeUntil(res.Value, n)), ticket)
+		l.denied.add(req.Key, res.Value, sent, sent.Add(l.wait(res.Value, n)), ticket)
 	}
 	l.denied.finish(req.Key, err != nil || res.OK)
 	if err != nil {
@@ -409,9 +414,31 @@ func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Allowed = allowed
 	d.Limit = l.burst
 	d.Remaining = level / l.unit
-	d.ResetAfter = l.refill.TimeToFull(level)
+	d.ResetAfter = l.wait(level, l.refill.Max)
 	d.Policy = l.policy
 	if !allowed {
-		d.RetryAfter = l.refill.TimeUntil(level, n)
+		d.RetryAfter = l.wait(level, n)
 	}
+}
+
+// clockStep returns the clock step of store when it is a
+// kvstore.ClockStepper with a step longer than a microsecond, and 0
+// otherwise.
+func clockStep(store kvstore.Store) time.Duration {
+	if cs, ok := store.(kvstore.ClockStepper); ok && cs.ClockStep() > time.Microsecond {
+		return cs.ClockStep()
+	}
+	return 0
+}
+
+// wait returns how long the bucket at level takes to hold target units:
+// Refill.TimeUntil, rounded up to whole steps of the store's clock.
+func (l *Limiter) wait(level, target int64) time.Duration {
+	d := l.refill.TimeUntil(level, target)
+	if l.step > 0 {
+		if r := d % l.step; r != 0 && d <= math.MaxInt64-l.step {
+			d += l.step - r
+		}
+	}
+	return d
 }

@@ -17,125 +17,157 @@ import (
 // kvstore.ErrMalformedRecord.
 const Malformed = "kvstore: malformed record"
 
-// Update is kvstore.Refill.Apply in Lua. KEYS[1] is the record's key;
-// ARGV is max, rate (units per microsecond), n and the op: t (take), p (peek)
-// or r (refund). The record is the string "<value> <time>" (time in
-// microseconds since the Unix epoch). The reply is one integer: the level
-// after the op when n units were available (or refunded), and -(level+1)
-// when they were not, so the reply needs no array or string parsing.
+// The record. A token bucket's state is its debt: the units it lacks to be
+// full. The scripts keep it as the key's expiry E, the instant (in Redis's
+// milliseconds) at which the bucket is full again, and the key's value w, a
+// decimal integer from 0 to rate-1, so that at millisecond t the debt is
+// (E-t)×rate - w units, rate being the refill in units per millisecond. This
+// is GCRA (ITU-T I.371) with the theoretical arrival time E - w/rate kept
+// exactly: a take of n units moves it n/rate ms later, fraction included.
+// An absent key is a full bucket, and Redis's expiry deletes the key the
+// moment the bucket is full again, so nothing else cleans up.
 //
-// Every number stays below 2^53 (kvstore.MaxValue and the time in
-// microseconds), where Lua's doubles are exact integers, except the refill
-// v + elapsed*rate of a long-idle key, which is only compared with max (and
-// replaced by it): a double that large is far above any max. The script
-// avoids what costs most in Redis's Lua: no pattern matching, no math.*
-// calls, no tonumber on its own arguments (arithmetic coerces them with one
-// string conversion where tonumber makes two; the record is still read with
-// tonumber, which returns nil where coercion would raise), and no number
-// handed to redis.call, which Redis formats with printf's %.17g (the TTL,
-// rounded down to a whole number before the + 1, goes as a
-// string.format('%d') string; a whole number also suits Lua 5.3 and later,
-// whose %d refuses a fraction). It only uses the string library every
-// Redis-compatible server ships.
+// The clock is the key's own: PTTL gives E-t, which with GET's w is the
+// debt, without TIME (whose reply costs Redis as much as a SET) and without
+// parsing. A write that continues a debt sets the new expiry absolutely (SET
+// … PXAT from PEXPIRETIME), so that a millisecond that ends while the script
+// runs cannot shift it: Redis before 7.2 reads a fresh clock for each PTTL
+// and each relative expiry, even within one script. A write that starts
+// from a full bucket may be relative (PX), since a full bucket is full at
+// every instant of the script. It needs Redis 7.0 or later (PEXPIRETIME).
+//
+// The refill arrives in whole milliseconds of Redis's clock: the level at
+// any instant is kvstore.Refill.Level at the start of its millisecond.
+
+// Update is kvstore.Refill.Apply in Lua on the record described above.
+// KEYS[1] is the record's key; ARGV is max, rate (units per millisecond: see
+// RateArg), n and the op: t (take), p (peek) or r (refund). The reply is one
+// integer: the level after the op when n units were available (or
+// refunded), and -(level+1) when they were not, so the reply needs no array
+// or string parsing. A peek or a refused take calls PTTL and GET and writes
+// nothing.
+//
+// Every number stays below 2^53, where Lua's doubles are exact integers:
+// max is at most kvstore.MaxValue (2^52), rate at most max, and the debt
+// and what the script computes from it at most max + rate. Lua's % on
+// doubles (a - floor(a/b)×b) can land one b below when a/b rounds up to a
+// whole number, which the script corrects. The script avoids what costs most
+// in Redis's Lua: no pattern matching, no math.* calls, no tonumber on its
+// own arguments (arithmetic coerces them), and no number handed to
+// redis.call, which Redis formats with printf's %.17g (string.format('%d')
+// instead; its arguments are whole numbers, as Lua 5.3 and later require).
 const Update = `
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local t = redis.call('TIME')
-local clock = t[1] * 1000000 + t[2]
-local now, v = clock, max
-local s = redis.call('GET', KEYS[1])
-if s then
-  local i, b = string.find(s, ' ', 1, true)
-  if i then v, b = tonumber(string.sub(s, 1, i - 1)), tonumber(string.sub(s, i + 1)) end
-  if not (i and v and b) then return redis.error_reply('` + Malformed + `') end
-  if v > max then v = max elseif v < 0 then v = 0 end
-  if now <= b then
-    now = b
-  else
-    v = v + (now - b) * rate
-    if v > max then v = max end
+local k = redis.call('PTTL', KEYS[1])
+local d = 0
+if k ~= -2 then
+  local w = tonumber(redis.call('GET', KEYS[1]))
+  if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
+  if k > 0 then
+    d = (k - 1) * rate + rate - w
+    if d > max then d = max elseif d < 0 then d = 0 end
   end
 end
-local op = ARGV[4]
+local op, v, owed = ARGV[4], max - d, d > 0
 if op == 'r' then
-  v = v + n
-  if v > max then v = max end
+  d = d - n
+  if d <= 0 then
+    if k ~= -2 then redis.call('DEL', KEYS[1]) end
+    return max
+  end
 elseif v < n then
   return -v - 1
 elseif op == 't' then
-  v = v - n
+  d = d + n
 else
   return v
 end
-if v >= max then
-  redis.call('DEL', KEYS[1])
+local m = d % rate
+if m < 0 then m = m + rate end
+local q = (d - m) / rate
+if m > 0 then q, m = q + 1, rate - m end
+if owed then
+  redis.call('SET', KEYS[1], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[1]) - k + q))
 else
-  local ttl = (now - clock + (max - v) / rate) / 1000
-  redis.call('SET', KEYS[1], string.format('%d %d', v, now), 'PX', string.format('%d', ttl - ttl % 1 + 1))
+  redis.call('SET', KEYS[1], string.format('%d', m), 'PX', string.format('%d', q))
 end
-return v
+return max - d
 `
 
 // Multi is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
-// arithmetic of Update. KEYS are the records' keys; ARGV[1] is the op (t, p
-// or r) and ARGV[3i-1], ARGV[3i], ARGV[3i+1] are key i's max, rate and n.
-// TIME is read once. Every key is read and refilled first; a take writes
-// only when every key holds its n. The reply is one integer per key, in
-// KEYS order, encoded as Update's: the level after the op when key i's n
-// units were available (or refunded), and -(level+1) when they were not;
-// when a take is refused, a key that held its units reports the level it
-// keeps. A key that holds something else fails the call with Malformed
+// arithmetic of Update on the same record. KEYS are the records' keys;
+// ARGV[1] is the op (t, p or r) and ARGV[3i-1], ARGV[3i], ARGV[3i+1] are key
+// i's max, rate (units per millisecond) and n. Every key is read first; a
+// take writes only when every key holds its n. The reply is one integer per
+// key, in KEYS order, encoded as Update's: the level after the op when key
+// i's n units were available (or refunded), and -(level+1) when they were
+// not; when a take is refused, a key that held its units reports the level
+// it keeps. A key that holds something else fails the call with Malformed
 // before anything is written.
 const Multi = `
-local t = redis.call('TIME')
-local clock = t[1] * 1000000 + t[2]
 local op = ARGV[1]
-local k = #KEYS
-local lv, at, mx, rt, ns, all = {}, {}, {}, {}, {}, true
-for i = 1, k do
+local nk = #KEYS
+local debt, ttl, all = {}, {}, true
+for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  mx[i], rt[i], ns[i] = max, rate, n
-  local now, v = clock, max
-  local s = redis.call('GET', KEYS[i])
-  if s then
-    local j, b = string.find(s, ' ', 1, true)
-    if j then v, b = tonumber(string.sub(s, 1, j - 1)), tonumber(string.sub(s, j + 1)) end
-    if not (j and v and b) then return redis.error_reply('` + Malformed + `') end
-    if v > max then v = max elseif v < 0 then v = 0 end
-    if now <= b then
-      now = b
-    else
-      v = v + (now - b) * rate
-      if v > max then v = max end
+  local k = redis.call('PTTL', KEYS[i])
+  local d = 0
+  if k ~= -2 then
+    local w = tonumber(redis.call('GET', KEYS[i]))
+    if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
+    if k > 0 then
+      d = (k - 1) * rate + rate - w
+      if d > max then d = max elseif d < 0 then d = 0 end
     end
   end
-  lv[i], at[i] = v, now
-  if v < n then all = false end
+  debt[i], ttl[i] = d, k
+  if max - d < n then all = false end
 end
 local out = {}
-for i = 1, k do
-  local max, rate, n = mx[i], rt[i], ns[i]
-  local v, now = lv[i], at[i]
+for i = 1, nk do
+  local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
+  local d, k = debt[i], ttl[i]
+  local held, owed = max - d >= n, d > 0
   local write = false
   if op == 'r' then
-    v = v + n
-    if v > max then v = max end
+    d = d - n
     write = true
   elseif op == 't' and all then
-    v = v - n
+    d = d + n
     write = true
   end
   if write then
-    if v >= max then
-      redis.call('DEL', KEYS[i])
+    if d <= 0 then
+      d = 0
+      if k ~= -2 then redis.call('DEL', KEYS[i]) end
     else
-      local ttl = (now - clock + (max - v) / rate) / 1000
-      redis.call('SET', KEYS[i], string.format('%d %d', v, now), 'PX', string.format('%d', ttl - ttl % 1 + 1))
+      local m = d % rate
+      if m < 0 then m = m + rate end
+      local q = (d - m) / rate
+      if m > 0 then q, m = q + 1, rate - m end
+      if owed then
+        redis.call('SET', KEYS[i], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
+      else
+        redis.call('SET', KEYS[i], string.format('%d', m), 'PX', string.format('%d', q))
+      end
     end
   end
-  if op ~= 'r' and lv[i] < n then out[i] = -v - 1 else out[i] = v end
+  if op ~= 'r' and not held then out[i] = d - max - 1 else out[i] = max - d end
 end
 return out
 `
+
+// RateArg returns the rate argument of Update and Multi for r: r's refill in
+// units per millisecond, r.Rate×1000, capped at r.Max (a bucket that refills
+// more than its maximum in one millisecond is full at the next one either
+// way, and the cap keeps every number of the script below 2^53). r must be
+// valid.
+func RateArg(r kvstore.Refill) int64 {
+	if r.Rate > r.Max/1000 {
+		return r.Max
+	}
+	return r.Rate * 1000
+}
 
 // MultiKeys appends to dst the Redis keys of updates in group, in order,
 // built in one string so that a call allocates once for all of them: prefix

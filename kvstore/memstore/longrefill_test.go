@@ -10,12 +10,12 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-// A bucket whose time to fill runs past the year 2262 (what int64
-// nanoseconds count to) must not expire at once and read as full: burst 1
-// refilled once per 250 years admits once, then denies.
+// A bucket whose time to fill is the longest a Refill allows (2^52 µs, about
+// 142 years) must not expire at once and read as full: burst 1 refilled once
+// per century admits once, then denies.
 func TestLongRefillDoesNotExpire(t *testing.T) {
 	year := 365 * 24 * time.Hour
-	for _, per := range []time.Duration{250 * year, 285 * year} {
+	for _, per := range []time.Duration{100 * year, 142 * year} {
 		store, err := memstore.New(memstore.Config{MaxKeys: 10})
 		if err != nil {
 			t.Fatal(err)

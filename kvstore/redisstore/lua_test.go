@@ -3,103 +3,137 @@ package redisstore_test
 import (
 	"context"
 	"math/rand/v2"
+	"strconv"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
-// redisNow returns Redis's clock in microseconds.
-func redisNow(t *testing.T, c *redis.Client) int64 {
+// redisMillis returns Redis's clock in whole milliseconds, the clock of the
+// update script.
+func redisMillis(t *testing.T, c *redis.Client) int64 {
 	t.Helper()
 	tm, err := c.Time(context.Background()).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tm.UnixMicro()
+	return tm.UnixMilli()
 }
 
-// TestLuaMatchesGo drives the Lua script and kvstore.Refill.Apply with the
-// same random records, refills and operations. When the script writes, the
-// record it wrote says which time it read, and the script's result and
-// record must equal Apply's at that time exactly. When it writes nothing,
-// the level it reports must lie between Go's levels just before and just
-// after the call (the level only grows with time). writes counts the exact
-// comparisons, so that the test fails if they stop happening.
+// bucketState is what the update script keeps under a key: its expiry E (in
+// milliseconds) and value w; present is false for an absent key.
+type bucketState struct {
+	present bool
+	e, w    int64
+}
+
+func readState(t *testing.T, c *redis.Client, key string) bucketState {
+	t.Helper()
+	// One script, so that the key cannot expire between the two reads.
+	v, err := c.Eval(context.Background(), "return {redis.call('PEXPIRETIME', KEYS[1]), redis.call('GET', KEYS[1])}", []string{key}).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := v[0].(int64)
+	if e == -2 {
+		return bucketState{}
+	}
+	s, _ := v[1].(string)
+	w, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("value %q: %v", s, err)
+	}
+	return bucketState{true, e, w}
+}
+
+// TestLuaMatchesGo drives the update script and kvstore.Refill.Apply through
+// the same random sequences of operations on random refills. The script
+// reads Redis's clock in whole milliseconds: for each call, some millisecond
+// between Redis's TIME just before and just after it must give, through
+// Apply on the reference record, the script's result exactly, and the record
+// the script left (the debt its expiry and value encode at that millisecond)
+// must be Apply's; the reference record then moves to Apply's. So the Lua
+// arithmetic is checked to the unit at every step, across fresh keys,
+// refills, clamping refunds and keys that expired when full.
 func TestLuaMatchesGo(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(11, 12))
-	writes := 0
-	// 400 cases, and more, up to 4000, until 100 wrote: on a busy machine
-	// more records refill to full between the Set and the Update (and
-	// then nothing is written), so fewer cases compare exactly.
-	cases := 0
-	for i := 0; i < 400 || (writes < 100 && i < 4000); i++ {
-		cases++
+	const key = "k"
+	steps, writes := 0, 0
+	for seq := 0; seq < 60; seq++ {
 		max := 1 + rng.Int64N(kvstore.MaxValue)
 		if rng.IntN(2) == 0 {
 			max = 1 + rng.Int64N(10_000)
 		}
 		r := kvstore.Refill{Max: max, Rate: 1 + rng.Int64N(min(max, 5000))}
-		op := kvstore.Op(1 + rng.IntN(3))
-		n := 1 + rng.Int64N(max)
-		if op == kvstore.OpRefund && rng.IntN(4) == 0 {
-			n = 1 + rng.Int64N(1<<62)
+		if rng.IntN(4) == 0 {
+			r.Rate = max // full again within a microsecond
 		}
-		key := "k"
-		var rec kvstore.Record
-		ok := rng.IntN(5) != 0
-		if ok {
-			rec = kvstore.Record{Value: rng.Int64N(max+1) - rng.Int64N(3), Time: redisNow(t, c) - rng.Int64N(3000) + 500}
-			if err := s.Set(ctx, key, rec, time.Minute); err != nil {
+		rate := redisscript.RateArg(r)
+		if err := s.Delete(ctx, key); err != nil {
+			t.Fatal(err)
+		}
+		var ref kvstore.Record
+		refOK := false
+		for range 40 {
+			steps++
+			op := kvstore.Op(1 + rng.IntN(3))
+			n := 1 + rng.Int64N(max)
+			if rng.IntN(2) == 0 {
+				n = 1 + rng.Int64N(1+max/8)
+			}
+			if op == kvstore.OpRefund && rng.IntN(4) == 0 {
+				n = 1 + rng.Int64N(1<<62)
+			}
+			old := readState(t, c, s.Key(key))
+			before := redisMillis(t, c)
+			res, err := s.Update(ctx, key, r, op, n)
+			if err != nil {
 				t.Fatal(err)
 			}
-		} else if err := s.Delete(ctx, key); err != nil {
-			t.Fatal(err)
-		}
-		before := redisNow(t, c)
-		res, err := s.Update(ctx, key, r, op, n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stored, written, err := s.Get(ctx, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		after := redisNow(t, c)
-		wrote := written && (!ok || stored != rec)
-		if wrote {
-			writes++
-			want, next, write, _ := r.Apply(rec, ok, stored.Time, op, n)
-			if !write || res != want || stored != next {
-				t.Fatalf("case %d: %+v op %d n %d from %+v (present %v): Lua %+v, record %+v; Go %+v, record %+v (write %v)",
-					i, r, op, n, rec, ok, res, stored, want, next, write)
+			after := redisMillis(t, c)
+			got := readState(t, c, s.Key(key))
+			read := redisMillis(t, c)
+			matched := false
+			for ms := before; ms <= after && !matched; ms++ {
+				want, next, write, err := r.Apply(ref, refOK, ms*1000, op, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want != res {
+					continue
+				}
+				switch {
+				case !write:
+					// Nothing written: the key is as it was, or gone
+					// because the bucket filled up meanwhile.
+					matched = got == old || !got.present
+				case next.Value >= r.Max:
+					matched = !got.present
+				case got.present:
+					matched = got.w >= 0 && got.w < rate && (got.e-ms)*rate-got.w == r.Max-next.Value
+				default:
+					// Gone: only when the bucket was full again before
+					// the state was read.
+					debt := r.Max - next.Value
+					matched = ms+(debt+rate-1)/rate <= read
+				}
+				if matched && write {
+					ref, refOK = next, next.Value < r.Max
+					writes++
+				}
 			}
-			continue
-		}
-		if op == kvstore.OpRefund { // a refund to full deletes the key
-			if !res.OK || res.Value != r.Max || written {
-				t.Fatalf("case %d: refund %d to %+v under %+v: Lua %+v, record present %v; want full, deleted", i, n, rec, r, res, written)
+			if !matched {
+				t.Fatalf("sequence %d, %+v (rate %d/ms): op %d n %d on reference %+v (present %v), state %+v: Lua %+v, state after %+v; Apply agrees at no millisecond from %d to %d",
+					seq, r, rate, op, n, ref, refOK, old, res, got, before, after)
 			}
-			continue
-		}
-		// A take's record can expire before the Get when it refills within a
-		// millisecond; then only the bounds can be checked.
-		level := res.Value
-		if op == kvstore.OpTake && res.OK {
-			level += n
-		}
-		lo, _ := r.Level(rec, ok, before)
-		hi, _ := r.Level(rec, ok, after)
-		if level < lo || level > hi || res.OK != (level >= n) {
-			t.Fatalf("case %d: %+v op %d n %d from %+v (present %v): Lua %+v without a write; Go's level between %d and %d",
-				i, r, op, n, rec, ok, res, lo, hi)
 		}
 	}
-	if writes < 100 {
-		t.Fatalf("only %d of %d cases wrote; the exact comparison ran too rarely", writes, cases)
+	if writes < steps/4 {
+		t.Fatalf("only %d of %d steps wrote; the record comparison ran too rarely", writes, steps)
 	}
 }

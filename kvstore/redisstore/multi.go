@@ -25,7 +25,7 @@ func (s *Store) Partitioned() bool {
 
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of a Lua
 // script over every key, coalesced into pipelines as Update is: the script
-// reads TIME once, refills and checks every key, and writes only when the
+// reads and checks every key (each on its own expiry, as Update does), and writes only when the
 // operation applies to all of them, so Redis runs the whole step atomically.
 // A server that answers NOSCRIPT gets the call again with EVAL.
 //
@@ -123,7 +123,7 @@ func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	m := &multiArgs{Updates: redisscript.NewUpdates(updates), args: make([]any, 0, 3*len(updates))}
 	for i := range updates {
 		u := &updates[i]
-		m.args = append(m.args, u.Refill.Max, u.Refill.Rate, u.N)
+		m.args = append(m.args, u.Refill.Max, redisscript.RateArg(u.Refill), u.N)
 	}
 	return m
 }

@@ -6,9 +6,14 @@
 // Cluster hash tag, so everything one decision touches lives in one slot and a
 // script never fails with CROSSSLOT.
 //
-// [Store.Update] is one round trip: a short Lua script run with EVALSHA that
-// reads the time with TIME inside the script, so no client clock enters the
-// math. When the server answers NOSCRIPT, the update is sent again with EVAL,
+// [Store.Update] is one round trip: a short Lua script run with EVALSHA. A
+// bucket is kept as GCRA on the key itself: the key's expiry is the instant
+// the bucket is full again and its value a remainder that keeps the debt
+// exact to the unit, so the script reads Redis's clock through the key's
+// PTTL, parses no record, and costs Redis about half what a script that
+// reads TIME and a two-number record does. The refill arrives in whole
+// milliseconds of Redis's clock (see [Store.ClockStep]), and no client
+// clock enters the math. When the server answers NOSCRIPT, the update is sent again with EVAL,
 // which also loads the script, so a flushed script cache or a failover to a
 // fresh replica recovers on its own.
 //
@@ -30,8 +35,10 @@
 // (a module of its own), pipelines as soon as two decisions are in flight
 // at once (benchmarks/README.md compares the two).
 //
-// It needs Redis 5 or later (or a compatible server: Valkey, KeyDB), where a
-// script that reads TIME may write, and uses only the Lua string library.
+// It needs Redis 7.0 or later (PEXPIRETIME), or a compatible server (Valkey,
+// KeyDB), and uses only the Lua string library. Update's records are its
+// own: [Store.Get] reads only what [Store.Set] wrote (a limiter's Eventual
+// mode), and reports an Update's record as kvstore.ErrMalformedRecord.
 //
 // Timeouts: go-redis's defaults block for seconds when Redis is slow, whatever
 // the context says. Build the client with [ServerlessOptions] (or set the
@@ -61,8 +68,8 @@
 // key takes at most 2 × (Max + Rate × T) units, twice what one store takes,
 // less the units of the shared prefix; with n failovers in the interval, at
 // most (n+1) × (Max + Rate × T). Keys not updated between the last
-// replicated update and the switch stay exact. The new master's clock
-// (TIME) takes over too: one that runs s ahead of the old master's refills
+// replicated update and the switch stay exact. The new master's clock takes
+// over too (a replica holds each key's expiry as an absolute time): one that runs s ahead of the old master's refills
 // s × Rate early, which adds to the bound; one behind refills nothing until
 // it catches up.
 //
@@ -258,6 +265,11 @@ func (s *Store) do(ctx context.Context, cmd redis.Cmder) error {
 // doubt; each refusal removes one such connection from the pool.
 const maxNotSent = 64
 
+// ClockStep implements [kvstore.ClockStepper]: the update scripts read
+// Redis's clock in whole milliseconds, so refill arrives in millisecond
+// steps.
+func (s *Store) ClockStep() time.Duration { return time.Millisecond }
+
 // Key returns the Redis key under which s stores key.
 func (s *Store) Key(key string) string {
 	return s.prefix + "{" + key + "}"
@@ -304,7 +316,8 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Update implements [kvstore.Atomic] with one EVALSHA of a Lua script that
-// follows [kvstore.Refill.Apply] on Redis's clock (TIME). It returns
+// follows [kvstore.Refill.Apply] on Redis's clock in whole milliseconds,
+// keeping the bucket in the key's expiry and value. It returns
 // kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting Redis,
 // and kvstore.ErrMalformedRecord when the key holds something this package
 // did not write.
@@ -314,7 +327,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		if err := r.Validate(); err != nil {
 			return kvstore.OpResult{}, err
 		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(r.Rate, 10)}
+		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
 		s.args.Store(a)
 	}
 	if err := r.CheckOp(op, n); err != nil {

@@ -102,16 +102,18 @@ func TestMalformedRecord(t *testing.T) {
 		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
 		}
-		if v == "99999999999999999999 1" || v == "1  2" {
-			// Lua's tonumber is laxer than Go's ParseInt: it reads a large
-			// float (clamped to max) and skips spaces. Neither is a record
-			// ratekit writes, and neither breaks the script's arithmetic.
-			continue
-		}
-		_, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1)
-		if !errors.Is(err, kvstore.ErrMalformedRecord) {
+	}
+	// Update's records are a whole number with an expiry: anything else,
+	// or a number that never expires, is not one.
+	for _, v := range []string{"", "a b", "1 2", "x", " ", "0x"} {
+		c.Set(ctx, s.Key("bad"), v, time.Minute)
+		if _, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("Update of %q: %v, want kvstore.ErrMalformedRecord", v, err)
 		}
+	}
+	c.Set(ctx, s.Key("bad"), "12", 0)
+	if _, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+		t.Errorf("Update of a key without expiry: %v, want kvstore.ErrMalformedRecord", err)
 	}
 	c.HSet(ctx, s.Key("hash"), "f", "v")
 	if _, err := s.Update(ctx, "hash", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); err == nil {
@@ -119,25 +121,28 @@ func TestMalformedRecord(t *testing.T) {
 	}
 }
 
-func TestRecordFormatIsSharedWithLua(t *testing.T) {
+// TestRecordIsTheDebt checks the record an Update leaves: the key expires
+// when the bucket is full again, and its value is the remainder that makes
+// the debt exact (see redisscript).
+func TestRecordIsTheDebt(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
-	r := kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+	r := kvstore.Refill{Max: kvstore.MaxValue, Rate: 7}
+	before := redisMillis(t, c)
 	res, err := s.Update(ctx, "k", r, kvstore.OpTake, kvstore.MaxValue-1)
-	if err != nil || res.Value != 1 {
+	if err != nil || !res.OK || res.Value != 1 {
 		t.Fatalf("Update = %+v, %v", res, err)
 	}
-	raw := c.Get(ctx, s.Key("k")).Val()
-	rec, ok, err := s.Get(ctx, "k")
-	if err != nil || !ok || rec.Value != 1 {
-		t.Fatalf("Get after Update = %+v, %v, %v (raw %q)", rec, ok, err, raw)
+	after := redisMillis(t, c)
+	st := readState(t, c, s.Key("k"))
+	debt, rate := int64(kvstore.MaxValue-1), int64(7000)
+	// The expiry is the first millisecond at which the debt is paid.
+	q := (debt + rate - 1) / rate
+	if !st.present || st.e < before+q || st.e > after+q || st.w != q*rate-debt {
+		t.Fatalf("record %+v after taking %d at 7000 units/ms between ms %d and %d; want expiry at +%d ms, value %d", st, debt, before, after, q, q*rate-debt)
 	}
-	if d := time.Since(time.UnixMicro(rec.Time)); d < -time.Minute || d > time.Minute {
-		t.Fatalf("record time %d is %v away from this machine's clock (raw %q)", rec.Time, d, raw)
-	}
-	ttl := c.PTTL(ctx, s.Key("k")).Val()
-	if full := r.TimeToFull(1); ttl < full-time.Minute || ttl > full+time.Millisecond {
-		t.Fatalf("PTTL = %v; want the time to full, %v", ttl, full)
+	if _, _, err := s.Get(ctx, "k"); !errors.Is(err, kvstore.ErrMalformedRecord) {
+		t.Fatalf("Get of an Update's record: %v, want kvstore.ErrMalformedRecord (Get reads Set's records only)", err)
 	}
 }
 

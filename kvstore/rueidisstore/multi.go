@@ -39,7 +39,7 @@ func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	m.take[0] = "t"
 	for i := range updates {
 		u := &updates[i]
-		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(u.Refill.Rate, 10), strconv.FormatInt(u.N, 10))
+		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
 	m.peek = append([]string{"p"}, m.take[1:]...)
 	m.refund = append([]string{"r"}, m.take[1:]...)
@@ -62,8 +62,8 @@ func multiSHA() string {
 }
 
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of the
-// multi-key script that kvstore/redisstore runs: it reads TIME once,
-// refills and checks every key, and writes only when the operation applies
+// multi-key script that kvstore/redisstore runs: it reads and checks
+// every key (each on its own expiry, as Update does), and writes only when the operation applies
 // to all of them, so Redis runs the whole step atomically. A server that
 // answers NOSCRIPT gets the call again with EVAL.
 //

@@ -142,6 +142,11 @@ func ServerlessOptions(o *rueidis.ClientOption, timeout time.Duration) *rueidis.
 	return o
 }
 
+// ClockStep implements [kvstore.ClockStepper]: the update scripts read
+// Redis's clock in whole milliseconds, so refill arrives in millisecond
+// steps.
+func (s *Store) ClockStep() time.Duration { return time.Millisecond }
+
 // Key returns the Redis key under which s stores key.
 func (s *Store) Key(key string) string {
 	return s.prefix + "{" + key + "}"
@@ -188,7 +193,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 }
 
 // Update implements [kvstore.Atomic] with one EVALSHA of the update script,
-// which follows [kvstore.Refill.Apply] on Redis's clock (TIME). A server
+// which follows [kvstore.Refill.Apply] on Redis's clock in whole
+// milliseconds, keeping the bucket in the key's expiry and value (see
+// kvstore/redisstore; it needs Redis 7.0 or later). A server
 // that lost the script (a flushed cache, a failover) answers NOSCRIPT, and
 // the update is sent again with EVAL, which also loads it. Update returns
 // kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting
@@ -200,7 +207,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		if err := r.Validate(); err != nil {
 			return kvstore.OpResult{}, err
 		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(r.Rate, 10)}
+		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
 		s.args.Store(a)
 	}
 	if err := r.CheckOp(op, n); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -142,9 +143,9 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard bool, maxF
 	direct := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer direct.Close()
 	ds, _ := redisstore.New(direct, redisstore.Config{})
-	rec, ok, err := ds.Get(context.Background(), "k")
-	if err != nil || !ok {
-		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
+	rec, err := ds.Update(context.Background(), "k", thawtest.Refill, kvstore.OpPeek, 1)
+	if err != nil {
+		t.Fatalf("Peek = %+v, %v", rec, err)
 	}
 	applied := thawtest.Applied(rec.Value)
 	// A take that failed on a new connection (a loaded machine) may have

@@ -11,6 +11,7 @@ import (
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
 	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 )
 
@@ -107,9 +108,9 @@ func testThaw(t *testing.T, burst bool) {
 	// once.
 	direct := client(t, rueidis.ClientOption{InitAddress: []string{srv.Addr}, DisableCache: true})
 	ds, _ := rueidisstore.New(direct, rueidisstore.Config{})
-	rec, ok, err := ds.Get(context.Background(), "k")
-	if err != nil || !ok {
-		t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
+	rec, err := ds.Update(context.Background(), "k", thawtest.Refill, kvstore.OpPeek, 1)
+	if err != nil {
+		t.Fatalf("Peek = %+v, %v", rec, err)
 	}
 	applied := thawtest.Applied(rec.Value)
 	if ok := int64(filled + len(log) - failed); applied < ok || applied > ok+int64(failed) {
