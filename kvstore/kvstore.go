@@ -16,7 +16,11 @@
 //
 // A store that can also update several keys as one all-or-nothing step, for
 // limits that decide together ("10 a second and 1,000 a day"), implements
-// [MultiAtomic]; memstore and redisstore do.
+// [MultiAtomic]; memstore and redisstore do. One that can also keep, in the
+// same step, fixed-window counts in calendar periods picked by its own clock
+// ("100,000 a month from the billing day", [PeriodBounds]) implements
+// [PeriodCounter]; memstore, redisstore and rueidisstore do, dynamostore
+// does not.
 //
 // Implementations live in sub-packages: memstore (in-process, the default)
 // and redisstore (go-redis v9). Package storetest is the conformance suite
@@ -149,8 +153,26 @@ type OpResult struct {
 
 	// Value is the level after the operation, between 0 and the Refill's
 	// Max. For a take that was refused it is the (refilled) level that was
-	// too low.
+	// too low. For a period counter ([Update].Period) it is the units that
+	// remain of the quota, Quota − Used clamped to [0, Quota].
 	Value int64
+
+	// Used is, for a period counter, the units counted in the current
+	// period after the operation (before it, for a take that was refused).
+	// It can exceed the quota when an earlier call counted under a larger
+	// one. Zero for a token bucket.
+	Used int64
+
+	// Now is, for a period counter, the store's clock when it decided, in
+	// microseconds since the Unix epoch, read once for the whole call: the
+	// current period ends [PeriodBounds].Bounds[Period] − Now microseconds
+	// later. Zero for a token bucket.
+	Now int64
+
+	// Period is, for a period counter, which of the three periods of its
+	// [PeriodBounds] contains Now: 1 for [b0, b1), 2 for [b1, b2), 3 for
+	// [b2, b3). Zero for a token bucket.
+	Period int
 }
 
 // MaxValue is the largest [Refill.Max] accepted: 2^52, so that the Redis

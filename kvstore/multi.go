@@ -47,6 +47,9 @@ import (
 // sent) the caller cannot know whether the step was applied; it was then
 // applied to every key or to none.
 //
+// A [PeriodCounter] store also takes period counters in the same call
+// ([Update].Period), decided with the buckets, all or nothing.
+//
 // Implementations are safe for concurrent use.
 type MultiAtomic interface {
 	Atomic
@@ -64,6 +67,12 @@ type Update struct {
 	Key    string
 	Refill Refill
 	N      int64
+
+	// Period, when not nil, makes the update a period counter of a
+	// [PeriodCounter] store instead of a token bucket; Refill must then be
+	// zero. Nil is a token bucket. Stores that do not count periods refuse
+	// it ([CheckMulti]).
+	Period *PeriodBounds
 }
 
 // Errors of [MultiAtomic].
@@ -80,9 +89,31 @@ var (
 
 // CheckMulti validates the arguments of [MultiAtomic.UpdateMulti] other than
 // key uniqueness and partitions: a non-empty updates, results of the same
-// length, and a valid Refill and n for op in every update. Stores call it
-// before contacting a server.
+// length, and a valid Refill and n for op in every update. It refuses an
+// update with a Period with [ErrInvalidPeriod]: a store that counts
+// periods calls [CheckMultiPeriods] instead. Stores call it before
+// contacting a server.
 func CheckMulti(op Op, updates []Update, results []OpResult) error {
+	return checkMulti(op, updates, results, false)
+}
+
+// CheckMultiPeriods is [CheckMulti] for a [PeriodCounter] store: an update
+// with a Period must also have a zero Refill, valid bounds
+// ([PeriodBounds.Validate]) and an n in range for op
+// ([PeriodBounds.CheckOp]). It reports whether any update has a Period.
+func CheckMultiPeriods(op Op, updates []Update, results []OpResult) (periods bool, err error) {
+	if err := checkMulti(op, updates, results, true); err != nil {
+		return false, err
+	}
+	for i := range updates {
+		if updates[i].Period != nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func checkMulti(op Op, updates []Update, results []OpResult, periods bool) error {
 	if len(updates) == 0 {
 		return fmt.Errorf("%w: no keys to update", ErrInvalidOp)
 	}
@@ -91,6 +122,21 @@ func CheckMulti(op Op, updates []Update, results []OpResult) error {
 	}
 	for i := range updates {
 		u := &updates[i]
+		if p := u.Period; p != nil {
+			switch {
+			case !periods:
+				return fmt.Errorf("update %d: %w: the store does not count periods (kvstore.PeriodCounter)", i, ErrInvalidPeriod)
+			case u.Refill != (Refill{}):
+				return fmt.Errorf("update %d: %w: a period counter has no Refill", i, ErrInvalidPeriod)
+			}
+			if err := p.Validate(); err != nil {
+				return fmt.Errorf("update %d: %w", i, err)
+			}
+			if err := p.CheckOp(op, u.N); err != nil {
+				return fmt.Errorf("update %d: %w", i, err)
+			}
+			continue
+		}
 		if err := u.Refill.Validate(); err != nil {
 			return fmt.Errorf("update %d: %w", i, err)
 		}

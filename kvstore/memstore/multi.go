@@ -11,9 +11,15 @@ import (
 )
 
 var (
-	_ kvstore.MultiAtomic = (*Store)(nil)
-	_ kvstore.MultiAtomic = (*Scope)(nil)
+	_ kvstore.MultiAtomic   = (*Store)(nil)
+	_ kvstore.MultiAtomic   = (*Scope)(nil)
+	_ kvstore.PeriodCounter = (*Store)(nil)
+	_ kvstore.PeriodCounter = (*Scope)(nil)
 )
+
+// CountsPeriods implements [kvstore.PeriodCounter]: it returns true, since
+// UpdateMulti keeps period counters on the store's clock (Config.Now).
+func (c *Scope) CountsPeriods() bool { return true }
 
 // Partitioned implements [kvstore.MultiAtomic]: it returns false, since one
 // UpdateMulti can update any keys of a Store.
@@ -38,10 +44,19 @@ const maxStackKeys = 8
 // while the call holds it is forgotten as any evicted record is: the call's
 // write to it is lost and the key reads as full afterwards.
 //
-// It returns the errors of [kvstore.CheckMulti], [kvstore.ErrDuplicateKey]
-// for a key given twice, and ctx.Err() when ctx is done before it starts.
+// Period counters ([kvstore.Update].Period) follow
+// [kvstore.PeriodBounds.Apply] on the clock the call reads once; a period
+// record lives until the end of the period it was last written in, and is
+// evicted like any record when the store is full (its count is then lost:
+// memstore is one process's memory, not a billing record).
+//
+// It returns the errors of [kvstore.CheckMultiPeriods],
+// [kvstore.ErrDuplicateKey] for a key given twice,
+// [kvstore.ErrClockSkew] when the clock is outside a period counter's
+// bounds (nothing changes), and ctx.Err() when ctx is done before it starts.
 func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
-	if err := kvstore.CheckMulti(op, updates, results); err != nil {
+	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
+	if err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -86,6 +101,14 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	s := c.s
 	for {
 		nowNano := s.clock()
+		if periods {
+			now := micros(nowNano)
+			for i := range updates {
+				if p := updates[i].Period; p != nil && p.Pick(now) == 0 {
+					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", kvstore.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
+				}
+			}
+		}
 		if c.lockAll(keys, order, held, nowNano) {
 			c.applyAll(op, updates, results, held, nowNano)
 			return nil
@@ -136,10 +159,7 @@ func (c *Scope) release(e *entry, now int64) {
 // applyAll computes and writes the results of an UpdateMulti whose entries
 // are all held, then unlocks them.
 func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64) {
-	nowMicro := nowNano / 1000
-	if nowNano < 0 && nowNano%1000 != 0 {
-		nowMicro--
-	}
+	nowMicro := micros(nowNano)
 	var nextBuf [maxStackKeys]kvstore.Record
 	next := nextBuf[:0]
 	if len(updates) > maxStackKeys {
@@ -154,8 +174,17 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 		if live {
 			rec = e.rec
 		}
-		// The updates were checked: Apply cannot fail.
-		res, rec2, write, _ := u.Refill.Apply(rec, live, nowMicro, op, u.N)
+		// The updates and the clock were checked: Apply cannot fail.
+		var (
+			res   kvstore.OpResult
+			rec2  kvstore.Record
+			write bool
+		)
+		if u.Period == nil {
+			res, rec2, write, _ = u.Refill.Apply(rec, live, nowMicro, op, u.N)
+		} else {
+			res, rec2, write, _ = u.Period.Apply(rec, live, nowMicro, op, u.N)
+		}
 		results[i], next[i] = res, rec2
 		if op == kvstore.OpTake && !write {
 			all = false
@@ -167,6 +196,20 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 		switch {
 		case e.dead:
 			// Evicted while held: forgotten, as eviction forgets.
+		case u.Period != nil:
+			// A period counter: a count of zero goes (an absent key
+			// counts zero); any other lives at least until the end of
+			// the period picked, and no shorter than it did.
+			switch {
+			case write && next[i].Value > 0:
+				end := u.Period.Bounds[results[i].Period] * 1000
+				if nowNano >= e.expires {
+					e.expires = end
+				}
+				e.rec, e.expires = next[i], max(e.expires, end)
+			case write || nowNano >= e.expires:
+				c.s.remove(e)
+			}
 		case write && next[i].Value < u.Refill.Max:
 			e.rec, e.expires = next[i], expiry(u.Refill, next[i])
 		case write || nowNano >= e.expires:
@@ -180,8 +223,13 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 		// Nothing was taken: a key that could give its units reports
 		// the level it keeps.
 		for i := range results {
-			if results[i].OK {
+			switch p := updates[i].Period; {
+			case !results[i].OK:
+			case p == nil:
 				results[i].Value += updates[i].N
+			default:
+				results[i].Used -= updates[i].N
+				results[i].Value = max(p.Quota-results[i].Used, 0)
 			}
 		}
 	}
@@ -229,4 +277,14 @@ func (c *Scope) insertHeld(key string, now int64, held []*entry) (*entry, bool) 
 		return nil, true
 	}
 	return e, true
+}
+
+// micros returns the store time nano (nanoseconds since the Unix epoch) in
+// whole microseconds, rounded down as time.Time.UnixMicro rounds.
+func micros(nano int64) int64 {
+	m := nano / 1000
+	if nano < 0 && nano%1000 != 0 {
+		m--
+	}
+	return m
 }

@@ -17,7 +17,12 @@
 // that refused takes and peeks write nothing, that a full bucket leaves no
 // key behind,
 // and that 64 concurrent workers taking one unit at a time from a value of
-// 100 get exactly 100. It uses the store's real clock and sleeps for tens of
+// 100 get exactly 100. For a [kvstore.MultiAtomic] it checks all-or-nothing
+// updates of several keys, and for a [kvstore.PeriodCounter] period
+// counters decided with buckets, on the store's clock: the period picked,
+// counts of earlier and later periods, quotas that change between calls,
+// clock skew, invalid bounds and 64 racing workers admitted exactly to the
+// quota. It uses the store's real clock and sleeps for tens of
 // milliseconds in the time-to-live tests; the whole suite takes about a
 // second.
 package storetest
@@ -62,6 +67,9 @@ func Run(t *testing.T, newStore func(t *testing.T) kvstore.Store) {
 	// skipped for the others would read as a gap in CI.
 	if _, ok := newStore(t).(kvstore.MultiAtomic); ok {
 		t.Run("MultiAtomic", func(t *testing.T) { runMulti(t, newStore) })
+	}
+	if p, ok := newStore(t).(kvstore.PeriodCounter); ok && p.CountsPeriods() {
+		t.Run("PeriodCounter", func(t *testing.T) { runPeriods(t, newStore) })
 	}
 }
 
