@@ -157,6 +157,153 @@ end
 return out
 `
 
+// ClockSkew is the message of the error MultiPeriod returns when Redis's
+// clock is outside a period counter's bounds; the stores turn it into
+// kvstore.ErrClockSkew.
+const ClockSkew = "kvstore: clock skew"
+
+// MultiPeriod is kvstore.PeriodCounter's UpdateMulti in Lua: Multi's token
+// buckets, with the same arithmetic on the same records, and period
+// counters (kvstore.PeriodBounds.Apply), decided together on one reading
+// of Redis's TIME, in microseconds. The stores run it only for calls that
+// hold a period counter, so that Multi, and calls of buckets alone, read no
+// clock.
+//
+// ARGV[1] is the op (t, p or r); then, key by key in KEYS order, a bucket
+// is "b", max, rate (units per millisecond), n, and a period counter is
+// "p", b0, b1, b2, b3 (microseconds since the epoch), quota, n. A period
+// counter's record is "<count> <period start µs>" (FormatRecord's form:
+// Value the count, Time the start), written with its expiry at the end of
+// the period picked plus a minute, never shortened; a refund to zero
+// deletes it. The record's start decides which period it counts (an ended
+// period's record counts zero), so the minute changes no decision: it keeps
+// the record from expiring within a script that read TIME just before the
+// period's end, since Redis before 7.2 checks expiry against a fresh
+// clock. Every key is read, and the clock checked against every
+// counter's bounds, before anything is written: a clock outside a
+// counter's [b0, b3) fails the call with ClockSkew, a record of the other
+// kind (or anything else) with Malformed.
+//
+// The reply is an array: TIME in microseconds, then, key by key, one
+// integer for a bucket, encoded as Multi's, and two for a period counter:
+// the count after the op (before it, for a take that was refused) and the
+// period picked (1, 2 or 3), negated when n units did not fit. Counts and
+// quotas are at most kvstore.MaxValue and bounds at most
+// kvstore.MaxPeriodBound, so every number is exact in Lua's doubles.
+const MultiPeriod = `
+local op = ARGV[1]
+local nk = #KEYS
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local at, debt, ttl, used, kept, pick, all = {}, {}, {}, {}, {}, {}, true
+local j = 2
+for i = 1, nk do
+  at[i] = j
+  if ARGV[j] == 'b' then
+    local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
+    local k = redis.call('PTTL', KEYS[i])
+    local d = 0
+    if k ~= -2 then
+      local w = tonumber(redis.call('GET', KEYS[i]))
+      if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
+      if k > 0 then
+        d = (k - 1) * rate + rate - w
+        if d > max then d = max elseif d < 0 then d = 0 end
+      end
+    end
+    debt[i], ttl[i] = d, k
+    if max - d < n then all = false end
+    j = j + 4
+  else
+    local b0, b1, b2, b3, quota, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0, ARGV[j+4] + 0, ARGV[j+5] + 0, ARGV[j+6] + 0
+    local p, ws
+    if now >= b0 and now < b1 then p, ws = 1, b0
+    elseif now >= b1 and now < b2 then p, ws = 2, b1
+    elseif now >= b2 and now < b3 then p, ws = 3, b2
+    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[j+1] .. ', ' .. ARGV[j+4] .. ')') end
+    local c, s, live = 0, ws, false
+    local v = redis.call('GET', KEYS[i])
+    if v then
+      local sp, rc, rs = string.find(v, ' ', 1, true), nil, nil
+      if sp then rc, rs = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1)) end
+      if not rc or not rs then return redis.error_reply('` + Malformed + `') end
+      if rs >= ws then
+        c, s, live = rc, rs, true
+        if c < 0 then c = 0 end
+      end
+    end
+    used[i], kept[i], pick[i], ttl[i] = c, s, p, live
+    if c + n > quota then all = false end
+    j = j + 7
+  end
+end
+local out = {now}
+for i = 1, nk do
+  j = at[i]
+  if ARGV[j] == 'b' then
+    local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
+    local d, k = debt[i], ttl[i]
+    local held, owed = max - d >= n, d > 0
+    local write = false
+    if op == 'r' then
+      d = d - n
+      write = true
+    elseif op == 't' and all then
+      d = d + n
+      write = true
+    end
+    if write then
+      if d <= 0 then
+        d = 0
+        if k ~= -2 then redis.call('DEL', KEYS[i]) end
+      else
+        local m = d % rate
+        if m < 0 then m = m + rate end
+        local q = (d - m) / rate
+        if m > 0 then q, m = q + 1, rate - m end
+        if owed then
+          redis.call('SET', KEYS[i], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
+        else
+          redis.call('SET', KEYS[i], string.format('%d', m), 'PX', string.format('%d', q))
+        end
+      end
+    end
+    if op ~= 'r' and not held then out[#out+1] = d - max - 1 else out[#out+1] = max - d end
+  else
+    local quota, n, p = ARGV[j+5] + 0, ARGV[j+6] + 0, pick[i]
+    local c = used[i]
+    local held = c + n <= quota
+    local write = false
+    if op == 't' and all then
+      c = c + n
+      write = true
+    elseif op == 'r' and c > 0 then
+      c = c - n
+      if c < 0 then c = 0 end
+      write = true
+    end
+    if write then
+      if c == 0 then
+        redis.call('DEL', KEYS[i])
+      else
+        local e = ARGV[j+1+p] + 999
+        e = (e - e % 1000) / 1000 + 60000
+        local rec = string.format('%d', c) .. ' ' .. string.format('%d', kept[i])
+        if ttl[i] then
+          redis.call('SET', KEYS[i], rec, 'KEEPTTL')
+          redis.call('PEXPIREAT', KEYS[i], string.format('%d', e), 'GT')
+        else
+          redis.call('SET', KEYS[i], rec, 'PXAT', string.format('%d', e))
+        end
+      end
+    end
+    out[#out+1] = c
+    if op ~= 'r' and not held then out[#out+1] = -p else out[#out+1] = p end
+  end
+end
+return out
+`
+
 // RateArg returns the rate argument of Update and Multi for r: r's refill in
 // units per millisecond, r.Rate×1000, capped at r.Max (a bucket that refills
 // more than its maximum in one millisecond is full at the next one either
@@ -298,4 +445,74 @@ func ParseRecord(s string) (kvstore.Record, bool) {
 		return kvstore.Record{}, false
 	}
 	return kvstore.Record{Value: v, Time: t}, true
+}
+
+// PeriodArgs appends to dst the ARGV of MultiPeriod for op and updates,
+// which must have passed kvstore.CheckMultiPeriods.
+func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string {
+	switch op {
+	case kvstore.OpTake:
+		dst = append(dst, "t")
+	case kvstore.OpPeek:
+		dst = append(dst, "p")
+	default:
+		dst = append(dst, "r")
+	}
+	for i := range updates {
+		u := &updates[i]
+		if p := u.Period; p != nil {
+			dst = append(dst, "p",
+				strconv.FormatInt(p.Bounds[0], 10), strconv.FormatInt(p.Bounds[1], 10),
+				strconv.FormatInt(p.Bounds[2], 10), strconv.FormatInt(p.Bounds[3], 10),
+				strconv.FormatInt(p.Quota, 10), strconv.FormatInt(u.N, 10))
+			continue
+		}
+		dst = append(dst, "b", strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+	}
+	return dst
+}
+
+// PeriodReplyLen returns the length of MultiPeriod's reply for updates.
+func PeriodReplyLen(updates []kvstore.Update) int {
+	n := 1 + len(updates)
+	for i := range updates {
+		if updates[i].Period != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// ParsePeriodReply writes into results what MultiPeriod's reply vals says
+// of updates, and reports false when vals is not such a reply.
+func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.OpResult) bool {
+	if len(vals) != PeriodReplyLen(updates) {
+		return false
+	}
+	now, j := vals[0], 1
+	for i := range updates {
+		v := vals[j]
+		j++
+		p := updates[i].Period
+		if p == nil {
+			if v < 0 {
+				results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+			} else {
+				results[i] = kvstore.OpResult{OK: true, Value: v}
+			}
+			continue
+		}
+		pick := vals[j]
+		j++
+		r := kvstore.OpResult{OK: pick > 0, Used: v, Now: now, Period: int(pick)}
+		if pick < 0 {
+			r.Period = int(-pick)
+		}
+		if r.Period < 1 || r.Period > 3 || v < 0 {
+			return false
+		}
+		r.Value = max(p.Quota-v, 0)
+		results[i] = r
+	}
+	return true
 }

@@ -12,7 +12,14 @@ import (
 	"github.com/ratekit/ratekit/kvstore"
 )
 
-var _ kvstore.MultiAtomic = (*Store)(nil)
+var (
+	_ kvstore.MultiAtomic   = (*Store)(nil)
+	_ kvstore.PeriodCounter = (*Store)(nil)
+)
+
+// CountsPeriods implements [kvstore.PeriodCounter]: it returns true, since
+// UpdateMulti keeps period counters on Redis's clock.
+func (s *Store) CountsPeriods() bool { return true }
 
 // Partitioned implements [kvstore.MultiAtomic]: it reports whether the
 // client spreads keys over several servers (anything but a *redis.Client,
@@ -29,14 +36,23 @@ func (s *Store) Partitioned() bool {
 // operation applies to all of them, so Redis runs the whole step atomically.
 // A server that answers NOSCRIPT gets the call again with EVAL.
 //
-// It returns the errors of [kvstore.CheckMulti] and kvstore.ErrDuplicateKey
-// before contacting Redis, and, on a partitioned client (see Partitioned), a
-// call in the empty group whose keys are in different hash slots fails with
-// kvstore.ErrCrossPartition before contacting Redis. A key holding
-// something this package did not write gives kvstore.ErrMalformedRecord,
-// and nothing changes.
+// A call that holds a period counter ([kvstore.Update].Period) runs another
+// script, which also reads Redis's TIME once (in microseconds) and picks
+// each counter's period with it; a call of buckets alone reads no clock.
+// A counter's record is one key, "<count> <period start>", expiring a
+// minute after the end of its period.
+//
+// It returns the errors of [kvstore.CheckMultiPeriods] and
+// kvstore.ErrDuplicateKey before contacting Redis, and, on a partitioned
+// client (see Partitioned), a call in the empty group whose keys are in
+// different hash slots fails with kvstore.ErrCrossPartition before
+// contacting Redis. A key holding something this package did not write (a
+// bucket's record where a counter is asked for, or the reverse, included)
+// gives kvstore.ErrMalformedRecord, and Redis's clock outside a counter's
+// bounds kvstore.ErrClockSkew; nothing changes then.
 func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
-	if err := kvstore.CheckMulti(op, updates, results); err != nil {
+	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
+	if err != nil {
 		return err
 	}
 	n := len(updates)
@@ -62,6 +78,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			}
 		}
 	}
+	if periods {
+		return s.updatePeriods(ctx, op, updates, results, args)
+	}
 	switch op {
 	case kvstore.OpTake:
 		args = append(args, "t")
@@ -78,7 +97,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	args = append(args, m.args...)
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	err := s.do(ctx, cmd)
+	err = s.do(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", multiSource
 		cmd = redis.NewCmd(ctx, args...)
@@ -108,6 +127,58 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 	}
 	return nil
+}
+
+// updatePeriods runs redisscript.MultiPeriod for a call with period
+// counters, whose args hold the command, the number of keys and the keys.
+func (s *Store) updatePeriods(ctx context.Context, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, args []any) error {
+	args[0], args[1] = "evalsha", periodSHA()
+	var argBuf [24]string
+	for _, a := range redisscript.PeriodArgs(argBuf[:0], op, updates) {
+		args = append(args, a)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	err := s.do(ctx, cmd)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		args[0], args[1] = "eval", redisscript.MultiPeriod
+		cmd = redis.NewCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		err = s.do(ctx, cmd)
+	}
+	if err != nil {
+		switch msg := err.Error(); {
+		case strings.Contains(msg, malformedMsg):
+			return kvstore.ErrMalformedRecord
+		case strings.Contains(msg, redisscript.ClockSkew):
+			return fmt.Errorf("redisstore: %w (%s)", kvstore.ErrClockSkew, msg)
+		}
+		return wrap(ctx, "EVALSHA", err)
+	}
+	raw, ok := cmd.Val().([]any)
+	var valBuf [24]int64
+	vals := valBuf[:0]
+	for _, r := range raw {
+		v, isInt := r.(int64)
+		ok = ok && isInt
+		vals = append(vals, v)
+	}
+	if !ok || !redisscript.ParsePeriodReply(vals, updates, results) {
+		return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", cmd.Val()))
+	}
+	return nil
+}
+
+var (
+	periodSHAOnce sync.Once
+	periodSHAHex  string
+)
+
+// periodSHA returns the SHA-1 of redisscript.MultiPeriod in hex, computed
+// on first use.
+func periodSHA() string {
+	periodSHAOnce.Do(func() { periodSHAHex = redis.NewScript(redisscript.MultiPeriod).Hash() })
+	return periodSHAHex
 }
 
 // multiArgs caches the script arguments of the last UpdateMulti's updates

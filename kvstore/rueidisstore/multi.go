@@ -15,7 +15,14 @@ import (
 	"github.com/ratekit/ratekit/kvstore"
 )
 
-var _ kvstore.MultiAtomic = (*Store)(nil)
+var (
+	_ kvstore.MultiAtomic   = (*Store)(nil)
+	_ kvstore.PeriodCounter = (*Store)(nil)
+)
+
+// CountsPeriods implements [kvstore.PeriodCounter]: it returns true, since
+// UpdateMulti keeps period counters on Redis's clock.
+func (s *Store) CountsPeriods() bool { return true }
 
 // Partitioned implements [kvstore.MultiAtomic]: it reports whether the
 // client is a Redis Cluster client (rueidis.ClientModeCluster), whose keys
@@ -67,14 +74,22 @@ func multiSHA() string {
 // to all of them, so Redis runs the whole step atomically. A server that
 // answers NOSCRIPT gets the call again with EVAL.
 //
-// It returns the errors of [kvstore.CheckMulti] and kvstore.ErrDuplicateKey
-// before contacting Redis, and, on a Redis Cluster client (see
-// Partitioned), a call in the empty group whose keys are in different hash
-// slots fails with kvstore.ErrCrossPartition before contacting Redis. A key
-// holding something no ratekit store wrote gives kvstore.ErrMalformedRecord,
-// and nothing changes.
+// A call that holds a period counter ([kvstore.Update].Period) runs
+// kvstore/redisstore's period script, which also reads Redis's TIME once
+// and picks each counter's period with it; a call of buckets alone reads
+// no clock.
+//
+// It returns the errors of [kvstore.CheckMultiPeriods] and
+// kvstore.ErrDuplicateKey before contacting Redis, and, on a Redis Cluster
+// client (see Partitioned), a call in the empty group whose keys are in
+// different hash slots fails with kvstore.ErrCrossPartition before
+// contacting Redis. A key holding something no ratekit store wrote (a
+// bucket's record where a counter is asked for, or the reverse, included)
+// gives kvstore.ErrMalformedRecord, and Redis's clock outside a counter's
+// bounds kvstore.ErrClockSkew; nothing changes then.
 func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
-	if err := kvstore.CheckMulti(op, updates, results); err != nil {
+	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
+	if err != nil {
 		return err
 	}
 	n := len(updates)
@@ -96,6 +111,9 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 				return fmt.Errorf("rueidisstore: %w: keys %q and %q are in different hash slots; give the call a group", kvstore.ErrCrossPartition, updates[0].Key, updates[i].Key)
 			}
 		}
+	}
+	if periods {
+		return s.updatePeriods(ctx, op, updates, results, keys)
 	}
 	m := s.multiArgs.Load()
 	if m == nil || !m.Match(updates) {
@@ -131,6 +149,46 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		} else {
 			results[i] = kvstore.OpResult{OK: true, Value: v}
 		}
+	}
+	return nil
+}
+
+var (
+	periodSHAOnce sync.Once
+	periodSHAHex  string
+)
+
+// periodSHA returns the SHA-1 of redisscript.MultiPeriod in hex, computed
+// on first use.
+func periodSHA() string {
+	periodSHAOnce.Do(func() {
+		sum := sha1.Sum([]byte(redisscript.MultiPeriod))
+		periodSHAHex = hex.EncodeToString(sum[:])
+	})
+	return periodSHAHex
+}
+
+// updatePeriods runs redisscript.MultiPeriod for a call with period
+// counters over keys, the updates' Redis keys.
+func (s *Store) updatePeriods(ctx context.Context, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, keys []string) error {
+	args := redisscript.PeriodArgs(make([]string, 0, 1+7*len(updates)), op, updates)
+	n := int64(len(keys))
+	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(periodSHA()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
+		res = s.client.Do(ctx, s.client.B().Eval().Script(redisscript.MultiPeriod).Numkeys(n).Key(keys...).Arg(args...).Build())
+	}
+	vals, err := res.AsIntSlice()
+	if err != nil {
+		switch msg := err.Error(); {
+		case strings.Contains(msg, redisscript.Malformed):
+			return kvstore.ErrMalformedRecord
+		case strings.Contains(msg, redisscript.ClockSkew):
+			return fmt.Errorf("rueidisstore: %w (%s)", kvstore.ErrClockSkew, msg)
+		}
+		return wrap(ctx, "EVALSHA", err)
+	}
+	if !redisscript.ParsePeriodReply(vals, updates, results) {
+		return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", vals))
 	}
 	return nil
 }
