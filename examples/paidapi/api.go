@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,99 +25,93 @@ import (
 	"github.com/ratekit/ratekit/lambda"
 )
 
-// policyName is the name clients see in RateLimit-Policy for the daily
-// quota, and burstPolicyName the name of the per-second burst.
+// The policies of every plan, by the names clients see in RateLimit-Policy
+// and /usage. Counts are kept per policy name, not per plan, so a customer
+// who changes plan keeps what it used this month.
 const (
-	policyName      = "paid-tier"
-	burstPolicyName = "paid-tier-burst"
+	burstPolicy   = "burst"
+	monthlyPolicy = "monthly"
 )
+
+// defaultPrefix is the default counter prefix (-prefix).
+const defaultPrefix = "paid-tier"
 
 // apiKeyField is the request header field that carries the API key.
 const apiKeyField = "X-Api-Key"
 
+// tier is what a plan grants: Burst calls at once, refilled over the burst
+// window (a second), and Quota calls per billing month.
+type tier struct {
+	Burst, Quota int64
+}
+
 // config is what newAPI needs.
 type config struct {
-	// store runs the quota in PostgreSQL.
+	// store runs the quotas in PostgreSQL.
 	store *pgstore.Store
 	// prefix separates this deployment's counters (tests use their own).
 	prefix string
-	// quota is the number of calls per API key and UTC day.
-	quota int64
-	// burst is the number of calls per API key and burstWindow (zero
-	// means one second), a token bucket in front of the daily quota.
-	burst       int64
+	// free and pro are the plans' burst and monthly quota; enterprise
+	// customers get enterpriseBurst and a monthly quota of their own.
+	free, pro       tier
+	enterpriseBurst int64
+	// burstWindow is the time an empty burst takes to refill (zero means
+	// one second).
 	burstWindow time.Duration
-	// keys are the API keys that may call, as given to customers.
-	keys []string
+	// customers resolves API keys to customers and their plans.
+	customers customers
+	// adminToken, when not empty, enables POST /admin/plan for callers
+	// that send it as a bearer token.
+	adminToken string
 	// quote is the downstream work a call pays for.
 	quote  func(ctx context.Context, symbol string) (float64, error)
 	logger *slog.Logger
 }
 
-// api is the paid API: GET /v1/quote?symbol=ACME, limited per API key.
+// api is the paid API: GET /v1/quote?symbol=ACME, limited per API key by
+// the customer's plan; GET /usage, what the key used this month; and
+// POST /admin/plan, a plan change.
 type api struct {
-	limiter quotaLimiter
-	keys    map[string]bool // by httplimit.APIKey
-	quote   func(ctx context.Context, symbol string) (float64, error)
-	log     *slog.Logger
-	handler lambda.HTTPAPIHandler
+	cfg       config
+	limiter   *durable.Planned
+	customers customers
+	quote     func(ctx context.Context, symbol string) (float64, error)
+	log       *slog.Logger
+	metered   lambda.HTTPAPIHandler // /v1/quote behind the limiter
+	handler   lambda.HTTPAPIHandler
 }
 
-// quotaLimiter is what the API needs of its limiter: decisions, refunds of
-// failed calls, and (for tests and support) resets.
-type quotaLimiter interface {
-	ratekit.Limiter
-	ratekit.Peeker
-	ratekit.Refunder
-	ratekit.Resetter
-}
-
-// newAPI builds the limiter, the Guard and the limited handler once, for
-// every invocation the instance will serve.
+// newAPI builds the limiter, the Guard and the routes once, for every
+// invocation the instance will serve.
 func newAPI(cfg config) (*api, error) {
-	if len(cfg.keys) == 0 {
-		return nil, errors.New("no API keys configured (PAIDAPI_KEYS)")
+	if cfg.customers == nil {
+		return nil, errors.New("no customers configured (PAIDAPI_KEYS)")
 	}
 	if cfg.burstWindow == 0 {
 		cfg.burstWindow = time.Second
 	}
-	// The burst: a token bucket of cfg.burst calls refilled over a second.
-	// Its prefix is its own, so its counts never mix with the daily ones.
-	// It lives in logged tables like the daily quota: a composite decides
-	// in one transaction over tables of one durability, and that
-	// transaction commits synchronously for the daily row anyway, so
-	// logging the burst's row costs little more.
-	burst, err := durable.New(durable.Config{
-		Store:      cfg.store,
-		Policy:     ratekit.Policy{Name: burstPolicyName, Quota: cfg.burst, Window: cfg.burstWindow, Algorithm: ratekit.TokenBucket},
-		Prefix:     cfg.prefix + "-burst",
-		Durability: durable.Logged,
-	})
-	if err != nil {
-		return nil, err
+	for _, t := range []tier{cfg.free, cfg.pro, {Burst: cfg.enterpriseBurst, Quota: 1}} {
+		if t.Burst < 1 || t.Quota < 1 {
+			return nil, fmt.Errorf("every plan needs a burst and a monthly quota of at least 1, got %+v", t)
+		}
 	}
-	daily, err := durable.New(durable.Config{
-		Store: cfg.store,
-		// A fixed window aligned to the epoch in the database clock: the
-		// quota renews at midnight UTC, and no day ever admits more than its quota.
-		Policy: ratekit.Policy{Name: policyName, Quota: cfg.quota, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow},
-		Prefix: cfg.prefix,
-		// Calls are money: logged tables, and a decision is on disk when
-		// it returns.
+	a := &api{cfg: cfg, customers: cfg.customers, quote: cfg.quote, log: cfg.logger}
+	// One limiter for every plan: durable.Planned asks a.plan for the
+	// key's plan on each request and decides all its policies (the burst
+	// and the monthly quota) in one statement, all or nothing, so a call
+	// the burst refuses never touches the month, which is money. Calls
+	// are money: logged tables, and a decision is on disk when it returns.
+	limiter, err := durable.NewPlanned(durable.PlannedConfig{
+		Store:             cfg.store,
+		Prefix:            cfg.prefix,
 		Durability:        durable.Logged,
 		SynchronousCommit: true,
+		Plan:              a.plan,
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Both policies decide each call together, in one statement (one round
-	// trip, one transaction, row locks in a fixed order): a call counts
-	// against both or against neither, so the daily quota, which is money,
-	// is never taken and given back.
-	limiter, err := durable.NewComposite(burst, daily)
-	if err != nil {
-		return nil, err
-	}
+	a.limiter = limiter
 	// The reporter tells the operator why calls get 503: the first
 	// failure at once with its cause, then at most a line per
 	// outage.DefaultInterval with a count, never a line per call, and a
@@ -151,21 +149,54 @@ func newAPI(cfg config) (*api, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &api{limiter: limiter, keys: map[string]bool{}, quote: cfg.quote, log: cfg.logger}
-	for _, k := range cfg.keys {
-		key, err := httplimit.APIKey(k)
-		if err != nil {
-			return nil, fmt.Errorf("PAIDAPI_KEYS: %w", err)
-		}
-		a.keys[key] = true
-	}
 	if a.quote == nil {
 		a.quote = builtinQuote
 	}
-	// Authentication runs first: an unknown key is refused before it can
-	// cost a database round trip, so inventing keys gets nothing.
-	a.handler = a.authenticate(limit.HTTPAPI(a.serve))
+	a.metered = limit.HTTPAPI(a.serve)
+	a.handler = a.route
 	return a, nil
+}
+
+// plan is the durable.PlannedConfig.Plan of the API: the plan of the
+// customer whose API key hashes to key, with the customer's billing anchor
+// in the monthly quota's Period. It runs on every request, from the
+// customer table's memory.
+func (a *api) plan(ctx context.Context, key string) (ratekit.Plan, error) {
+	cu, err := a.customers.Customer(ctx, key)
+	if err != nil {
+		return ratekit.Plan{}, err
+	}
+	t := a.tier(cu)
+	return ratekit.Plan{Name: cu.Plan, Policies: []ratekit.Policy{
+		{Name: burstPolicy, Quota: t.Burst, Window: a.cfg.burstWindow, Algorithm: ratekit.TokenBucket},
+		{Name: monthlyPolicy, Quota: t.Quota, Algorithm: ratekit.FixedWindow,
+			Period: ratekit.Period{Unit: ratekit.Month, Location: time.UTC, Anchor: cu.BillingAnchor}},
+	}}, nil
+}
+
+// tier returns what cu's plan grants.
+func (a *api) tier(cu customer) tier {
+	switch cu.Plan {
+	case planPro:
+		return a.cfg.pro
+	case planEnterprise:
+		return tier{Burst: a.cfg.enterpriseBurst, Quota: cu.Quota}
+	}
+	return a.cfg.free
+}
+
+// route sends each request to its handler: only /v1/quote is metered.
+func (a *api) route(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	method, path := ev.RequestContext.HTTP.Method, ev.RawPath
+	switch {
+	case path == "/v1/quote" && (method == http.MethodGet || method == ""):
+		return a.authenticate(a.metered)(ctx, ev)
+	case path == "/usage" && method == http.MethodGet:
+		return a.authenticate(a.usage)(ctx, ev)
+	case path == "/admin/plan" && method == http.MethodPost:
+		return a.admin(ctx, ev), nil
+	}
+	return problem(http.StatusNotFound, "Not Found", "routes: GET /v1/quote, GET /usage, POST /admin/plan"), nil
 }
 
 // authenticate refuses requests whose X-Api-Key is not a customer's key
@@ -183,8 +214,15 @@ func (a *api) authenticate(next lambda.HTTPAPIHandler) lambda.HTTPAPIHandler {
 		// Keys are looked up by their hash, so the lookup's timing says
 		// nothing useful about the keys.
 		key, err := httplimit.APIKey(h.Get(apiKeyField))
-		if err != nil || !a.keys[key] {
+		if err == nil {
+			_, err = a.customers.Customer(ctx, key)
+		}
+		switch {
+		case errors.Is(err, httplimit.ErrNoKey), errors.Is(err, errUnknownCustomer):
 			return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
+		case err != nil:
+			a.log.ErrorContext(ctx, "customer lookup failed", "error", err)
+			return unavailable(), nil
 		}
 		return next(ctx, ev)
 	}
@@ -203,12 +241,151 @@ func (a *api) serve(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 		a.log.WarnContext(ctx, "downstream quote failed; refunding the call", "error", err)
 		return a.refund(ctx, problem(http.StatusBadGateway, "Bad Gateway", "the quote service failed; this call was not charged")), nil
 	}
-	body, _ := json.Marshal(map[string]any{"symbol": symbol, "price": price, "calls_left_today": d.Remaining})
+	left := d.Remaining
+	for _, p := range d.Parts {
+		if p.Policy.Name == monthlyPolicy {
+			left = p.Remaining
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"symbol": symbol, "price": price, "calls_left_this_month": left})
 	return events.APIGatewayV2HTTPResponse{
 		StatusCode: http.StatusOK,
 		Headers:    map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
 		Body:       string(body),
 	}, nil
+}
+
+// usageReport is the body of GET /usage: what the key used of each policy
+// of its plan, as the limiter counts it.
+type usageReport struct {
+	Plan     string        `json:"plan"`
+	Policies []policyUsage `json:"policies"`
+}
+
+// policyUsage is one policy's line of a usageReport. Times are UTC.
+type policyUsage struct {
+	Name      string `json:"name"`
+	Quota     int64  `json:"quota"`
+	Used      int64  `json:"used"`
+	Remaining int64  `json:"remaining"`
+	// Reset is when the whole quota is available again: the end of the
+	// billing month for the monthly quota, when the bucket is full again
+	// for the burst.
+	Reset time.Time `json:"reset"`
+	// PeriodStart and PeriodEnd bound the current billing month; the
+	// burst has none.
+	PeriodStart *time.Time `json:"period_start,omitempty"`
+	PeriodEnd   *time.Time `json:"period_end,omitempty"`
+}
+
+// usage answers GET /usage for an authenticated key, without charging it:
+// one statement that reads every policy of the key's plan in one snapshot
+// and locks nothing (durable.Planned.Usage).
+func (a *api) usage(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	h, _ := lambda.EventHeader(&ev) // authenticate checked it
+	key, _ := httplimit.APIKey(h.Get(apiKeyField))
+	cu, err := a.customers.Customer(ctx, key)
+	if err != nil {
+		return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+	defer cancel()
+	us, err := a.limiter.Usage(ctx, key)
+	if err != nil {
+		a.log.ErrorContext(ctx, "usage failed", "error", err)
+		return unavailable(), nil
+	}
+	now := time.Now()
+	report := usageReport{Plan: cu.Plan, Policies: make([]policyUsage, len(us))}
+	for i, u := range us {
+		p := policyUsage{
+			Name: u.Policy.Name, Quota: u.Policy.Quota, Used: u.Used, Remaining: u.Remaining,
+			Reset: now.Add(u.ResetAfter).UTC().Truncate(time.Millisecond),
+		}
+		if !u.Policy.Period.IsZero() {
+			start, end := u.Policy.Period.Bounds(now)
+			start, end = start.UTC(), end.UTC()
+			p.Reset, p.PeriodStart, p.PeriodEnd = end, &start, &end
+		}
+		report.Policies[i] = p
+	}
+	body, _ := json.Marshal(report)
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: http.StatusOK,
+		Headers:    map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
+		Body:       string(body),
+	}, nil
+}
+
+// planChange is the body of POST /admin/plan.
+type planChange struct {
+	APIKey string `json:"api_key"`
+	Plan   string `json:"plan"`
+	Quota  int64  `json:"quota,omitempty"` // enterprise only
+}
+
+// admin answers POST /admin/plan: it moves a customer to another plan,
+// effective from the customer's next request. What the customer used this
+// month stays counted (the limiter counts per policy name, not per plan):
+// an upgrade leaves more remaining, a downgrade leaves none until the
+// month ends, never less than none. The caller must send the admin token
+// as a bearer token; without PAIDAPI_ADMIN_TOKEN the route does not exist.
+func (a *api) admin(ctx context.Context, ev events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	if a.cfg.adminToken == "" {
+		return problem(http.StatusNotFound, "Not Found", "the admin endpoint is disabled (set PAIDAPI_ADMIN_TOKEN)")
+	}
+	h, err := lambda.EventHeader(&ev)
+	if err != nil {
+		return problem(http.StatusBadRequest, "Bad Request", err.Error())
+	}
+	// Compared as hashes in constant time: the timing says nothing about
+	// the token or its length.
+	got := sha256.Sum256([]byte(strings.TrimPrefix(h.Get("Authorization"), "Bearer ")))
+	want := sha256.Sum256([]byte(a.cfg.adminToken))
+	if !strings.HasPrefix(h.Get("Authorization"), "Bearer ") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+		resp := problem(http.StatusUnauthorized, "Unauthorized", "send the admin token as Authorization: Bearer <token>")
+		resp.Headers["WWW-Authenticate"] = "Bearer"
+		return resp
+	}
+	body := []byte(ev.Body)
+	if ev.IsBase64Encoded {
+		if body, err = base64.StdEncoding.DecodeString(ev.Body); err != nil {
+			return problem(http.StatusBadRequest, "Bad Request", "the body is not valid base64")
+		}
+	}
+	var c planChange
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return problem(http.StatusBadRequest, "Bad Request", `want {"api_key": "…", "plan": "free"|"pro"|"enterprise", "quota": n}: `+err.Error())
+	}
+	key, err := httplimit.APIKey(c.APIKey)
+	if err != nil {
+		return problem(http.StatusBadRequest, "Bad Request", "api_key: "+err.Error())
+	}
+	cu, err := a.customers.SetPlan(ctx, key, c.Plan, c.Quota)
+	switch {
+	case errors.Is(err, errUnknownCustomer):
+		return problem(http.StatusNotFound, "Not Found", err.Error())
+	case err != nil:
+		return problem(http.StatusBadRequest, "Bad Request", err.Error())
+	}
+	t := a.tier(cu)
+	a.log.InfoContext(ctx, "plan changed", "plan", cu.Plan, "monthly_quota", t.Quota, "burst", t.Burst)
+	out, _ := json.Marshal(map[string]any{"plan": cu.Plan, "monthly_quota": t.Quota, "burst": t.Burst})
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: http.StatusOK,
+		Headers:    map[string]string{"Content-Type": "application/json", "Cache-Control": "no-store"},
+		Body:       string(out),
+	}
+}
+
+// unavailable is the answer when PostgreSQL or the customer table fails
+// outside a metered call (the Guard answers those).
+func unavailable() events.APIGatewayV2HTTPResponse {
+	resp := problem(http.StatusServiceUnavailable, "Service Unavailable", "try again shortly")
+	resp.Headers["Retry-After"] = "1"
+	return resp
 }
 
 // decisionTimeout bounds each decision (the Guard's Timeout) and the pool's

@@ -1,16 +1,25 @@
-// Command paidapi is a paid API tier on AWS Lambda behind an API Gateway HTTP
-// API: each API key may make 1000 calls a day (UTC), counted exactly in
-// PostgreSQL by ratekit's durable strategy, and at most 10 a second (a token
-// bucket next to the daily quota; both policies decide every call together
-// in one statement through durable.NewComposite, and both show in the
-// RateLimit fields). A call whose
-// downstream work fails is refunded, and a retried call that sends the same
+// Command paidapi is a paid API on AWS Lambda behind an API Gateway HTTP
+// API that sells three plans, each a burst and a monthly quota counted
+// exactly in PostgreSQL by ratekit's durable strategy:
+//
+//	free        2 calls a second,      1,000 a month
+//	pro        10 calls a second,    100,000 a month
+//	enterprise 50 calls a second, a monthly quota per customer
+//
+// A month runs from each customer's billing day (its billing anchor). The
+// plan is resolved per request from the API key (durable.Planned), so a
+// plan change takes effect on the customer's next call and keeps what was
+// used this month. GET /v1/quote?symbol=ACME is the metered call; GET
+// /usage reports what the key used of each policy; POST /admin/plan changes
+// a customer's plan (with the admin token). A call whose downstream work
+// fails is refunded, and a retried call that sends the same
 // Idempotency-Key header is charged once.
 //
 // On Lambda (provided.al2023) it reads:
 //
-//	DATABASE_URL   PostgreSQL connection string (required)
-//	PAIDAPI_KEYS   comma-separated API keys of the customers (required)
+//	DATABASE_URL         PostgreSQL connection string (required)
+//	PAIDAPI_KEYS         the customers: key[=plan][@billing-anchor], comma-separated (required)
+//	PAIDAPI_ADMIN_TOKEN  bearer token of POST /admin/plan (optional; without it the route is off)
 //
 // With -local it serves the same handler over plain HTTP, translating each
 // request into the HTTP API event that API Gateway would send, so it can be
@@ -64,9 +73,9 @@ func main() {
 // outside Lambda.
 const notInLambdaHint = "run with -local to serve on localhost"
 
-// maxPrefixLen leaves room for the burst's prefix, <prefix>-burst, within
-// ratekit.MaxPolicyNameLen.
-const maxPrefixLen = ratekit.MaxPolicyNameLen - len("-burst")
+// maxPrefixLen leaves room for the longest policy's counter prefix,
+// <prefix>:monthly, within ratekit.MaxPolicyNameLen.
+const maxPrefixLen = ratekit.MaxPolicyNameLen - len(":"+monthlyPolicy)
 
 // run sets the API up once and then serves: on Lambda through lambda.Start,
 // with -local over HTTP until ctx ends. When ready is not nil it receives
@@ -74,10 +83,13 @@ const maxPrefixLen = ratekit.MaxPolicyNameLen - len("-burst")
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("paidapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cli.SetUsage(fs, "paidapi [-local [-addr host:port]] [-quota calls] [-burst calls] [-prefix name]",
+	cli.SetUsage(fs, "paidapi [-local [-addr host:port]] [-quota calls] [-burst calls] [-pro-quota calls] [-pro-burst calls] [-enterprise-burst calls] [-prefix name]",
 		`Environment:
-  DATABASE_URL   PostgreSQL connection string (required)
-  PAIDAPI_KEYS   comma-separated API keys of the customers (required)
+  DATABASE_URL         PostgreSQL connection string (required)
+  PAIDAPI_KEYS         the customers, comma-separated (required): key[=plan][@anchor],
+                       plan free (default), pro or enterprise:<monthly quota>,
+                       anchor the billing anchor in RFC 3339 (default: months from the 1st, UTC)
+  PAIDAPI_ADMIN_TOKEN  bearer token that POST /admin/plan requires (optional)
 
 Without -local it must run in AWS Lambda (provided.al2023).
 `)
@@ -88,9 +100,12 @@ Without -local it must run in AWS Lambda (provided.al2023).
 		}
 		return nil
 	})
-	quota := cli.Int64(fs, "quota", 1000, 1, ratekit.MaxQuota, "`calls` per API key and UTC day")
-	burst := cli.Int64(fs, "burst", 10, 1, ratekit.MaxQuota, "`calls` per API key and second")
-	prefix := cli.String(fs, "prefix", policyName, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
+	quota := cli.Int64(fs, "quota", 1000, 1, ratekit.MaxQuota, "`calls` per API key and billing month on the free plan")
+	burst := cli.Int64(fs, "burst", 2, 1, ratekit.MaxQuota, "`calls` per API key and second on the free plan")
+	proQuota := cli.Int64(fs, "pro-quota", 100_000, 1, ratekit.MaxQuota, "`calls` per API key and billing month on the pro plan")
+	proBurst := cli.Int64(fs, "pro-burst", 10, 1, ratekit.MaxQuota, "`calls` per API key and second on the pro plan")
+	entBurst := cli.Int64(fs, "enterprise-burst", 50, 1, ratekit.MaxQuota, "`calls` per API key and second on the enterprise plan (its monthly quota is per customer)")
+	prefix := cli.String(fs, "prefix", defaultPrefix, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
 		if len(v) > maxPrefixLen {
 			return fmt.Errorf("must be at most %d bytes", maxPrefixLen)
 		}
@@ -132,13 +147,17 @@ Without -local it must run in AWS Lambda (provided.al2023).
 	if err != nil {
 		return err
 	}
-	var keys []string
-	for _, k := range strings.Split(getenv("PAIDAPI_KEYS"), ",") {
-		if k = strings.TrimSpace(k); k != "" {
-			keys = append(keys, k)
-		}
+	// The seam: a real program reads its customers table here (see
+	// customers in customers.go).
+	cust, err := parseCustomers(getenv("PAIDAPI_KEYS"))
+	if err != nil {
+		return err
 	}
-	a, err := newAPI(config{store: store, prefix: *prefix, quota: *quota, burst: *burst, keys: keys, logger: logger})
+	a, err := newAPI(config{
+		store: store, prefix: *prefix,
+		free: tier{Burst: *burst, Quota: *quota}, pro: tier{Burst: *proBurst, Quota: *proQuota}, enterpriseBurst: *entBurst,
+		customers: cust, adminToken: getenv("PAIDAPI_ADMIN_TOKEN"), logger: logger,
+	})
 	if err != nil {
 		return err
 	}
@@ -151,7 +170,9 @@ Without -local it must run in AWS Lambda (provided.al2023).
 	if err != nil {
 		return err
 	}
-	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(), "quota", *quota, "burst", *burst)
+	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(),
+		"free", fmt.Sprintf("%d/s, %d/month", *burst, *quota), "pro", fmt.Sprintf("%d/s, %d/month", *proBurst, *proQuota),
+		"enterprise", fmt.Sprintf("%d/s, per customer", *entBurst), "admin", a.cfg.adminToken != "")
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

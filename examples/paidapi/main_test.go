@@ -71,9 +71,9 @@ func unique(t testing.TB) string {
 	return "paidapi-test-" + hex.EncodeToString(b)
 }
 
-// testStore returns a Store on the test database and a function that forgets
-// the given API keys under prefix when the test ends.
-func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgstore.Store {
+// testStore returns a Store on the test database that forgets the given
+// API keys under prefix when the test ends.
+func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
 	if err != nil {
@@ -84,36 +84,64 @@ func testStore(t testing.TB, prefix string, quota int64, apiKeys ...string) *pgs
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		daily, err := durable.New(durable.Config{
+		// Every plan has the same two policies, so a Planned with any plan
+		// forgets both counters and the idempotency records in one
+		// statement; the quotas do not matter to a Reset.
+		forget, err := durable.NewPlanned(durable.PlannedConfig{
 			Store: store, Prefix: prefix, Durability: durable.Logged,
-			Policy: ratekit.Policy{Name: policyName, Quota: quota, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow},
+			Plan: func(context.Context, string) (ratekit.Plan, error) {
+				return ratekit.Plan{Name: "any", Policies: []ratekit.Policy{
+					{Name: burstPolicy, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
+					{Name: monthlyPolicy, Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
+				}}, nil
+			},
 		})
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		burst, err := durable.New(durable.Config{
-			Store: store, Prefix: prefix + "-burst", Durability: durable.Logged,
-			Policy: ratekit.Policy{Name: burstPolicyName, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
-		})
-		if err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
-		// The API's composite: its Reset forgets both policies' counters
-		// and its own idempotency records, in one statement.
-		c, err := durable.NewComposite(burst, daily)
 		if err != nil {
 			t.Errorf("cleanup: %v", err)
 			return
 		}
 		for _, k := range apiKeys {
-			key, _ := httplimit.APIKey(k)
-			if err := c.Reset(context.Background(), key); err != nil {
+			if err := forget.Reset(context.Background(), mustAPIKey(k)); err != nil {
 				t.Errorf("cleanup: %v", err)
 			}
 		}
 		pool.Close()
 	})
 	return store
+}
+
+// testAPI returns an API on store under prefix whose customers are
+// PAIDAPI_KEYS entries: the free plan is 3 calls a month, pro 5 and
+// enterprise 50 a second, each with a burst of 50 calls a minute (so that a
+// slow machine refills nothing between calls), unless change sets
+// otherwise.
+func testAPI(t testing.TB, store *pgstore.Store, prefix, keys string, change func(*config)) *api {
+	t.Helper()
+	cust, err := parseCustomers(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := config{
+		store: store, prefix: prefix, customers: cust,
+		free: tier{Burst: 50, Quota: 3}, pro: tier{Burst: 50, Quota: 5}, enterpriseBurst: 50, burstWindow: time.Minute,
+		logger: slog.New(slog.DiscardHandler),
+		quote:  func(context.Context, string) (float64, error) { return 1, nil },
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := newAPI(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// monthSeconds is the length in seconds of the current billing month of
+// anchor (the zero Time: calendar months), the w of the monthly policy.
+func monthSeconds(anchor time.Time) int64 {
+	start, end := ratekit.Period{Unit: ratekit.Month, Location: time.UTC, Anchor: anchor}.Bounds(time.Now())
+	return int64(end.Sub(start) / time.Second)
 }
 
 type quoteResult struct {
@@ -168,25 +196,21 @@ func callWith(t *testing.T, h awslambda.Handler, patch func(*events.APIGatewayV2
 func TestPaidAPIOnLambda(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	store := testStore(t, prefix, 3, customer)
+	store := testStore(t, prefix, customer, "other-customer")
 	var quotes atomic.Int32
-	a, err := newAPI(config{
-		store: store, prefix: prefix, quota: 3, burst: 50, keys: []string{customer, "other-customer"},
-		logger: slog.New(slog.DiscardHandler),
-		quote: func(_ context.Context, symbol string) (float64, error) {
+	a := testAPI(t, store, prefix, customer+",other-customer", func(c *config) {
+		c.burstWindow = time.Second
+		c.quote = func(_ context.Context, symbol string) (float64, error) {
 			quotes.Add(1)
 			if symbol == "FAIL" {
 				return 0, errors.New("upstream timeout")
 			}
 			return 12.5, nil
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := awslambda.NewHandler(a.handler)
-	// left is the daily quota's member of the RateLimit list (the burst's
-	// comes first).
+	// left is the monthly quota's member of the RateLimit list (the
+	// burst's comes first).
 	left := func(r quoteResult) string {
 		members := strings.Split(r.headers.Get("RateLimit"), ", ")
 		return members[len(members)-1]
@@ -199,35 +223,36 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	}
 
 	r := call(t, h, customer, "ACME", "")
-	if r.status != 200 || r.headers.Get("RateLimit-Policy") != `"paid-tier-burst";q=50;w=1, "paid-tier";q=3;w=86400` || !strings.HasPrefix(left(r), `"paid-tier";r=2;t=`) {
+	wantPolicy := fmt.Sprintf(`"burst";q=50;w=1, "monthly";q=3;w=%d`, monthSeconds(time.Time{}))
+	if r.status != 200 || r.headers.Get("RateLimit-Policy") != wantPolicy || !strings.HasPrefix(left(r), `"monthly";r=2;t=`) {
 		t.Fatalf("first call: %d %v %s", r.status, r.headers, r.body)
 	}
 	var got struct {
 		Symbol string
 		Price  float64
-		Left   int64 `json:"calls_left_today"`
+		Left   int64 `json:"calls_left_this_month"`
 	}
 	if err := json.Unmarshal([]byte(r.body), &got); err != nil || got.Symbol != "ACME" || got.Price != 12.5 || got.Left != 2 {
 		t.Fatalf("body %s: %v", r.body, err)
 	}
 
 	// Failed work and bad input are refunded: two more calls still leave 2.
-	if r := call(t, h, customer, "FAIL", "retry-1"); r.status != 502 || !strings.HasPrefix(left(r), `"paid-tier";r=2;`) {
+	if r := call(t, h, customer, "FAIL", "retry-1"); r.status != 502 || !strings.HasPrefix(left(r), `"monthly";r=2;`) {
 		t.Fatalf("failed work: %d %v %s", r.status, r.headers, r.body)
 	}
-	if r := call(t, h, customer, "not a symbol", ""); r.status != 400 || !strings.HasPrefix(left(r), `"paid-tier";r=2;`) {
+	if r := call(t, h, customer, "not a symbol", ""); r.status != 400 || !strings.HasPrefix(left(r), `"monthly";r=2;`) {
 		t.Fatalf("bad symbol: %d %s", r.status, r.body)
 	}
 
 	// A retried call with the same Idempotency-Key is charged once.
 	for i := 0; i < 3; i++ {
 		r := call(t, h, customer, "ACME", "order-7")
-		if r.status != 200 || !strings.HasPrefix(left(r), `"paid-tier";r=1;`) {
+		if r.status != 200 || !strings.HasPrefix(left(r), `"monthly";r=1;`) {
 			t.Fatalf("idempotent attempt %d: %d %s %s", i, r.status, left(r), r.body)
 		}
 	}
 	r = call(t, h, customer, "ACME", "")
-	if r.status != 200 || !strings.HasPrefix(left(r), `"paid-tier";r=0;`) {
+	if r.status != 200 || !strings.HasPrefix(left(r), `"monthly";r=0;`) {
 		t.Fatalf("third charged call: %d %s", r.status, left(r))
 	}
 	before := quotes.Load()
@@ -241,46 +266,41 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	if r := call(t, h, "other-customer", "ACME", ""); r.status != 200 {
 		t.Fatalf("other customer: %d %s", r.status, r.body)
 	}
-	if err := a.limiter.Reset(context.Background(), mustAPIKey("other-customer")); err != nil {
-		t.Fatal(err)
+	// Routes other than the API's are 404, and /usage is authenticated.
+	if r := request(t, h, "GET", "/v1/quotes", customer, ""); r.status != 404 {
+		t.Fatalf("unknown route: %d %s", r.status, r.body)
+	}
+	if r := request(t, h, "GET", "/usage", "invented-key", ""); r.status != 401 {
+		t.Fatalf("usage of an unknown key: %d %s", r.status, r.body)
 	}
 }
 
-// The per-second burst and the daily quota decide together: a call past
-// the burst is refused with both policies in the fields, names the burst as
-// the violated policy, and takes nothing from the daily quota.
-func TestBurstAndDailyQuota(t *testing.T) {
+// The burst and the monthly quota decide together: a call past the burst
+// is refused with both policies in the fields, names the burst as the
+// violated policy, and takes nothing from the monthly quota.
+func TestBurstAndMonthlyQuota(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	store := testStore(t, prefix, 5, customer)
-	a, err := newAPI(config{
-		// A burst window of a minute, so that a slow machine cannot refill
-		// it between the calls.
-		store: store, prefix: prefix, quota: 5, burst: 2, burstWindow: time.Minute,
-		keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
-		quote: func(context.Context, string) (float64, error) { return 1, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := testStore(t, prefix, customer)
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.free = tier{Burst: 2, Quota: 5} })
 	h := awslambda.NewHandler(a.handler)
+	wantPolicy := fmt.Sprintf(`"burst";q=2;w=60, "monthly";q=5;w=%d`, monthSeconds(time.Time{}))
 	for i := 0; i < 2; i++ {
-		if r := call(t, h, customer, "ACME", ""); r.status != 200 ||
-			r.headers.Get("RateLimit-Policy") != `"paid-tier-burst";q=2;w=60, "paid-tier";q=5;w=86400` {
+		if r := call(t, h, customer, "ACME", ""); r.status != 200 || r.headers.Get("RateLimit-Policy") != wantPolicy {
 			t.Fatalf("call %d: %d %v %s", i+1, r.status, r.headers, r.body)
 		}
 	}
 	r := call(t, h, customer, "ACME", "")
 	var p httplimit.Problem
 	json.Unmarshal([]byte(r.body), &p)
-	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicyName ||
-		!strings.HasPrefix(r.headers.Get("RateLimit"), `"paid-tier-burst";r=0;t=`) ||
-		!strings.Contains(r.headers.Get("RateLimit"), `, "paid-tier";r=3;t=`) || r.headers.Get("Retry-After") == "" {
+	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicy ||
+		!strings.HasPrefix(r.headers.Get("RateLimit"), `"burst";r=0;t=`) ||
+		!strings.Contains(r.headers.Get("RateLimit"), `, "monthly";r=3;t=`) || r.headers.Get("Retry-After") == "" {
 		t.Fatalf("past the burst: %d %v %s", r.status, r.headers, r.body)
 	}
-	d, err := a.limiter.Peek(context.Background(), ratekit.Request{Key: mustAPIKey(customer), Cost: 1})
-	if err != nil || d.Parts[1].Remaining != 3 {
-		t.Fatalf("daily quota after the burst's denial: %+v, %v; want 3 left", d, err)
+	u := usageOf(t, h, customer)
+	if m := u.Policies[1]; m.Name != monthlyPolicy || m.Used != 2 || m.Remaining != 3 {
+		t.Fatalf("monthly quota after the burst's denial: %+v; want 2 used, 3 left", m)
 	}
 }
 
@@ -302,7 +322,7 @@ const burst, burstQuota = 3000, 1000
 func TestBurstIsExact(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	testStore(t, prefix, burstQuota, customer) // forgets the key afterwards
+	testStore(t, prefix, customer) // forgets the key afterwards
 	env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t) + "&pool_max_conns=16", "PAIDAPI_KEYS": customer}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
@@ -393,24 +413,14 @@ func TestBurstIsExact(t *testing.T) {
 func TestDuplicateAPIKeyCopies(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	store := testStore(t, prefix, 1, customer)
-	a, err := newAPI(config{store: store, prefix: prefix, quota: 1, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := testStore(t, prefix, customer)
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.free.Quota = 1 })
 	h := awslambda.NewHandler(a.handler)
 	if r := call(t, h, customer, "ACME", ""); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
 	}
-	var invented []string
-	t.Cleanup(func() {
-		for _, k := range invented {
-			a.limiter.Reset(context.Background(), mustAPIKey(k))
-		}
-	})
 	for i := 0; i < 40; i++ { // the order of a map's names varies
 		other := fmt.Sprintf("invented-%s-%d", prefix, i)
-		invented = append(invented, other)
 		r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
 			ev.Headers["x-api-key"] = customer
 			ev.Headers["X-Api-Key"] = other
@@ -437,7 +447,7 @@ func TestDuplicateAPIKeyCopies(t *testing.T) {
 func TestRefundWithinDeadline(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	testStore(t, prefix, 5, customer) // forgets the key afterwards
+	testStore(t, prefix, customer) // forgets the key afterwards
 	pcfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
@@ -457,16 +467,12 @@ func TestRefundWithinDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAPI(config{
-		store: store, prefix: prefix, quota: 5, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
-		quote: func(context.Context, string) (float64, error) {
+	a := testAPI(t, store, prefix, customer, func(c *config) {
+		c.quote = func(context.Context, string) (float64, error) {
 			proxy.Latency(time.Minute, 0) // the database stops answering
 			return 0, errors.New("upstream failed")
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ev := mustEvent(t, customer)
 	deadline := time.Now().Add(1500 * time.Millisecond) // a 1.5 s function timeout
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -501,7 +507,7 @@ func mustEvent(t *testing.T, apiKey string) []byte {
 func TestOneStatementPerCall(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
-	store := testStore(t, prefix, 5, customer) // forgets the key afterwards
+	store := testStore(t, prefix, customer) // forgets the key afterwards
 	tr := &statementCounter{}
 	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
 	if err != nil {
@@ -520,13 +526,7 @@ func TestOneStatementPerCall(t *testing.T) {
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAPI(config{
-		store: traced, prefix: prefix, quota: 5, burst: 10, keys: []string{customer}, logger: slog.New(slog.DiscardHandler),
-		quote: func(context.Context, string) (float64, error) { return 1, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := testAPI(t, traced, prefix, customer, func(c *config) { c.free.Quota = 5 })
 	h := awslambda.NewHandler(a.handler)
 	if r := call(t, h, customer, "ACME", ""); r.status != 200 { // the first call checks the schema
 		t.Fatalf("first call: %d %s", r.status, r.body)
@@ -534,7 +534,7 @@ func TestOneStatementPerCall(t *testing.T) {
 	tr.Statements.Store(0)
 	for i := 0; i < 3; i++ {
 		if r := call(t, h, customer, "ACME", fmt.Sprint("idem-", i)); r.status != 200 ||
-			!strings.Contains(r.headers.Get("RateLimit"), fmt.Sprintf(`, "paid-tier";r=%d;t=`, 3-i)) {
+			!strings.Contains(r.headers.Get("RateLimit"), fmt.Sprintf(`, "monthly";r=%d;t=`, 3-i)) {
 			t.Fatalf("call %d: %d %v %s", i+2, r.status, r.headers, r.body)
 		}
 	}
