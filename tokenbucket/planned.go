@@ -1,0 +1,452 @@
+package tokenbucket
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+// PlannedConfig configures a [Planned]. Prefix, Store and Plan are
+// required.
+type PlannedConfig struct {
+	// Prefix names this Planned's records in the store: policy P of a plan
+	// counts key K under Prefix + ":" + P + "/" + a kind + ":" + K (see
+	// [Planned]). It must pass ratekit.ValidatePolicyName. Two Planned
+	// limiters on one store share counts when they share a Prefix.
+	Prefix string
+
+	// Store keeps the buckets and period counters. It must implement
+	// kvstore.PeriodCounter and count periods (memstore, redisstore and
+	// rueidisstore do; dynamostore does not).
+	Store kvstore.Store
+
+	// Group, when true, keeps every record of a decision in the group of
+	// Request.Key, as [CompositeConfig].Group does: one hash slot on a
+	// Redis Cluster, where it is required.
+	Group bool
+
+	// Plan returns the plan of key, called once per Allow, Peek, Refund,
+	// Reset and Usage. It must be safe for concurrent use, and is best
+	// served from memory (a decision waits for it). Its error is returned
+	// wrapped, and nothing is decided.
+	Plan func(ctx context.Context, key string) (ratekit.Plan, error)
+
+	// Now is the clock that period bounds are computed from: the period
+	// that contains Now and its two neighbours are sent, and the store
+	// counts in the one that contains ITS clock (see
+	// kvstore.PeriodBounds). Nil means time.Now. A clock more than a
+	// period away from the store's fails decisions with
+	// kvstore.ErrClockSkew.
+	Now func() time.Time
+}
+
+// Planned is a [ratekit.Limiter] that decides each request against the
+// policies of its key's plan, resolved per request by PlannedConfig.Plan,
+// without a limiter per plan: every policy of the plan at once, all or
+// nothing, in one step of a kvstore.PeriodCounter store (one Lua script
+// and one round trip on Redis, entry locks in memory), on the store's
+// clock. It is the Atomic-KV counterpart of durable.Planned.
+//
+// Policies become, by Algorithm:
+//
+//   - TokenBucket: a bucket of Quota tokens (the burst) that fills from
+//     empty in Window (a refill of Quota per Window, which must be a whole
+//     number of microseconds), with [Limiter]'s exact arithmetic.
+//   - FixedWindow with a Period: a period counter, at most Quota units in
+//     each calendar period ([ratekit.Period]: a day, week or month in a
+//     time zone, from the key's billing anchor), picked by the store's
+//     clock; the decision's ResetAfter (and RetryAfter when it denies) is
+//     the true end of the period, and its Policy.Window the period's
+//     length (28 to 31 days for a month).
+//   - FixedWindow without a Period: a period counter over windows of
+//     Window aligned to the Unix epoch (Window a whole number of
+//     microseconds). Its bounds come from this process's clock too, so a
+//     clock more than one Window from the store's fails with
+//     kvstore.ErrClockSkew: prefer a TokenBucket for windows of seconds.
+//   - SlidingWindow and SlidingLog are refused (ratekit.ErrInvalidConfig).
+//
+// Counts are kept per key and policy name, not per plan. A period
+// counter's record is Prefix:name/p:key whatever the quota, so a plan
+// change takes effect on the key's next decision and keeps what was used:
+// after an upgrade the larger quota leaves more remaining; after a
+// downgrade Remaining is never below zero (the count stays, so the key
+// waits for the period's end) and no period starts afresh. A bucket's
+// record is Prefix:name/b<quota>.<window µs>:key: a bucket whose burst or
+// refill changes with the plan is a new bucket and starts full (a bucket
+// holds seconds of traffic, the period count is the money), so a plan
+// change grants at most one burst of the new plan at once. A policy the
+// new plan drops stops being counted; one it adds starts from zero (full).
+//
+// Refund gives units back to each policy of the key's CURRENT plan: to its
+// bucket of the current shape (never above its burst) and to its counter
+// in the current period (never below zero). So a refund that spans a plan
+// change lowers the count the period keeps (an upgrade or downgrade leaves
+// what was refunded available under the new quota) and refills the new
+// plan's bucket; a policy added since the charge gets nothing (its count
+// is zero), a dropped one is not refunded. Planned keeps no record of
+// charges (Request.IdempotencyKey is ignored): a refund made after its
+// charge's period ended lowers the new period's count instead, never
+// below zero. durable.Planned, which keeps idempotency records, does not.
+//
+// Planned implements ratekit.Peeker, ratekit.Refunder and ratekit.Resetter,
+// and Usage. Request.Parts, when not nil, gives one part per policy of the
+// key's plan, in its order; with Group, a request must name the same Key
+// every time it counts a record. It ignores Request.State and
+// Request.IdempotencyKey, has no denied-key cache, is safe for concurrent
+// use and starts no goroutine.
+type Planned struct {
+	store  kvstore.PeriodCounter
+	group  bool
+	prefix string // Prefix + ":"
+	plan   func(ctx context.Context, key string) (ratekit.Plan, error)
+	now    func() time.Time
+	step   time.Duration
+}
+
+var (
+	_ ratekit.Limiter  = (*Planned)(nil)
+	_ ratekit.Peeker   = (*Planned)(nil)
+	_ ratekit.Refunder = (*Planned)(nil)
+	_ ratekit.Resetter = (*Planned)(nil)
+)
+
+// NewPlanned returns a Planned for cfg. It returns an error matching
+// ratekit.ErrInvalidConfig for an invalid Prefix, a nil Plan, a Store that
+// does not count periods (kvstore.PeriodCounter), or a partitioned store
+// (a Redis Cluster) without Group. It does not contact the store.
+func NewPlanned(cfg PlannedConfig) (*Planned, error) {
+	invalid := func(format string, args ...any) error {
+		return fmt.Errorf("tokenbucket: %w: planned: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("tokenbucket: planned: Prefix: %w", err)
+	}
+	if cfg.Plan == nil {
+		return nil, invalid("nil Plan func")
+	}
+	if cfg.Store == nil {
+		return nil, invalid("nil Store")
+	}
+	pc, ok := cfg.Store.(kvstore.PeriodCounter)
+	if !ok || !pc.CountsPeriods() {
+		return nil, invalid("Store %T does not count periods (kvstore.PeriodCounter)", cfg.Store)
+	}
+	if pc.Partitioned() && !cfg.Group {
+		return nil, invalid("Store %T spreads keys over partitions (a Redis Cluster's hash slots) that one step cannot span; set Group to keep each decision's records in the group (hash slot) of Request.Key", cfg.Store)
+	}
+	p := &Planned{store: pc, group: cfg.Group, prefix: cfg.Prefix + ":", plan: cfg.Plan, now: cfg.Now, step: clockStep(cfg.Store)}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	return p, nil
+}
+
+// plannedPolicy is one policy of a resolved plan, as the store counts it.
+type plannedPolicy struct {
+	policy ratekit.Policy
+	refill kvstore.Refill // a bucket's; zero for a counter
+	unit   int64          // a bucket's units per token; 0 for a counter
+}
+
+// plannedScratch is a decision's bookkeeping, pooled as Composite's is.
+type plannedScratch struct {
+	pols    [ratekit.MaxPlanPolicies]plannedPolicy
+	periods [ratekit.MaxPlanPolicies]kvstore.PeriodBounds
+	upd     []kvstore.Update
+	res     []kvstore.OpResult
+	keys    []byte
+}
+
+var plannedPool = sync.Pool{New: func() any { return new(plannedScratch) }}
+
+// resolve looks up and checks the plan of key and fills sc.pols.
+func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) ([]plannedPolicy, error) {
+	plan, err := p.plan(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("tokenbucket: plan of key: %w", err)
+	}
+	if err := plan.Validate(); err != nil {
+		return nil, fmt.Errorf("tokenbucket: %w", err)
+	}
+	pols := sc.pols[:len(plan.Policies)]
+	for i, pol := range plan.Policies {
+		invalid := func(format string, args ...any) error {
+			return fmt.Errorf("tokenbucket: %w: plan %q: policy %q: %s", ratekit.ErrInvalidConfig, plan.Name, pol.Name, fmt.Sprintf(format, args...))
+		}
+		pols[i] = plannedPolicy{policy: pol}
+		switch pol.Algorithm {
+		case ratekit.TokenBucket:
+			if pol.Window%time.Microsecond != 0 {
+				return nil, invalid("a token bucket's Window %v is not a whole number of microseconds", pol.Window)
+			}
+			perMicro := int64(pol.Window / time.Microsecond)
+			g := gcd(pol.Quota, perMicro)
+			unit, rate := perMicro/g, pol.Quota/g
+			if unit > kvstore.MaxValue/pol.Quota {
+				return nil, invalid("a burst of %d filled in %v needs %d×%d units, more than 2^52; use a shorter Window", pol.Quota, pol.Window, pol.Quota, unit)
+			}
+			r := kvstore.Refill{Max: pol.Quota * unit, Rate: rate}
+			if r.Validate() != nil {
+				return nil, invalid("a burst of %d filled in %v refills more than the burst per microsecond", pol.Quota, pol.Window)
+			}
+			pols[i].refill, pols[i].unit = r, unit
+		case ratekit.FixedWindow:
+			if pol.Period.IsZero() && pol.Window%time.Microsecond != 0 {
+				return nil, invalid("a fixed window's Window %v is not a whole number of microseconds", pol.Window)
+			}
+			if pol.Quota > kvstore.MaxValue {
+				return nil, invalid("quota %d is above 2^52", pol.Quota)
+			}
+		default:
+			return nil, invalid("algorithm %v is not supported by tokenbucket.Planned; use ratekit.TokenBucket, or ratekit.FixedWindow with or without a Period", pol.Algorithm)
+		}
+	}
+	return pols, nil
+}
+
+// bounds returns the period bounds of a counter pol at now.
+func bounds(pol ratekit.Policy, now time.Time) [4]int64 {
+	if pol.Period.IsZero() {
+		w := int64(pol.Window / time.Microsecond)
+		s := now.UnixMicro()
+		s -= s % w
+		return [4]int64{s - w, s, s + w, s + 2*w}
+	}
+	start, end := pol.Period.Bounds(now)
+	before, _ := pol.Period.Bounds(start.Add(-time.Nanosecond))
+	_, after := pol.Period.Bounds(end)
+	return [4]int64{before.UnixMicro(), start.UnixMicro(), end.UnixMicro(), after.UnixMicro()}
+}
+
+// run resolves the plan of req.Key and applies op to every policy of it in
+// one step. For a reset (reset true) every part is refunded in full. When
+// used is not nil, it receives each period counter's count.
+func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, reset bool, used *[]int64) ([]ratekit.Decision, error) {
+	if reset {
+		if err := ratekit.ValidateKey(req.Key); err != nil {
+			return nil, err
+		}
+	} else if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	sc := plannedPool.Get().(*plannedScratch)
+	defer plannedPool.Put(sc)
+	pols, err := p.resolve(ctx, req.Key, sc)
+	if err != nil {
+		return nil, err
+	}
+	n := len(pols)
+	if req.Parts != nil && len(req.Parts) != n {
+		return nil, fmt.Errorf("%w: %d parts for a plan of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), n)
+	}
+	upd, res, buf := sc.upd[:0], sc.res[:0], sc.keys[:0]
+	var now time.Time
+	for i := range pols {
+		pp := &pols[i]
+		key, cost := req.Key, req.Cost
+		if req.Parts != nil {
+			key, cost = req.Parts[i].Key, req.Parts[i].Cost
+		}
+		if op != kvstore.OpRefund && cost > pp.policy.Quota {
+			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, pp.policy.Name, cost, pp.policy.Quota)
+		}
+		buf = append(buf, p.prefix...)
+		buf = append(buf, pp.policy.Name...)
+		u := kvstore.Update{}
+		if pp.unit > 0 {
+			buf = append(buf, "/b"...)
+			buf = strconv.AppendInt(buf, pp.policy.Quota, 10)
+			buf = append(buf, '.')
+			buf = strconv.AppendInt(buf, int64(pp.policy.Window/time.Microsecond), 10)
+			// A refund never fills above the burst: a larger one is
+			// the burst, which also keeps cost × unit from overflowing.
+			u.Refill, u.N = pp.refill, min(cost, pp.policy.Quota)*pp.unit
+			if reset {
+				u.N = pp.refill.Max
+			}
+		} else {
+			buf = append(buf, "/p"...)
+			if now.IsZero() {
+				now = p.now()
+			}
+			sc.periods[i] = kvstore.PeriodBounds{Bounds: bounds(pp.policy, now), Quota: pp.policy.Quota}
+			u.Period, u.N = &sc.periods[i], cost
+			if reset {
+				u.N = kvstore.MaxValue
+			}
+		}
+		buf = append(buf, ':')
+		buf = append(buf, key...)
+		upd = append(upd, u)
+		res = append(res, kvstore.OpResult{})
+	}
+	// Every store key in one string, one allocation: the store may keep
+	// a key it is given.
+	all, at := string(buf), 0
+	for i := range upd {
+		end := at + len(p.prefix) + len(pols[i].policy.Name) + 3
+		if pols[i].unit > 0 {
+			pol := pols[i].policy
+			end += 1 + decimalLen(pol.Quota) + decimalLen(int64(pol.Window/time.Microsecond))
+		}
+		if req.Parts != nil {
+			end += len(req.Parts[i].Key)
+		} else {
+			end += len(req.Key)
+		}
+		upd[i].Key, at = all[at:end], end
+	}
+	sc.upd, sc.res, sc.keys = upd, res, buf
+	group := ""
+	if p.group {
+		group = req.Key
+	}
+	err = p.store.UpdateMulti(ctx, group, op, upd, res)
+	defer func() {
+		for i := range upd {
+			upd[i] = kvstore.Update{} // the pooled scratch keeps no key alive
+		}
+	}()
+	if err != nil {
+		return nil, fmt.Errorf("tokenbucket: %w", err)
+	}
+	parts := make([]ratekit.Decision, n)
+	for i := range pols {
+		p.decide(&parts[i], &pols[i], &upd[i], res[i], op)
+	}
+	if used != nil {
+		*used = make([]int64, n)
+		for i := range res {
+			(*used)[i] = res[i].Used
+		}
+	}
+	return parts, nil
+}
+
+// decide fills in the zero Decision *d of policy pp after op with u.
+func (p *Planned) decide(d *ratekit.Decision, pp *plannedPolicy, u *kvstore.Update, r kvstore.OpResult, op kvstore.Op) {
+	d.Allowed = r.OK || op == kvstore.OpRefund
+	d.Limit = pp.policy.Quota
+	d.Policy = pp.policy
+	if pp.unit > 0 {
+		d.Remaining = r.Value / pp.unit
+		d.ResetAfter = p.wait(pp.refill, r.Value, pp.refill.Max)
+		if !d.Allowed {
+			d.RetryAfter = p.wait(pp.refill, r.Value, u.N)
+		}
+		return
+	}
+	b := &u.Period.Bounds
+	d.Remaining = r.Value
+	d.ResetAfter = time.Duration(b[r.Period]-r.Now) * time.Microsecond
+	d.Policy.Window = time.Duration(b[r.Period]-b[r.Period-1]) * time.Microsecond
+	if !d.Allowed {
+		d.RetryAfter = d.ResetAfter
+	}
+}
+
+// wait is Limiter.wait for a bucket of refill r.
+func (p *Planned) wait(r kvstore.Refill, level, target int64) time.Duration {
+	d := r.TimeUntil(level, target)
+	if p.step > 0 {
+		if rem := d % p.step; rem != 0 && d <= 1<<63-1-p.step {
+			d += p.step - rem
+		}
+	}
+	return d
+}
+
+// decimalLen returns the number of decimal digits of n >= 0.
+func decimalLen(n int64) int {
+	d := 1
+	for ; n >= 10; n /= 10 {
+		d++
+	}
+	return d
+}
+
+// Allow takes req.Cost units (or each part's cost) from every policy of
+// the key's plan when all have them available, and otherwise takes
+// nothing, in one step of the store after the plan lookup. Errors: those
+// of ratekit.Request.Validate; an error matching ratekit.ErrInvalidRequest
+// when Parts is non-nil and its length is not the number of the plan's
+// policies; ratekit.ErrCostExceedsLimit when a cost exceeds a policy's
+// quota; an error matching ratekit.ErrInvalidConfig for a plan that
+// ratekit.Plan.Validate refuses or that Planned cannot count (see
+// [Planned]); the Plan func's error, wrapped; kvstore.ErrClockSkew; and
+// the store's error (wrapped; one caused by ctx wraps ctx.Err()), after
+// which the request was counted by every policy or by none.
+func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	parts, err := p.run(ctx, req, kvstore.OpTake, false, nil)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	return ratekit.Combine(parts), nil
+}
+
+// Peek reports the Decision that Allow would return for req now, taking
+// nothing. It returns the same errors as Allow.
+func (p *Planned) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	parts, err := p.run(ctx, req, kvstore.OpPeek, false, nil)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	return ratekit.Combine(parts), nil
+}
+
+// Refund gives req.Cost units (or each part's cost) back to every policy
+// of the key's current plan, by the rules on [Planned], in one step, and
+// reports the resulting Decision (Allowed true). It returns the same
+// errors as Allow, except that a cost above a quota is accepted.
+func (p *Planned) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
+	parts, err := p.run(ctx, req, kvstore.OpRefund, false, nil)
+	if err != nil {
+		return ratekit.Decision{}, err
+	}
+	return ratekit.Combine(parts), nil
+}
+
+// Reset forgets key under every policy of its current plan, in one step:
+// its buckets are full again and its period counts zero. Records kept
+// under other plans' policies, or under a bucket's earlier shape, are not
+// touched. It returns ratekit.ErrEmptyKey or ratekit.ErrKeyTooLong for an
+// invalid key, the plan errors of Allow, kvstore.ErrClockSkew, and the
+// store's error (wrapped).
+func (p *Planned) Reset(ctx context.Context, key string) error {
+	if _, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil); err != nil {
+		return fmt.Errorf("tokenbucket: reset: %w", err)
+	}
+	return nil
+}
+
+// Usage returns, for each policy of key's current plan in order, what key
+// used of its bucket or current period, what remains and when it resets,
+// read in one step (a peek: it takes nothing) on the store's clock, with
+// the figures a Decision would carry: for a period, Used is the units
+// counted in it (it can exceed the quota after a downgrade) and
+// ResetAfter the time to its end; for a bucket, Used is Quota − Remaining.
+// It returns ratekit.ErrEmptyKey or ratekit.ErrKeyTooLong for an invalid
+// key and the other errors of Allow.
+func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error) {
+	if err := ratekit.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	var used []int64
+	parts, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpPeek, false, &used)
+	if err != nil {
+		return nil, err
+	}
+	u := make([]ratekit.Usage, len(parts))
+	for i, d := range parts {
+		u[i] = ratekit.Usage{Policy: d.Policy, Used: d.Limit - d.Remaining, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
+		if d.Policy.Algorithm == ratekit.FixedWindow {
+			u[i].Used = used[i]
+		}
+	}
+	return u, nil
+}
