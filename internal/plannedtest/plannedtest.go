@@ -7,13 +7,16 @@ package plannedtest
 
 import (
 	"context"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/tokenbucket"
 )
 
 // Shifted is a store for tests on a store whose clock is real (Redis): it
@@ -22,14 +25,36 @@ import (
 // limiter whose period clock is Clock decides, on the store's real clock,
 // in the periods of Clock's date. Token buckets are passed on unchanged and
 // refill on the real clock.
+//
+// The shift changes from call to call (the fake clock jumps, the real one
+// runs), and the period records already written hold starts shifted by the
+// shift of their call: before a call whose shift differs, Shifted calls
+// Rebase with the difference in microseconds, which must add it to the
+// start and the expiry of every period record of the test (and delete a
+// record whose expiry is then past), so that the records stay where they
+// were on the fake timeline. It is for one goroutine at a time.
 type Shifted struct {
 	kvstore.PeriodCounter
-	Clock func() time.Time
+	Clock  func() time.Time
+	Rebase func(ctx context.Context, delta int64) error
+
+	last *int64 // the shift of the last call
+}
+
+// NewShifted returns a Shifted of store on clock with rebase.
+func NewShifted(store kvstore.PeriodCounter, clock func() time.Time, rebase func(ctx context.Context, delta int64) error) Shifted {
+	return Shifted{PeriodCounter: store, Clock: clock, Rebase: rebase, last: new(int64)}
 }
 
 // UpdateMulti implements kvstore.MultiAtomic with the shift.
 func (s Shifted) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	shift := time.Now().UnixMicro() - s.Clock().UnixMicro()
+	if *s.last != 0 && shift != *s.last {
+		if err := s.Rebase(ctx, shift-*s.last); err != nil {
+			return err
+		}
+	}
+	*s.last = shift
 	moved := make([]kvstore.Update, len(updates))
 	bounds := make([]kvstore.PeriodBounds, len(updates))
 	for i, u := range updates {
@@ -352,4 +377,78 @@ func Race(t *testing.T, l Limiter, key string, workers, perWorker int, maxCost i
 		t.Fatal(err)
 	}
 	return admitted, u[0].Used
+}
+
+// BenchPlans returns the plan of the benchmarks, a burst and a monthly
+// quota from a billing anchor, and the same two policies as buckets of a
+// fixed tokenbucket.Composite would count them (the month as a bucket of
+// its quota filled in 30 days), sized so that every decision admits.
+func BenchPlans() (ratekit.Plan, []ratekit.Policy) {
+	plan := ratekit.Plan{Name: "pro", Policies: []ratekit.Policy{
+		{Name: "burst", Quota: 1_000_000, Window: time.Second, Algorithm: ratekit.TokenBucket},
+		{Name: "monthly", Quota: 1_000_000_000, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month, Anchor: time.Date(2026, 1, 14, 9, 0, 0, 0, time.UTC)}},
+	}}
+	return plan, []ratekit.Policy{plan.Policies[0], {Name: "monthly", Quota: 1_000_000_000, Window: 30 * 24 * time.Hour, Algorithm: ratekit.TokenBucket}}
+}
+
+// BenchAllow runs Allow of cost 1 on l from parallel goroutines over 1,024
+// keys, reporting allocations; a denial or an error fails b.
+func BenchAllow(b *testing.B, l ratekit.Limiter) {
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		i := int(next.Add(1)) * 97
+		for pb.Next() {
+			i++
+			d, err := l.Allow(ctx, ratekit.Request{Key: keys[i%len(keys)], Cost: 1})
+			if err != nil || !d.Allowed {
+				b.Errorf("Allow: %+v, %v", d, err)
+				return
+			}
+		}
+	})
+}
+
+// BenchPlanFunc returns a plan func that serves plan from memory, as a
+// program would from a cache of its customers' plans: a sync.Map lookup.
+func BenchPlanFunc(plan ratekit.Plan) func(context.Context, string) (ratekit.Plan, error) {
+	var m sync.Map
+	return func(_ context.Context, key string) (ratekit.Plan, error) {
+		if p, ok := m.Load(key); ok {
+			return p.(ratekit.Plan), nil
+		}
+		m.Store(key, plan)
+		return plan, nil
+	}
+}
+
+// Bench runs the sub-benchmarks of a planned decision on store: a burst
+// and a monthly quota with a plan lookup (tokenbucket.Planned), and the
+// same two policies in a fixed tokenbucket.Composite.
+func Bench(b *testing.B, store kvstore.Store) {
+	plan, fixed := BenchPlans()
+	b.Run("Planned", func(b *testing.B) {
+		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "bench", Store: store, Plan: BenchPlanFunc(plan)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		BenchAllow(b, l)
+	})
+	b.Run("Composite", func(b *testing.B) {
+		buckets := make([]tokenbucket.Bucket, len(fixed))
+		for i, p := range fixed {
+			buckets[i] = tokenbucket.Bucket{Name: p.Name, Burst: p.Quota, RefillRate: tokenbucket.Rate{Tokens: p.Quota, Per: p.Window}}
+		}
+		l, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: store})
+		if err != nil {
+			b.Fatal(err)
+		}
+		BenchAllow(b, l)
+	})
 }

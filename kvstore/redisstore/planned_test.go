@@ -1,0 +1,126 @@
+package redisstore_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/fakeclock"
+	"github.com/ratekit/ratekit/internal/plannedtest"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/tokenbucket"
+)
+
+// TestPlannedCalendar runs tokenbucket.Planned's calendar scenarios on
+// Redis's clock: the bounds the limiter computes at the scenario's date are
+// shifted to the real now, so that Redis decides in that date's periods.
+func TestPlannedCalendar(t *testing.T) {
+	plannedtest.Run(t, time.Second, func(t *testing.T, c *fakeclock.Clock, plan func(context.Context, string) (ratekit.Plan, error)) plannedtest.Limiter {
+		s, rc := newStore(t)
+		prefix := s.Key("")
+		prefix = prefix[:len(prefix)-2] // without the braces of an empty key
+		shifted := plannedtest.NewShifted(s, c.Now, func(ctx context.Context, delta int64) error { return rebase(ctx, rc, prefix, delta) })
+		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: shifted, Plan: plan, Now: c.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	})
+}
+
+// TestPlannedConcurrent: 8 goroutines on one key of a monthly quota of 50
+// admit exactly min(demand, quota), and Usage reads back the sum of the
+// admitted costs; on one server and on a Redis Cluster (with Group).
+func TestPlannedConcurrent(t *testing.T) {
+	run := func(t *testing.T, store kvstore.Store, group bool) {
+		plans := &plannedtest.Plans{}
+		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: store, Group: group, Plan: plans.Plan})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plans.Set("k", plannedtest.Monthly("m", 50, time.Time{}, nil))
+		if admitted, used := plannedtest.Race(t, l, "k", 8, 20, 1); admitted != 50 || used != 50 {
+			t.Fatalf("admitted %d units, usage reads %d; want 50 and 50", admitted, used)
+		}
+		plans.Set("small", plannedtest.Monthly("m", 500, time.Time{}, nil))
+		if admitted, used := plannedtest.Race(t, l, "small", 8, 20, 1); admitted != 160 || used != 160 {
+			t.Fatalf("demand below the quota: admitted %d units, usage reads %d; want 160 and 160", admitted, used)
+		}
+		plans.Set("v", plannedtest.Monthly("m", 50, time.Time{}, nil))
+		if admitted, used := plannedtest.Race(t, l, "v", 8, 20, 3); admitted > 50 || admitted < 48 || used != admitted {
+			t.Fatalf("costs 1 to 3: admitted %d units, usage reads %d; want 48 to 50, and equal", admitted, used)
+		}
+	}
+	t.Run("Server", func(t *testing.T) {
+		s, _ := newStore(t)
+		run(t, s, false)
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		cluster := redistest.StartCluster(t, 3)
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs()})
+		t.Cleanup(func() { c.Close() })
+		s, err := redisstore.New(c, redisstore.Config{Prefix: redistest.Prefix(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: s, Plan: (&plannedtest.Plans{}).Plan}); err == nil {
+			t.Fatal("NewPlanned on a cluster without Group succeeded")
+		}
+		run(t, s, true)
+	})
+}
+
+// rebase moves every period record under prefix by delta µs: its start and
+// its expiry (see plannedtest.Shifted).
+func rebase(ctx context.Context, c *redis.Client, prefix string, delta int64) error {
+	keys, err := c.Keys(ctx, prefix+"*").Result()
+	if err != nil {
+		return err
+	}
+	now := time.Now().UnixMilli()
+	for _, k := range keys {
+		v, err := c.Get(ctx, k).Result()
+		count, start, ok := strings.Cut(v, " ")
+		if err != nil || !ok {
+			continue // a bucket's record: buckets run on the real clock
+		}
+		s, err := strconv.ParseInt(start, 10, 64)
+		if err != nil {
+			return err
+		}
+		exp := c.PExpireTime(ctx, k).Val().Milliseconds() + delta/1000
+		if exp <= now {
+			c.Del(ctx, k)
+			continue
+		}
+		if err := c.Set(ctx, k, count+" "+strconv.FormatInt(s+delta, 10), 0).Err(); err != nil {
+			return err
+		}
+		if err := c.PExpireAt(ctx, k, time.UnixMilli(exp)).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// BenchmarkPlannedAllow measures a decision of a burst and a monthly quota
+// with a plan lookup (tokenbucket.Planned, one script that reads TIME)
+// against the same two policies in a fixed tokenbucket.Composite, on the
+// shared test Redis, from parallel goroutines over 1,024 keys.
+func BenchmarkPlannedAllow(b *testing.B) {
+	p := redistest.Prefix(b)
+	c := newClient(b, testenv.RedisAddr(b), p)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plannedtest.Bench(b, s)
+}
