@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -106,6 +107,22 @@ type Planned struct {
 	plan   func(ctx context.Context, key string) (ratekit.Plan, error)
 	now    func() time.Time
 	step   time.Duration
+
+	// bounds remembers recently computed period bounds, so that the
+	// decisions of one period compute its calendar once (see bounds).
+	bounds [boundsSlots]atomic.Pointer[boundsEntry]
+}
+
+// boundsSlots is the number of period bounds a Planned remembers,
+// direct-mapped by the policy's period and window.
+const boundsSlots = 64
+
+// boundsEntry is the bounds of the period of policy window and period
+// that contains the instants from b[1] to b[2].
+type boundsEntry struct {
+	period ratekit.Period
+	window time.Duration
+	b      [4]int64
 }
 
 var (
@@ -209,6 +226,21 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) (
 	return pols, nil
 }
 
+// periodBounds returns the period bounds of a counter pol at now, from
+// the slots when they hold the period that contains now.
+func (p *Planned) periodBounds(pol *ratekit.Policy, now time.Time) [4]int64 {
+	us := now.UnixMicro()
+	h := uint64(pol.Period.Anchor.UnixNano()) ^ uint64(pol.Window) ^ uint64(pol.Period.Unit)<<59
+	h ^= h >> 29
+	slot := &p.bounds[h*0x9E3779B97F4A7C15>>58]
+	if e := slot.Load(); e != nil && e.period == pol.Period && e.window == pol.Window && us >= e.b[1] && us < e.b[2] {
+		return e.b
+	}
+	b := bounds(*pol, now)
+	slot.Store(&boundsEntry{period: pol.Period, window: pol.Window, b: b})
+	return b
+}
+
 // bounds returns the period bounds of a counter pol at now.
 func bounds(pol ratekit.Policy, now time.Time) [4]int64 {
 	if pol.Period.IsZero() {
@@ -274,7 +306,7 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 			if now.IsZero() {
 				now = p.now()
 			}
-			sc.periods[i] = kvstore.PeriodBounds{Bounds: bounds(pp.policy, now), Quota: pp.policy.Quota}
+			sc.periods[i] = kvstore.PeriodBounds{Bounds: p.periodBounds(&pp.policy, now), Quota: pp.policy.Quota}
 			u.Period, u.N = &sc.periods[i], cost
 			if reset {
 				u.N = kvstore.MaxValue
