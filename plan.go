@@ -10,9 +10,10 @@ const MaxPlanPolicies = 16
 
 // Plan is what a key is sold: a named set of policies decided together, all
 // or nothing ("Pro: 10 a second and 100,000 a month from the billing day").
-// Strategies that resolve a plan per request (durable.Planned) count each
-// policy under its Name, not under the plan's, so a key that changes plan
-// keeps what it used under the policies both plans name.
+// Strategies that resolve a plan per request (durable.Planned,
+// tokenbucket.Planned) count each policy under its Name, not under the
+// plan's, so a key that changes plan keeps what it used under the policies
+// both plans name.
 //
 // A Plan is a value; it is safe for concurrent use when not modified.
 type Plan struct {

@@ -294,8 +294,8 @@ type Policy struct {
 	// are calendar periods ("100,000 a month from the billing day", see
 	// [Period]) instead of multiples of Window since the Unix epoch: the
 	// Algorithm must be FixedWindow and Window zero in a configuration.
-	// Package durable supports periods (and says so); the other
-	// strategies do not read this field.
+	// Package durable and tokenbucket.Planned support periods (and say
+	// so); the other limiters do not read this field.
 	//
 	// In a Decision, Window is then the length of the period the decision
 	// counted in (28 to 31 days for a month, 23 to 25 hours for a day of a

@@ -34,6 +34,13 @@
 // buckets or from none, in one atomic step of a [kvstore.MultiAtomic]
 // store. It runs in Atomic mode only.
 //
+// A [Planned] ([NewPlanned]) decides each request against its key's plan
+// (ratekit.Plan, resolved per request): token buckets and quotas per
+// calendar period (a day, week or month in a time zone, from a billing
+// anchor), all or nothing in one step of a kvstore.PeriodCounter store, on
+// the store's clock, with counts per key and policy name that survive plan
+// changes, and Usage for a dashboard.
+//
 // Decisions advertise Policy{Name, Quota: Burst, Window: the time to refill
 // an empty bucket}: a bucket of Burst 20 refilled at 5 per second
 // advertises q=20;w=4.
