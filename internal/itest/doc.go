@@ -4,7 +4,8 @@
 // tests of the stores (toxiproxy and a relay that goes silent), the OpenTelemetry
 // SDK tests of otelratekit, and the checks that span every strategy and
 // module: conformance, histories, linearizability (linearize), header
-// parsing (headers), the x/time/rate reference (reference), the error
+// parsing (headers), the x/time/rate reference (reference), plans and
+// calendar periods decided by several processes (plans), the error
 // prefix rule (errprefix), the release as a user installs it (release) and
 // the README's quick start run as written (quickstart). No library module
 // requires it.
