@@ -65,6 +65,11 @@ var (
 // store that does not refuses such updates with [ErrInvalidPeriod] through
 // [CheckMulti].
 //
+// Beyond MultiAtomic's errors, UpdateMulti returns an error matching
+// [ErrInvalidPeriod] or [ErrInvalidOp] for an invalid counter (checked
+// before anything is read) and [ErrClockSkew] when its clock is outside a
+// counter's bounds; nothing changes then.
+//
 // A period counter keeps one record under its key, a count and the start of
 // its period, until some time after the period's end. A key is used either
 // as a token bucket or as a period counter, never both: the Redis stores
