@@ -80,9 +80,11 @@ type Record struct {
 //
 // Update brings the value under key up to date with [Refill.Level] at the
 // store's current time, applies op with n units exactly as [Refill.Apply]
-// does, and keeps the result (when Apply writes) until the value would be
-// full again; a value that reaches the maximum leaves no key behind, since
-// an absent key reads as full. One call is one round trip to the store.
+// does, and keeps the result (when Apply writes) at least until the value
+// would be full again; a value that reaches the maximum need leave no key
+// behind, since an absent key reads as full (a store may keep a key past
+// that instant, reading as full, for at most twice the time an empty value
+// takes to fill). One call is one round trip to the store.
 //
 // An Atomic store may keep Update's records in a form of its own (the Redis
 // stores keep a bucket's debt in the key's expiry), which Get need not read

@@ -18,18 +18,23 @@ import (
 const Malformed = "kvstore: malformed record"
 
 // The record. A token bucket's state is its debt: the units it lacks to be
-// full. The scripts keep it as the key's expiry E, the instant (in Redis's
-// milliseconds) at which the bucket is full again, and the key's value w, a
-// decimal integer from 0 to rate-1, so that at millisecond t the debt is
-// (E-t)×rate - w units, rate being the refill in units per millisecond. This
-// is GCRA (ITU-T I.371) with the theoretical arrival time E - w/rate kept
-// exactly: a take of n units moves it n/rate ms later, fraction included.
-// An absent key is a full bucket, and Redis's expiry deletes the key the
-// moment the bucket is full again, so nothing else cleans up.
+// full. The scripts keep it in the key's expiry E (in Redis's milliseconds)
+// and the key's value w, a whole number of units, so that at millisecond t
+// the debt is (E-t)×rate - w, rate being the refill in units per
+// millisecond. This is GCRA (ITU-T I.371) with the theoretical arrival time
+// E - w/rate kept to the unit, fraction included. The expiry is never
+// earlier than the instant the bucket is full again (w >= 0), so an absent
+// key is a full bucket; a key that outlives that instant reads as full, and
+// expires at most twice the time an empty bucket takes to fill after the
+// write that set its expiry.
 //
 // The clock is the key's own: PTTL gives E-t, which with GET's w is the
 // debt, without TIME (whose reply costs Redis as much as a SET) and without
-// parsing. A write that continues a debt sets the new expiry absolutely (SET
+// parsing more than one integer. Time changes the debt but not w, so a take
+// whose n the slack w still covers is a DECRBY of w, which keeps the expiry,
+// and a refund an INCRBY. A take beyond the slack rewrites the record with
+// room to spare: an expiry up to twice the time to full, so that the takes
+// that follow are DECRBYs again. That write sets the expiry absolutely (SET
 // … PXAT from PEXPIRETIME), so that a millisecond that ends while the script
 // runs cannot shift it: Redis before 7.2 reads a fresh clock for each PTTL
 // and each relative expiry, even within one script. A write that starts
@@ -45,51 +50,60 @@ const Malformed = "kvstore: malformed record"
 // integer: the level after the op when n units were available (or
 // refunded), and -(level+1) when they were not, so the reply needs no array
 // or string parsing. A peek or a refused take calls PTTL and GET and writes
-// nothing.
+// nothing; a take within the slack adds a DECRBY.
 //
 // Every number stays below 2^53, where Lua's doubles are exact integers:
-// max is at most kvstore.MaxValue (2^52), rate at most max, and the debt
-// and what the script computes from it at most max + rate. Lua's % on
-// doubles (a - floor(a/b)×b) can land one b below when a/b rounds up to a
-// whole number, which the script corrects. The script avoids what costs most
-// in Redis's Lua: no pattern matching, no math.* calls, no tonumber on its
-// own arguments (arithmetic coerces them), and no number handed to
-// redis.call, which Redis formats with printf's %.17g (string.format('%d')
-// instead; its arguments are whole numbers, as Lua 5.3 and later require).
+// max is at most kvstore.MaxValue (2^52), rate at most max, and the debt,
+// the slack and what the script computes from them at most max + rate.
+// Lua's % on doubles (a - floor(a/b)×b) can land one b below when a/b rounds
+// up to a whole number, which the script corrects. The script avoids what
+// costs most in Redis's Lua: no pattern matching, no math.* calls, no
+// tonumber on its own arguments (arithmetic coerces them), and no number
+// handed to redis.call, which Redis formats with printf's %.17g (n goes as
+// the caller's string, the rest through string.format('%d'), whose
+// arguments are whole numbers, as Lua 5.3 and later require).
 const Update = `
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local k = redis.call('PTTL', KEYS[1])
-local d = 0
+local raw, d, w = 0, 0, 0
 if k ~= -2 then
-  local w = tonumber(redis.call('GET', KEYS[1]))
+  w = tonumber(redis.call('GET', KEYS[1]))
   if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-  if k > 0 then
-    d = (k - 1) * rate + rate - w
-    if d > max then d = max elseif d < 0 then d = 0 end
-  end
+  if k > 0 then raw = (k - 1) * rate + rate - w end
+  d = raw
+  if d > max then d = max elseif d < 0 then d = 0 end
 end
-local op, v, owed = ARGV[4], max - d, d > 0
+local op, v = ARGV[4], max - d
 if op == 'r' then
-  d = d - n
-  if d <= 0 then
+  if d <= n then
     if k ~= -2 then redis.call('DEL', KEYS[1]) end
     return max
   end
+  if raw == d then
+    redis.call('INCRBY', KEYS[1], ARGV[3])
+    return v + n
+  end
+  d = d - n
 elseif v < n then
   return -v - 1
-elseif op == 't' then
-  d = d + n
-else
+elseif op ~= 't' then
   return v
-end
-local m = d % rate
-if m < 0 then m = m + rate end
-local q = (d - m) / rate
-if m > 0 then q, m = q + 1, rate - m end
-if owed then
-  redis.call('SET', KEYS[1], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[1]) - k + q))
+elseif d > 0 and raw == d and w >= n then
+  redis.call('DECRBY', KEYS[1], ARGV[3])
+  return v - n
 else
-  redis.call('SET', KEYS[1], string.format('%d', m), 'PX', string.format('%d', q))
+  d = d + n
+end
+local s = max - d
+if d < s then s = d end
+local m = (d + s) % rate
+if m < 0 then m = m + rate end
+local q = (d + s - m) / rate
+if m > 0 then q = q + 1 end
+if k > 0 and raw > 0 then
+  redis.call('SET', KEYS[1], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[1]) - k + q))
+else
+  redis.call('SET', KEYS[1], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
 end
 return max - d
 `
@@ -107,49 +121,57 @@ return max - d
 const Multi = `
 local op = ARGV[1]
 local nk = #KEYS
-local debt, ttl, all = {}, {}, true
+local debt, raws, ws, ttl, all = {}, {}, {}, {}, true
 for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
   local k = redis.call('PTTL', KEYS[i])
-  local d = 0
+  local raw, d, w = 0, 0, 0
   if k ~= -2 then
-    local w = tonumber(redis.call('GET', KEYS[i]))
+    w = tonumber(redis.call('GET', KEYS[i]))
     if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-    if k > 0 then
-      d = (k - 1) * rate + rate - w
-      if d > max then d = max elseif d < 0 then d = 0 end
-    end
+    if k > 0 then raw = (k - 1) * rate + rate - w end
+    d = raw
+    if d > max then d = max elseif d < 0 then d = 0 end
   end
-  debt[i], ttl[i] = d, k
+  debt[i], raws[i], ws[i], ttl[i] = d, raw, w, k
   if max - d < n then all = false end
 end
 local out = {}
 for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  local d, k = debt[i], ttl[i]
-  local held, owed = max - d >= n, d > 0
+  local d, raw, w, k = debt[i], raws[i], ws[i], ttl[i]
+  local held = max - d >= n
   local write = false
   if op == 'r' then
-    d = d - n
-    write = true
+    if d <= n then
+      if k ~= -2 then redis.call('DEL', KEYS[i]) end
+      d = 0
+    elseif raw == d then
+      redis.call('INCRBY', KEYS[i], ARGV[3*i+1])
+      d = d - n
+    else
+      d = d - n
+      write = true
+    end
   elseif op == 't' and all then
+    if d > 0 and raw == d and w >= n then
+      redis.call('DECRBY', KEYS[i], ARGV[3*i+1])
+    else
+      write = true
+    end
     d = d + n
-    write = true
   end
   if write then
-    if d <= 0 then
-      d = 0
-      if k ~= -2 then redis.call('DEL', KEYS[i]) end
+    local s = max - d
+    if d < s then s = d end
+    local m = (d + s) % rate
+    if m < 0 then m = m + rate end
+    local q = (d + s - m) / rate
+    if m > 0 then q = q + 1 end
+    if k > 0 and raw > 0 then
+      redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
     else
-      local m = d % rate
-      if m < 0 then m = m + rate end
-      local q = (d - m) / rate
-      if m > 0 then q, m = q + 1, rate - m end
-      if owed then
-        redis.call('SET', KEYS[i], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
-      else
-        redis.call('SET', KEYS[i], string.format('%d', m), 'PX', string.format('%d', q))
-      end
+      redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
     end
   end
   if op ~= 'r' and not held then out[i] = d - max - 1 else out[i] = max - d end

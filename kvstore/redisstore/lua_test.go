@@ -115,7 +115,12 @@ func TestLuaMatchesGo(t *testing.T) {
 				case next.Value >= r.Max:
 					matched = !got.present
 				case got.present:
-					matched = got.w >= 0 && got.w < rate && (got.e-ms)*rate-got.w == r.Max-next.Value
+					// The debt the record encodes is Apply's, and the key
+					// expires no earlier than the bucket is full (w >= 0)
+					// and no later than twice the time an empty bucket
+					// takes to fill.
+					debt := r.Max - next.Value
+					matched = got.w >= 0 && (got.e-ms)*rate-got.w == debt && got.e-ms <= (2*r.Max+rate-1)/rate+1
 				default:
 					// Gone: only when the bucket was full again before
 					// the state was read.
