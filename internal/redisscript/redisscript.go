@@ -217,23 +217,22 @@ local op = ARGV[1]
 local nk = #KEYS
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
-local at, debt, ttl, used, kept, pick, all = {}, {}, {}, {}, {}, {}, true
+local at, debt, raws, ws, ttl, used, kept, pick, all = {}, {}, {}, {}, {}, {}, {}, {}, true
 local j = 2
 for i = 1, nk do
   at[i] = j
   if ARGV[j] == 'b' then
     local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
     local k = redis.call('PTTL', KEYS[i])
-    local d = 0
+    local raw, d, w = 0, 0, 0
     if k ~= -2 then
-      local w = tonumber(redis.call('GET', KEYS[i]))
+      w = tonumber(redis.call('GET', KEYS[i]))
       if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-      if k > 0 then
-        d = (k - 1) * rate + rate - w
-        if d > max then d = max elseif d < 0 then d = 0 end
-      end
+      if k > 0 then raw = (k - 1) * rate + rate - w end
+      d = raw
+      if d > max then d = max elseif d < 0 then d = 0 end
     end
-    debt[i], ttl[i] = d, k
+    debt[i], raws[i], ws[i], ttl[i] = d, raw, w, k
     if max - d < n then all = false end
     j = j + 4
   else
@@ -264,30 +263,39 @@ for i = 1, nk do
   j = at[i]
   if ARGV[j] == 'b' then
     local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
-    local d, k = debt[i], ttl[i]
-    local held, owed = max - d >= n, d > 0
+    local d, raw, w, k = debt[i], raws[i], ws[i], ttl[i]
+    local held = max - d >= n
     local write = false
     if op == 'r' then
-      d = d - n
-      write = true
+      if d <= n then
+        if k ~= -2 then redis.call('DEL', KEYS[i]) end
+        d = 0
+      elseif raw == d then
+        redis.call('INCRBY', KEYS[i], ARGV[j+3])
+        d = d - n
+      else
+        d = d - n
+        write = true
+      end
     elseif op == 't' and all then
+      if d > 0 and raw == d and w >= n then
+        redis.call('DECRBY', KEYS[i], ARGV[j+3])
+      else
+        write = true
+      end
       d = d + n
-      write = true
     end
     if write then
-      if d <= 0 then
-        d = 0
-        if k ~= -2 then redis.call('DEL', KEYS[i]) end
+      local s = max - d
+      if d < s then s = d end
+      local m = (d + s) % rate
+      if m < 0 then m = m + rate end
+      local q = (d + s - m) / rate
+      if m > 0 then q = q + 1 end
+      if k > 0 and raw > 0 then
+        redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
       else
-        local m = d % rate
-        if m < 0 then m = m + rate end
-        local q = (d - m) / rate
-        if m > 0 then q, m = q + 1, rate - m end
-        if owed then
-          redis.call('SET', KEYS[i], string.format('%d', m), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
-        else
-          redis.call('SET', KEYS[i], string.format('%d', m), 'PX', string.format('%d', q))
-        end
+        redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
       end
     end
     if op ~= 'r' and not held then out[#out+1] = d - max - 1 else out[#out+1] = max - d end
