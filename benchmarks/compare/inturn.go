@@ -64,6 +64,26 @@ func (t *turnEnv) goRedis(conc int) *redis.Client {
 	return c
 }
 
+// serverless returns a go-redis client configured as the README says for
+// ratekit (redisstore.ServerlessOptions), with the pool of goRedis.
+func (t *turnEnv) serverless(conc int) *redis.Client {
+	o := redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{t.addr}, PoolSize: conc, MinIdleConns: conc}, time.Second)
+	c := redis.NewUniversalClient(o).(*redis.Client)
+	t.closers = append(t.closers, func() { c.Close() })
+	return c
+}
+
+// rueidisServerless returns a rueidis client configured as the README says
+// for ratekit (rueidisstore.ServerlessOptions).
+func (t *turnEnv) rueidisServerless() (rueidis.Client, error) {
+	c, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true}, time.Second))
+	if err != nil {
+		return nil, err
+	}
+	t.closers = append(t.closers, c.Close)
+	return c, nil
+}
+
 func (t *turnEnv) rueidis() (rueidis.Client, error) {
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true})
 	if err != nil {
@@ -97,11 +117,17 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 		if err != nil {
 			return nil, err
 		}
-		return opRunner(ctx, s, conc, ratekitDecide(l))
+		decide := ratekitDecide(l)
+		// A deadline per decision, as a function gives its decisions.
+		return opRunner(ctx, s, conc, func(ctx context.Context, w int, key string) (bool, error) {
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return decide(ctx, w, key)
+		})
 	}
 	cs := []turnContender{
 		{"ratekit tokenbucket Atomic, redisstore (go-redis)", ours, func(s scenario, conc int) (harness.Runner, error) {
-			store, err := redisstore.New(t.goRedis(conc), redisstore.Config{Prefix: fmt.Sprintf("%s:rk-%d:", t.prefix, conc)})
+			store, err := redisstore.New(t.serverless(conc), redisstore.Config{Prefix: fmt.Sprintf("%s:rk-%d:", t.prefix, conc)})
 			if err != nil {
 				return nil, err
 			}
@@ -110,7 +136,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 	}
 	if t.maxInFlight != 0 {
 		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, redisstore (go-redis), MaxInFlight %d", t.maxInFlight), ours, func(s scenario, conc int) (harness.Runner, error) {
-			store, err := redisstore.New(t.goRedis(conc), redisstore.Config{Prefix: fmt.Sprintf("%s:rm-%d:", t.prefix, conc), MaxInFlight: t.maxInFlight})
+			store, err := redisstore.New(t.serverless(conc), redisstore.Config{Prefix: fmt.Sprintf("%s:rm-%d:", t.prefix, conc), MaxInFlight: t.maxInFlight})
 			if err != nil {
 				return nil, err
 			}
@@ -119,7 +145,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 	}
 	cs = append(cs, []turnContender{
 		{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidis()
+			c, err := t.rueidisServerless()
 			if err != nil {
 				return nil, err
 			}
@@ -130,7 +156,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			return tb(s, conc, store)
 		}},
 		{"ratekit tokenbucket Atomic, rueidisstore after a burst (connection pipelined)", ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidis()
+			c, err := t.rueidisServerless()
 			if err != nil {
 				return nil, err
 			}

@@ -17,7 +17,7 @@
 //	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua]
 //
 // -candidate measures a script of the same arguments as the update script
-// (a change under study, or an earlier version from git) beside it, in the
+// (a change under study) beside it, in the
 // same passes.
 //
 // The server comes from RATEKIT_REDIS_ADDR (default 127.0.0.1:6379). The
@@ -40,7 +40,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/internal/redisscript"
-	"github.com/ratekit/ratekit/kvstore"
 )
 
 // A body is a script measured in a loop: its source, the key's content
@@ -70,22 +69,28 @@ func main() {
 	}
 	const prefix = "ratekit-luacost:"
 	defer c.Del(ctx, key(prefix, 0), key(prefix, 1))
-	// A live record whose level stays far above any take: 10^15 units
-	// refilling one per microsecond, a decision taking 10^6.
-	live := redisscript.FormatRecord(kvstore.Record{Value: 1e14, Time: time.Now().UnixMicro()})
-	const max, rate = "1000000000000000", "1"
+	// A live bucket: the key expires in an hour and its value is 0, a debt
+	// of 3.6e9 units at 1,000 units per millisecond (one per microsecond),
+	// far below a maximum of 10^15, so every take of 10^6 is admitted. The
+	// denied bucket has the same record under a maximum of 10^9.
+	const live = "0"
+	const max, rate, small = "1000000000000000", "1000", "1000000000"
+	pxat := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
 	bodies := []body{
 		{"ratekit Update, take on a live record", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}},
 		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "t"}},
-		{"ratekit Update, denied", redisscript.Update, 1, "0 " + strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10), []any{max, rate, "1000000", "t"}},
+		{"ratekit Update, denied", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}},
 		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}},
 		{"ratekit Multi, take on two live records", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}},
 		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}},
 		{"counter: SET NX (the key exists), INCRBY, PTTL", "redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')\nlocal v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1", "3600"}},
 		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}},
 		{"TIME alone", "return redis.call('TIME')", 0, "", nil},
+		{"PTTL alone", "return redis.call('PTTL', KEYS[1])", 1, live, nil},
+		{"PEXPIRETIME alone", "return redis.call('PEXPIRETIME', KEYS[1])", 1, live, nil},
 		{"GET alone", "return redis.call('GET', KEYS[1])", 1, live, nil},
-		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, live, []any{live, "60000"}},
+		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, live, []any{"12", "60000"}},
+		{"SET … PXAT alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])", 1, live, []any{"12", pxat}},
 	}
 	if *candidate != "" {
 		src, err := os.ReadFile(*candidate)

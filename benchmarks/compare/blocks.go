@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/ratekit/ratekit/benchmarks/internal/harness"
+)
+
+// runBlocks measures the Redis contenders the way an outside harness does:
+// for each scenario and concurrency, rounds of one block per contender (a
+// warm-up of warm, then d measured), contenders one after the other, the
+// order reversed every other round; the table shows medians over the rounds.
+// Around each measured block it resets Redis's INFO commandstats and reads
+// them back, so that the table also gives the server time per decision.
+func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int, scenarios []scenario, concs []int, rounds int, d, warm time.Duration) error {
+	t := &turnEnv{addr: addr, prefix: prefix + ":block", maxInFlight: maxInFlight}
+	defer t.close()
+	if rlfDir != "" {
+		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")
+		if err != nil {
+			return err
+		}
+		t.node = node
+		defer node.close()
+	}
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	defer admin.Close()
+	contenders := turnContenders(ctx, t)
+	type cell struct{ s, c, n int }
+	results := map[cell][]harness.Result{}
+	server := map[cell][]float64{}
+	for si, s := range scenarios {
+		for _, conc := range concs {
+			runners := make([]harness.Runner, len(contenders))
+			for ci, c := range contenders {
+				r, err := c.build(s, conc)
+				if err != nil {
+					return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, c.name, conc, err)
+				}
+				runners[ci] = r
+			}
+			order := make([]int, len(contenders))
+			for i := range order {
+				order[i] = i
+			}
+			for round := range rounds {
+				if round > 0 {
+					slices.Reverse(order)
+				}
+				for _, ci := range order {
+					var discard harness.Sample
+					if err := runners[ci](ctx, conc, warm, &discard); err != nil {
+						return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, contenders[ci].name, conc, err)
+					}
+					if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+						return err
+					}
+					var sample harness.Sample
+					if err := runners[ci](ctx, conc, d, &sample); err != nil {
+						return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, contenders[ci].name, conc, err)
+					}
+					usec, err := commandUsec(ctx, admin)
+					if err != nil {
+						return err
+					}
+					res := sample.Result()
+					id := cell{si, ci, conc}
+					results[id] = append(results[id], res)
+					if res.Decisions > 0 {
+						server[id] = append(server[id], usec/float64(res.Decisions))
+					}
+				}
+			}
+			fmt.Fprintf(os.Stderr, "blocks: %s at %d done\n", s.short, conc)
+		}
+	}
+	fmt.Printf("### Redis in blocks: rounds of %v warm-up + %v measured per contender, one after the other, order reversed every other round; medians of %d rounds\n\n", warm, d, rounds)
+	fmt.Println("Go contenders have clients of their own (go-redis: PoolSize = MinIdleConns = concurrency; rueidis: one client); ratekit's are")
+	fmt.Println("configured as the README says (ServerlessOptions, a 1 s deadline per decision). Redis µs/decision is the server's")
+	fmt.Println("time in commands (INFO commandstats, reset before each block) over the block's decisions. × best peer: over the")
+	fmt.Println("fastest of redis_rate, ulule and rate-limiter-flexible in the same cell; × INCR: over one go-redis INCR round trip.")
+	fmt.Println()
+	fmt.Println("| scenario | callers | contender | decisions/s | p50 | p99 | Redis µs/decision | × INCR | × best peer |")
+	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+	for si, s := range scenarios {
+		for _, conc := range concs {
+			var floorTP, bestPeer float64
+			for ci, c := range contenders {
+				m := harness.Median(results[cell{si, ci, conc}])
+				switch c.role {
+				case floor:
+					floorTP = m.Throughput
+				case peer:
+					bestPeer = max(bestPeer, m.Throughput)
+				}
+			}
+			for ci, c := range contenders {
+				id := cell{si, ci, conc}
+				m := harness.Median(results[id])
+				fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.short, conc, c.name, count(m.Throughput),
+					harness.Latency(m.P50), harness.Latency(m.P99), usecCell(server[id]), ratio(m.Throughput, floorTP), ratio(m.Throughput, bestPeer))
+			}
+		}
+	}
+	fmt.Println()
+	return nil
+}
+
+// commandUsec returns the microseconds Redis spent in commands since the
+// last CONFIG RESETSTAT, less the INFO that reads them.
+func commandUsec(ctx context.Context, admin *redis.Client) (float64, error) {
+	info, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || name == "cmdstat_config" {
+			continue
+		}
+		for _, f := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				u, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("commandstats %q: %v", line, err)
+				}
+				total += u
+			}
+		}
+	}
+	return total, nil
+}
+
+func usecCell(vs []float64) string {
+	if len(vs) == 0 {
+		return "–"
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return strconv.FormatFloat(s[len(s)/2], 'f', 2, 64)
+}
