@@ -26,6 +26,7 @@ import (
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/lambda"
 	"github.com/ratekit/ratekit/signedwindow"
@@ -64,8 +65,8 @@ func limiters(t *testing.T) map[string]ratekit.Limiter {
 		burst int64
 		rate  tokenbucket.Rate
 	}{
-		{1, tokenbucket.Rate{Tokens: 1, Per: time.Microsecond}},           // the shortest fill
-		{1, tokenbucket.Rate{Tokens: 1, Per: 285 * 365 * 24 * time.Hour}}, // about the longest
+		{1, tokenbucket.Rate{Tokens: 1, Per: time.Microsecond}},                    // the shortest fill
+		{1, tokenbucket.Rate{Tokens: 1, Per: kvstore.MaxValue * time.Microsecond}}, // the longest: 2^52 units
 		{ratekit.MaxQuota, tokenbucket.Rate{Tokens: 9, Per: time.Microsecond}},
 		{ratekit.MaxQuota, tokenbucket.Rate{Tokens: 1, Per: time.Microsecond}},
 	} {

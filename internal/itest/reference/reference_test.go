@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/fakeclock"
+	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -29,7 +30,7 @@ func TestMatchesXTimeRate(t *testing.T) {
 		rate  tokenbucket.Rate
 	}{
 		{1, tokenbucket.Rate{Tokens: 1, Per: time.Microsecond}},
-		{1, tokenbucket.Rate{Tokens: 1, Per: 285 * year}},
+		{1, tokenbucket.Rate{Tokens: 1, Per: kvstore.MaxValue * time.Microsecond}}, // the longest: 2^52 units of 1 µs
 		{20, tokenbucket.PerSecond(5)},
 		{20, tokenbucket.Rate{Tokens: 3, Per: 7 * time.Millisecond}},
 		{1000, tokenbucket.PerHour(1)},
