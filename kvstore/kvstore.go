@@ -83,8 +83,8 @@ type Record struct {
 // does, and keeps the result (when Apply writes) at least until the value
 // would be full again; a value that reaches the maximum need leave no key
 // behind, since an absent key reads as full (a store may keep a key past
-// that instant, reading as full, for at most twice the time an empty value
-// takes to fill). One call is one round trip to the store.
+// that instant, reading as full, until at most the time an empty value
+// takes to fill after its last write). One call is one round trip to the store.
 //
 // An Atomic store may keep Update's records in a form of its own (the Redis
 // stores keep a bucket's debt in the key's expiry), which Get need not read

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,10 @@ import (
 
 	"github.com/ratekit/ratekit/benchmarks/internal/harness"
 )
+
+// turnOnly, when not nil, keeps in the blocks table only the contenders
+// whose name it matches, and the floor (the -contenders flag).
+var turnOnly *regexp.Regexp
 
 // runBlocks measures the Redis contenders the way an outside harness does:
 // for each scenario and concurrency, rounds of one block per contender (a
@@ -34,7 +39,9 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	}
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
-	contenders := turnContenders(ctx, t)
+	contenders := slices.DeleteFunc(turnContenders(ctx, t), func(c turnContender) bool {
+		return c.role != floor && turnOnly != nil && !turnOnly.MatchString(c.name)
+	})
 	type cell struct{ s, c, n int }
 	results := map[cell][]harness.Result{}
 	server := map[cell][]float64{}

@@ -73,10 +73,18 @@ func (t *turnEnv) serverless(conc int) *redis.Client {
 	return c
 }
 
+// rueidisFlushDelay, when not 0, adds a rueidisstore contender whose client
+// has this ClientOption.MaxFlushDelay (the -rueidis-flush-delay flag).
+var rueidisFlushDelay time.Duration
+
 // rueidisServerless returns a rueidis client configured as the README says
-// for ratekit (rueidisstore.ServerlessOptions).
-func (t *turnEnv) rueidisServerless() (rueidis.Client, error) {
-	c, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true}, time.Second))
+// for ratekit (rueidisstore.ServerlessOptions), with MaxFlushDelay delay.
+func (t *turnEnv) rueidisServerless(delay ...time.Duration) (rueidis.Client, error) {
+	o := rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true}
+	if len(delay) > 0 {
+		o.MaxFlushDelay = delay[0]
+	}
+	c, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&o, time.Second))
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +180,21 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			}
 			return tb(s, conc, store)
 		}},
+	}...)
+	if rueidisFlushDelay > 0 {
+		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), MaxFlushDelay %v", rueidisFlushDelay), ours, func(s scenario, conc int) (harness.Runner, error) {
+			c, err := t.rueidisServerless(rueidisFlushDelay)
+			if err != nil {
+				return nil, err
+			}
+			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rf-%d:", t.prefix, conc)})
+			if err != nil {
+				return nil, err
+			}
+			return tb(s, conc, store)
+		}})
+	}
+	cs = append(cs, []turnContender{
 		{"go-redis/redis_rate v10", peer, func(s scenario, conc int) (harness.Runner, error) {
 			rrl := redis_rate.NewLimiter(t.goRedis(conc))
 			l := redis_rate.Limit{Rate: int(s.lim.n), Burst: int(s.lim.n), Period: s.lim.period}

@@ -24,25 +24,89 @@ const Malformed = "kvstore: malformed record"
 // millisecond. This is GCRA (ITU-T I.371) with the theoretical arrival time
 // E - w/rate kept to the unit, fraction included. The expiry is never
 // earlier than the instant the bucket is full again (w >= 0), so an absent
-// key is a full bucket; a key that outlives that instant reads as full, and
-// expires at most twice the time an empty bucket takes to fill after the
-// write that set its expiry.
+// key is a full bucket, and never later than the time an empty bucket takes
+// to fill after the write that set it; a key that outlives its bucket's
+// refill reads as full.
 //
 // The clock is the key's own: PTTL gives E-t, which with GET's w is the
 // debt, without TIME (whose reply costs Redis as much as a SET) and without
-// parsing more than one integer. Time changes the debt but not w, so a take
-// whose n the slack w still covers is a DECRBY of w, which keeps the expiry,
-// and a refund an INCRBY. A take beyond the slack rewrites the record with
-// room to spare: an expiry up to twice the time to full, so that the takes
-// that follow are DECRBYs again. That write sets the expiry absolutely (SET
-// … PXAT from PEXPIRETIME), so that a millisecond that ends while the script
-// runs cannot shift it: Redis before 7.2 reads a fresh clock for each PTTL
-// and each relative expiry, even within one script. A write that starts
-// from a full bucket may be relative (PX), since a full bucket is full at
-// every instant of the script. It needs Redis 7.0 or later (PEXPIRETIME).
+// parsing more than one integer. Time changes the debt but not w, so while
+// the expiry covers the new debt, a take only changes the value: a DECRBY
+// of n (an INCRBY when the bucket had refilled to full), which keeps the
+// expiry; a refund is an INCRBY. Otherwise the record is rewritten with
+// the expiry an empty bucket's fill time away, so that the takes that
+// follow change the value only. That write sets the expiry absolutely (SET
+// … PXAT from PEXPIRETIME) when the bucket owed units, so that a
+// millisecond that ends while the script runs cannot shift the debt: Redis
+// before 7.2 reads a fresh clock for each PTTL and each relative expiry,
+// even within one script. A bucket that was full may be written relatively
+// (PX), since it is full at every instant of the script. It needs Redis 7.0
+// or later (PEXPIRETIME).
 //
 // The refill arrives in whole milliseconds of Redis's clock: the level at
 // any instant is kvstore.Refill.Level at the start of its millisecond.
+//
+// Every number stays below 2^53, where Lua's doubles are exact integers:
+// max is at most kvstore.MaxValue (2^52), rate at most max, and the debt,
+// the value and what the scripts compute from them at most max + rate.
+// Lua's % on doubles (a - floor(a/b)×b) can land one b below when a/b
+// rounds up to a whole number, which the scripts correct. They avoid what
+// costs most in Redis's Lua: no pattern matching, no math.* calls, no
+// tonumber on their own arguments (arithmetic coerces them), and no number
+// handed to redis.call, which Redis formats with printf's %.17g (n goes as
+// the caller's string, the rest through string.format('%d'), whose
+// arguments are whole numbers, as Lua 5.3 and later require).
+
+// bucketLua holds the two functions every script runs on a bucket's
+// record. bread reads key under max and rate (units per millisecond) and
+// returns its PTTL k (-2 for no key), its debt as the record says (raw),
+// the debt clamped to [0, max] (d) and its value w; nil for a key that
+// holds anything else. bwrite gives the key the debt d2 after a take
+// (take true) or a refund of the record read as k, raw and w, n being the
+// units as the caller's string.
+const bucketLua = `
+local function bread(key, max, rate)
+  local k = redis.call('PTTL', key)
+  local raw, d, w = 0, 0, 0
+  if k ~= -2 then
+    w = tonumber(redis.call('GET', key))
+    if k == -1 or not w then return nil end
+    if k > 0 then raw = (k - 1) * rate + rate - w end
+    d = raw
+    if d > max then d = max elseif d < 0 then d = 0 end
+  end
+  return k, raw, d, w
+end
+local function bwrite(key, k, raw, w, max, rate, d2, n, take)
+  if d2 <= 0 then
+    if k ~= -2 then redis.call('DEL', key) end
+    return
+  end
+  local m = max % rate
+  if m < 0 then m = m + rate end
+  local q = (max - m) / rate
+  if m > 0 then q = q + 1 end
+  if k > 0 and raw <= max and k <= q then
+    if not take then
+      redis.call('INCRBY', key, n)
+      return
+    end
+    if k * rate >= d2 then
+      if raw >= 0 then
+        redis.call('DECRBY', key, n)
+      else
+        redis.call('INCRBY', key, string.format('%d', k * rate - d2 - w))
+      end
+      return
+    end
+  end
+  if k > 0 and raw > 0 then
+    redis.call('SET', key, string.format('%d', q * rate - d2), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - k + q))
+  else
+    redis.call('SET', key, string.format('%d', q * rate - d2), 'PX', string.format('%d', q))
+  end
+end
+`
 
 // Update is kvstore.Refill.Apply in Lua on the record described above.
 // KEYS[1] is the record's key; ARGV is max, rate (units per millisecond: see
@@ -50,62 +114,23 @@ const Malformed = "kvstore: malformed record"
 // integer: the level after the op when n units were available (or
 // refunded), and -(level+1) when they were not, so the reply needs no array
 // or string parsing. A peek or a refused take calls PTTL and GET and writes
-// nothing; a take within the slack adds a DECRBY.
-//
-// Every number stays below 2^53, where Lua's doubles are exact integers:
-// max is at most kvstore.MaxValue (2^52), rate at most max, and the debt,
-// the slack and what the script computes from them at most max + rate.
-// Lua's % on doubles (a - floor(a/b)×b) can land one b below when a/b rounds
-// up to a whole number, which the script corrects. The script avoids what
-// costs most in Redis's Lua: no pattern matching, no math.* calls, no
-// tonumber on its own arguments (arithmetic coerces them), and no number
-// handed to redis.call, which Redis formats with printf's %.17g (n goes as
-// the caller's string, the rest through string.format('%d'), whose
-// arguments are whole numbers, as Lua 5.3 and later require).
-const Update = `
+// nothing; a take that the expiry covers adds one DECRBY.
+const Update = bucketLua + `
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local k = redis.call('PTTL', KEYS[1])
-local raw, d, w = 0, 0, 0
-if k ~= -2 then
-  w = tonumber(redis.call('GET', KEYS[1]))
-  if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-  if k > 0 then raw = (k - 1) * rate + rate - w end
-  d = raw
-  if d > max then d = max elseif d < 0 then d = 0 end
-end
+local k, raw, d, w = bread(KEYS[1], max, rate)
+if not k then return redis.error_reply('` + Malformed + `') end
 local op, v = ARGV[4], max - d
 if op == 'r' then
-  if d <= n then
-    if k ~= -2 then redis.call('DEL', KEYS[1]) end
-    return max
-  end
-  if raw == d then
-    redis.call('INCRBY', KEYS[1], ARGV[3])
-    return v + n
-  end
-  d = d - n
+  bwrite(KEYS[1], k, raw, w, max, rate, d - n, ARGV[3], false)
+  if d <= n then return max end
+  return v + n
 elseif v < n then
   return -v - 1
 elseif op ~= 't' then
   return v
-elseif d > 0 and raw == d and w >= n then
-  redis.call('DECRBY', KEYS[1], ARGV[3])
-  return v - n
-else
-  d = d + n
 end
-local s = max - d
-if d < s then s = d end
-local m = (d + s) % rate
-if m < 0 then m = m + rate end
-local q = (d + s - m) / rate
-if m > 0 then q = q + 1 end
-if k > 0 and raw > 0 then
-  redis.call('SET', KEYS[1], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[1]) - k + q))
-else
-  redis.call('SET', KEYS[1], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
-end
-return max - d
+bwrite(KEYS[1], k, raw, w, max, rate, d + n, ARGV[3], true)
+return v - n
 `
 
 // Multi is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
@@ -118,63 +143,35 @@ return max - d
 // not; when a take is refused, a key that held its units reports the level
 // it keeps. A key that holds something else fails the call with Malformed
 // before anything is written.
-const Multi = `
+const Multi = bucketLua + `
 local op = ARGV[1]
 local nk = #KEYS
-local debt, raws, ws, ttl, all = {}, {}, {}, {}, true
+local ks, raws, debt, ws, all = {}, {}, {}, {}, true
 for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  local k = redis.call('PTTL', KEYS[i])
-  local raw, d, w = 0, 0, 0
-  if k ~= -2 then
-    w = tonumber(redis.call('GET', KEYS[i]))
-    if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-    if k > 0 then raw = (k - 1) * rate + rate - w end
-    d = raw
-    if d > max then d = max elseif d < 0 then d = 0 end
-  end
-  debt[i], raws[i], ws[i], ttl[i] = d, raw, w, k
+  local k, raw, d, w = bread(KEYS[i], max, rate)
+  if not k then return redis.error_reply('` + Malformed + `') end
+  ks[i], raws[i], debt[i], ws[i] = k, raw, d, w
   if max - d < n then all = false end
 end
 local out = {}
 for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  local d, raw, w, k = debt[i], raws[i], ws[i], ttl[i]
-  local held = max - d >= n
-  local write = false
+  local d = debt[i]
   if op == 'r' then
-    if d <= n then
-      if k ~= -2 then redis.call('DEL', KEYS[i]) end
-      d = 0
-    elseif raw == d then
-      redis.call('INCRBY', KEYS[i], ARGV[3*i+1])
-      d = d - n
-    else
-      d = d - n
-      write = true
+    bwrite(KEYS[i], ks[i], raws[i], ws[i], max, rate, d - n, ARGV[3*i+1], false)
+    d = d - n
+    if d < 0 then d = 0 end
+    out[i] = max - d
+  elseif max - d < n then
+    out[i] = d - max - 1
+  else
+    if op == 't' and all then
+      bwrite(KEYS[i], ks[i], raws[i], ws[i], max, rate, d + n, ARGV[3*i+1], true)
+      d = d + n
     end
-  elseif op == 't' and all then
-    if d > 0 and raw == d and w >= n then
-      redis.call('DECRBY', KEYS[i], ARGV[3*i+1])
-    else
-      write = true
-    end
-    d = d + n
+    out[i] = max - d
   end
-  if write then
-    local s = max - d
-    if d < s then s = d end
-    local m = (d + s) % rate
-    if m < 0 then m = m + rate end
-    local q = (d + s - m) / rate
-    if m > 0 then q = q + 1 end
-    if k > 0 and raw > 0 then
-      redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
-    else
-      redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
-    end
-  end
-  if op ~= 'r' and not held then out[i] = d - max - 1 else out[i] = max - d end
 end
 return out
 `
@@ -212,7 +209,7 @@ const ClockSkew = "kvstore: clock skew"
 // period picked (1, 2 or 3), negated when n units did not fit. Counts and
 // quotas are at most kvstore.MaxValue and bounds at most
 // kvstore.MaxPeriodBound, so every number is exact in Lua's doubles.
-const MultiPeriod = `
+const MultiPeriod = bucketLua + `
 local op = ARGV[1]
 local nk = #KEYS
 local t = redis.call('TIME')
@@ -223,15 +220,8 @@ for i = 1, nk do
   at[i] = j
   if ARGV[j] == 'b' then
     local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
-    local k = redis.call('PTTL', KEYS[i])
-    local raw, d, w = 0, 0, 0
-    if k ~= -2 then
-      w = tonumber(redis.call('GET', KEYS[i]))
-      if k == -1 or not w then return redis.error_reply('` + Malformed + `') end
-      if k > 0 then raw = (k - 1) * rate + rate - w end
-      d = raw
-      if d > max then d = max elseif d < 0 then d = 0 end
-    end
+    local k, raw, d, w = bread(KEYS[i], max, rate)
+    if not k then return redis.error_reply('` + Malformed + `') end
     debt[i], raws[i], ws[i], ttl[i] = d, raw, w, k
     if max - d < n then all = false end
     j = j + 4
@@ -265,38 +255,13 @@ for i = 1, nk do
     local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
     local d, raw, w, k = debt[i], raws[i], ws[i], ttl[i]
     local held = max - d >= n
-    local write = false
     if op == 'r' then
-      if d <= n then
-        if k ~= -2 then redis.call('DEL', KEYS[i]) end
-        d = 0
-      elseif raw == d then
-        redis.call('INCRBY', KEYS[i], ARGV[j+3])
-        d = d - n
-      else
-        d = d - n
-        write = true
-      end
+      bwrite(KEYS[i], k, raw, w, max, rate, d - n, ARGV[j+3], false)
+      d = d - n
+      if d < 0 then d = 0 end
     elseif op == 't' and all then
-      if d > 0 and raw == d and w >= n then
-        redis.call('DECRBY', KEYS[i], ARGV[j+3])
-      else
-        write = true
-      end
+      bwrite(KEYS[i], k, raw, w, max, rate, d + n, ARGV[j+3], true)
       d = d + n
-    end
-    if write then
-      local s = max - d
-      if d < s then s = d end
-      local m = (d + s) % rate
-      if m < 0 then m = m + rate end
-      local q = (d + s - m) / rate
-      if m > 0 then q = q + 1 end
-      if k > 0 and raw > 0 then
-        redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', KEYS[i]) - k + q))
-      else
-        redis.call('SET', KEYS[i], string.format('%d', q * rate - d), 'PX', string.format('%d', q))
-      end
     end
     if op ~= 'r' and not held then out[#out+1] = d - max - 1 else out[#out+1] = max - d end
   else

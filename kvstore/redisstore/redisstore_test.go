@@ -136,10 +136,9 @@ func TestRecordIsTheDebt(t *testing.T) {
 	after := redisMillis(t, c)
 	st := readState(t, c, s.Key("k"))
 	debt, rate := int64(kvstore.MaxValue-1), int64(7000)
-	// The expiry leaves room for the takes that follow, up to twice the
-	// time to full: here the one unit left, so the first millisecond at
-	// which the whole bucket would have refilled.
-	q := (debt + 1 + rate - 1) / rate
+	// The expiry leaves room for the takes that follow: it is an empty
+	// bucket's fill time away.
+	q := (int64(kvstore.MaxValue) + rate - 1) / rate
 	if !st.present || st.e < before+q || st.e > after+q || st.w != q*rate-debt {
 		t.Fatalf("record %+v after taking %d at 7000 units/ms between ms %d and %d; want expiry at +%d ms, value %d", st, debt, before, after, q, q*rate-debt)
 	}
