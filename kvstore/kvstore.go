@@ -104,7 +104,7 @@ type Atomic interface {
 // Update reads, advances in steps longer than a microsecond, so that the
 // refill arrives in those steps: the level at any instant is [Refill.Level]
 // at the start of its step. ClockStep returns the step; the Redis stores
-// read Redis's TIME in whole milliseconds. A limiter rounds the waits it
+// read Redis's clock in whole milliseconds (a key's expiry). A limiter rounds the waits it
 // reports (retry after, reset) up to whole steps, so that a client that
 // waits that long finds the units there.
 type ClockStepper interface {

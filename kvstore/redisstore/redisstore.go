@@ -7,15 +7,15 @@
 // script never fails with CROSSSLOT.
 //
 // [Store.Update] is one round trip: a short Lua script run with EVALSHA. A
-// bucket is kept as GCRA on the key itself: the key's expiry is the instant
-// the bucket is full again and its value a remainder that keeps the debt
-// exact to the unit, so the script reads Redis's clock through the key's
-// PTTL, parses no record, and costs Redis about half what a script that
-// reads TIME and a two-number record does. The refill arrives in whole
+// bucket is kept as GCRA on the key itself: the key's expiry bounds the
+// instant the bucket is full again and its value keeps the debt exact to
+// the unit, so the script reads Redis's clock through the key's PTTL,
+// parses no record, and admits with one DECRBY while the expiry covers the
+// take (docs/redis.md, "The record"). The refill arrives in whole
 // milliseconds of Redis's clock (see [Store.ClockStep]), and no client
-// clock enters the math. When the server answers NOSCRIPT, the update is sent again with EVAL,
-// which also loads the script, so a flushed script cache or a failover to a
-// fresh replica recovers on its own.
+// clock enters the math. When the server answers NOSCRIPT, the update is
+// sent again with EVAL, which also loads the script, so a flushed script
+// cache or a failover to a fresh replica recovers on its own.
 //
 // [Store.UpdateMulti] updates several keys in one script, all or nothing.
 // On a Redis Cluster the keys of one call must share a hash slot: the call
