@@ -16,10 +16,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/internal/itest/redisclient"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore/redisstore"
+	"github.com/ratekit/ratekit/tokenbucket"
 )
 
 // The parent test and its worker processes talk in JSON lines: commands on
@@ -32,7 +38,14 @@ const (
 	dsnEnv    = "RATEKIT_PLANS_DSN"    // PostgreSQL connection string
 	schemaEnv = "RATEKIT_PLANS_SCHEMA" // the parent's test schema
 	prefixEnv = "RATEKIT_PLANS_PREFIX" // PlannedConfig.Prefix
+	redisEnv  = "RATEKIT_PLANS_REDIS"  // Redis host:port
 )
+
+// redisKeys begins the redisstore prefix of the Redis backend's keys: a
+// run's store prefix is redisKeys + its PlannedConfig.Prefix + ":" (the
+// store puts a record's name in braces after its prefix), and its keys are
+// deleted when it ends.
+const redisKeys = "ratekit-test:plans:"
 
 // The plan's policies: a burst that no phase reaches, and the periodic
 // quota under test.
@@ -126,15 +139,23 @@ type reply struct {
 	Periods  []periodLine
 }
 
-// backend is a store that the check runs against. open runs in a worker
-// process and returns the planned limiter under test; periods (nil when
-// the store keeps no billing records) lists the quota policy's periods of
-// key that start in [from, to). To add a backend (Redis, once tokenbucket
-// decides plans), add an entry to backends: the scenarios use nothing
-// else.
+// backend is a store that the check runs against. setup runs in the
+// parent, once per run of the check: it locates the server (skipping
+// outside CI when it is missing, failing in CI), prepares it, and returns
+// the environment of the backend's workers, with a key prefix of the run's
+// own. open runs in a worker process and returns the planned limiter under
+// test. The scenarios use nothing else, except where the backends'
+// documented semantics differ (untiedRefunds).
 type backend struct {
-	name string
-	open func(ctx context.Context, plan func(ctx context.Context, key string) (ratekit.Plan, error)) (planned, func(), error)
+	name  string
+	setup func(t *testing.T) []string
+	open  func(ctx context.Context, plan func(ctx context.Context, key string) (ratekit.Plan, error)) (planned, func(), error)
+	// untiedRefunds is set when refunds are not tied to their charges:
+	// Request.IdempotencyKey is ignored and a refund made after its
+	// charge's period ended lowers the current period's count (never
+	// below zero), as tokenbucket.Planned does. durable.Planned keeps
+	// idempotency records and refunds nothing there.
+	untiedRefunds bool
 }
 
 // planned is what the check needs of a planned limiter.
@@ -150,7 +171,34 @@ type planned interface {
 // errNoPeriods is returned by a backend that keeps no billing records.
 var errNoPeriods = errors.New("this backend lists no periods")
 
-var backends = []backend{{name: "postgres", open: openPostgres}}
+var backends = []backend{
+	{name: "postgres", setup: setupPostgres, open: openPostgres},
+	{name: "redis", setup: setupRedis, open: openRedis, untiedRefunds: true},
+}
+
+// setupPostgres migrates the parent's schema (before the workers start)
+// and passes it, the server and a fresh prefix to the workers.
+func setupPostgres(t *testing.T) []string {
+	dsn := testenv.PostgresURL(t)
+	schema := pgtest.Schema()
+	store, err := pgstore.New(pgtest.Pool(t, dsn, 2, ""), pgstore.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return []string{dsnEnv + "=" + dsn, schemaEnv + "=" + schema, prefixEnv + "=" + pgtest.Prefix(t)}
+}
+
+// setupRedis passes the server and a fresh prefix to the workers, and
+// deletes the run's keys when it ends (after the workers have exited).
+func setupRedis(t *testing.T) []string {
+	addr := testenv.RedisAddr(t)
+	prefix := pgtest.Prefix(t) // a valid PlannedConfig.Prefix no other test uses
+	redisclient.Client(t, addr, redisKeys+prefix+":")
+	return []string{redisEnv + "=" + addr, prefixEnv + "=" + prefix}
+}
 
 // openPostgres is the PostgreSQL backend: durable.Planned on the parent's
 // schema and prefix.
@@ -190,6 +238,31 @@ func (p pgPlanned) Periods(ctx context.Context, key string, from, to time.Time) 
 		return nil
 	})
 	return out, err
+}
+
+// openRedis is the Redis backend: tokenbucket.Planned over redisstore on
+// the parent's server and prefix. The plans' burst has one shape (its
+// quota and window do not change with the plan), so it stays one bucket.
+func openRedis(_ context.Context, plan func(ctx context.Context, key string) (ratekit.Plan, error)) (planned, func(), error) {
+	client := redis.NewClient(&redis.Options{Addr: os.Getenv(redisEnv), PoolSize: workerConn})
+	store, err := redisstore.New(client, redisstore.Config{Prefix: redisKeys + os.Getenv(prefixEnv) + ":"})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	p, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Store: store, Prefix: os.Getenv(prefixEnv), Plan: plan})
+	if err != nil {
+		client.Close()
+		return nil, nil, err
+	}
+	return redisPlanned{p}, func() { client.Close() }, nil
+}
+
+// redisPlanned keeps no billing records.
+type redisPlanned struct{ *tokenbucket.Planned }
+
+func (redisPlanned) Periods(context.Context, string, time.Time, time.Time) ([]periodLine, error) {
+	return nil, errNoPeriods
 }
 
 // runWorker is a worker process's main: it decides the commands it reads
@@ -398,6 +471,9 @@ func (w *worker) do(c command) (reply, error) {
 	}
 	select {
 	case r := <-ch:
+		if r.Err == errNoPeriods.Error() {
+			return r, errNoPeriods // across the process boundary
+		}
 		if r.Err != "" {
 			return r, errors.New(r.Err)
 		}
