@@ -100,16 +100,7 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|")
 	for si, s := range scenarios {
 		for _, conc := range concs {
-			var floorTP, bestPeer float64
-			for ci, c := range contenders {
-				m := harness.Median(results[cell{si, ci, conc}])
-				switch c.role {
-				case floor:
-					floorTP = m.Throughput
-				case peer:
-					bestPeer = max(bestPeer, m.Throughput)
-				}
-			}
+			floorTP, bestPeer := turnReferences(contenders, func(ci int) harness.Result { return harness.Median(results[cell{si, ci, conc}]) })
 			for ci, c := range contenders {
 				id := cell{si, ci, conc}
 				m := harness.Median(results[id])

@@ -389,16 +389,7 @@ func runInTurn(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	fmt.Println("|---|---:|---|---:|---:|---:|---:|---:|---:|")
 	for si, s := range scenarios {
 		for _, conc := range concs {
-			var floorTP, bestPeer float64
-			for ci, c := range contenders {
-				m := harness.Median(results[cell{si, ci, conc}])
-				switch c.role {
-				case floor:
-					floorTP = m.Throughput
-				case peer:
-					bestPeer = max(bestPeer, m.Throughput)
-				}
-			}
+			floorTP, bestPeer := turnReferences(contenders, func(ci int) harness.Result { return harness.Median(results[cell{si, ci, conc}]) })
 			for ci, c := range contenders {
 				m := harness.Median(results[cell{si, ci, conc}])
 				fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", s.short, conc, c.name, count(m.Throughput),
@@ -427,4 +418,19 @@ func burstOnce(ctx context.Context, store kvstore.Atomic) error {
 		}
 	}
 	return first
+}
+
+// turnReferences returns the throughput of the floor and of the fastest peer
+// among contenders, median(ci) being contender ci's median in the cell.
+func turnReferences(contenders []turnContender, median func(ci int) harness.Result) (floorTP, bestPeer float64) {
+	for ci, c := range contenders {
+		m := median(ci)
+		switch c.role {
+		case floor:
+			floorTP = m.Throughput
+		case peer:
+			bestPeer = max(bestPeer, m.Throughput)
+		}
+	}
+	return floorTP, bestPeer
 }
