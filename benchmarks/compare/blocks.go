@@ -27,16 +27,11 @@ var turnOnly *regexp.Regexp
 // Around each measured block it resets Redis's INFO commandstats and reads
 // them back, so that the table also gives the server time per decision.
 func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int, scenarios []scenario, concs []int, rounds int, d, warm time.Duration) error {
-	t := &turnEnv{addr: addr, prefix: prefix + ":block", maxInFlight: maxInFlight}
-	defer t.close()
-	if rlfDir != "" {
-		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")
-		if err != nil {
-			return err
-		}
-		t.node = node
-		defer node.close()
+	t, err := openTurnEnv(addr, prefix+":block", rlfDir, maxInFlight)
+	if err != nil {
+		return err
 	}
+	defer t.close()
 	admin := redis.NewClient(&redis.Options{Addr: addr})
 	defer admin.Close()
 	contenders := slices.DeleteFunc(turnContenders(ctx, t), func(c turnContender) bool {

@@ -51,11 +51,30 @@ type turnEnv struct {
 	closers     []func()
 }
 
+// openTurnEnv returns the environment of the in-turn contenders under
+// prefix, with rate-limiter-flexible's Node process started when rlfDir is
+// not empty; close ends them all.
+func openTurnEnv(addr, prefix, rlfDir string, maxInFlight int) (*turnEnv, error) {
+	t := &turnEnv{addr: addr, prefix: prefix, maxInFlight: maxInFlight}
+	if rlfDir != "" {
+		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")
+		if err != nil {
+			return nil, err
+		}
+		t.node = node
+	}
+	return t, nil
+}
+
 func (t *turnEnv) close() {
 	for _, c := range t.closers {
 		c()
 	}
 	t.closers = nil
+	if t.node != nil {
+		t.node.close()
+		t.node = nil
+	}
 }
 
 func (t *turnEnv) goRedis(conc int) *redis.Client {
@@ -340,16 +359,11 @@ func (n *nodeRunner) close() {
 // runInTurn measures the Redis contenders at each concurrency of concs in
 // turn (harness.MeasureInTurn), runs times, and prints one table.
 func runInTurn(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int, scenarios []scenario, concs []int, runs int, d, slice time.Duration) error {
-	t := &turnEnv{addr: addr, prefix: prefix + ":turn", maxInFlight: maxInFlight}
-	defer t.close()
-	if rlfDir != "" {
-		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")
-		if err != nil {
-			return err
-		}
-		t.node = node
-		defer node.close()
+	t, err := openTurnEnv(addr, prefix+":turn", rlfDir, maxInFlight)
+	if err != nil {
+		return err
 	}
+	defer t.close()
 	contenders := turnContenders(ctx, t)
 	type cell struct{ s, c, n int }
 	results := map[cell][]harness.Result{}
