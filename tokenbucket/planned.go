@@ -198,18 +198,11 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) (
 		pols[i] = plannedPolicy{policy: pol}
 		switch pol.Algorithm {
 		case ratekit.TokenBucket:
-			if pol.Window%time.Microsecond != 0 {
-				return nil, invalid("a token bucket's Window %v is not a whole number of microseconds", pol.Window)
-			}
-			perMicro := int64(pol.Window / time.Microsecond)
-			g := gcd(pol.Quota, perMicro)
-			unit, rate := perMicro/g, pol.Quota/g
-			if unit > kvstore.MaxValue/pol.Quota {
-				return nil, invalid("a burst of %d filled in %v needs %d×%d units, more than 2^52; use a shorter Window", pol.Quota, pol.Window, pol.Quota, unit)
-			}
-			r := kvstore.Refill{Max: pol.Quota * unit, Rate: rate}
-			if r.Validate() != nil {
-				return nil, invalid("a burst of %d filled in %v refills more than the burst per microsecond", pol.Quota, pol.Window)
+			// A burst of Quota filled from empty in Window: Quota per
+			// Window, as durable reads a token bucket's policy.
+			r, unit, problem := bucketRefill(pol.Quota, Rate{Tokens: pol.Quota, Per: pol.Window})
+			if problem != "" {
+				return nil, invalid("%s", problem)
 			}
 			pols[i].refill, pols[i].unit = r, unit
 		case ratekit.FixedWindow:

@@ -186,18 +186,9 @@ func New(cfg Config) (*Limiter, error) {
 	if r.Tokens < 1 || r.Per <= 0 {
 		return nil, invalid("RefillRate %d per %v is not positive", r.Tokens, r.Per)
 	}
-	if r.Per%time.Microsecond != 0 {
-		return nil, invalid("RefillRate period %v is not a whole number of microseconds", r.Per)
-	}
-	perMicro := int64(r.Per / time.Microsecond)
-	g := gcd(r.Tokens, perMicro)
-	unit, rate := perMicro/g, r.Tokens/g
-	if unit > kvstore.MaxValue/cfg.Burst {
-		return nil, invalid("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^52; use a shorter period", cfg.Burst, r.Tokens, r.Per, cfg.Burst, unit)
-	}
-	refill := kvstore.Refill{Max: cfg.Burst * unit, Rate: rate}
-	if err := refill.Validate(); err != nil {
-		return nil, invalid("RefillRate %d per %v refills more than Burst %d per microsecond", r.Tokens, r.Per, cfg.Burst)
+	refill, unit, problem := bucketRefill(cfg.Burst, r)
+	if problem != "" {
+		return nil, invalid("%s", problem)
 	}
 	if cfg.Store == nil {
 		return nil, invalid("nil Store")
@@ -252,6 +243,29 @@ func window(burst int64, r Rate) time.Duration {
 		return time.Duration(1<<63 - 1)
 	}
 	return time.Duration(w.Int64())
+}
+
+// bucketRefill returns the kvstore.Refill of a bucket of burst tokens (at
+// least 1) refilled at r (positive), and its units per token D: the refill
+// period in microseconds over its greatest common divisor with r.Tokens.
+// problem says why there is none: a period that is not whole microseconds,
+// Burst × D above kvstore.MaxValue, or a refill faster than the burst per
+// microsecond.
+func bucketRefill(burst int64, r Rate) (refill kvstore.Refill, unit int64, problem string) {
+	if r.Per%time.Microsecond != 0 {
+		return kvstore.Refill{}, 0, fmt.Sprintf("RefillRate period %v is not a whole number of microseconds", r.Per)
+	}
+	perMicro := int64(r.Per / time.Microsecond)
+	g := gcd(r.Tokens, perMicro)
+	unit, rate := perMicro/g, r.Tokens/g
+	if unit > kvstore.MaxValue/burst {
+		return kvstore.Refill{}, 0, fmt.Sprintf("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^52; use a shorter period", burst, r.Tokens, r.Per, burst, unit)
+	}
+	refill = kvstore.Refill{Max: burst * unit, Rate: rate}
+	if refill.Validate() != nil {
+		return kvstore.Refill{}, 0, fmt.Sprintf("RefillRate %d per %v refills more than Burst %d per microsecond", r.Tokens, r.Per, burst)
+	}
+	return refill, unit, ""
 }
 
 func gcd(a, b int64) int64 {
