@@ -377,13 +377,7 @@ func (p *Planned) decide(d *ratekit.Decision, pp *plannedPolicy, u *kvstore.Upda
 
 // wait is Limiter.wait for a bucket of refill r.
 func (p *Planned) wait(r kvstore.Refill, level, target int64) time.Duration {
-	d := r.TimeUntil(level, target)
-	if p.step > 0 {
-		if rem := d % p.step; rem != 0 && d <= 1<<63-1-p.step {
-			d += p.step - rem
-		}
-	}
-	return d
+	return stepWait(r, p.step, level, target)
 }
 
 // decimalLen returns the number of decimal digits of n >= 0.

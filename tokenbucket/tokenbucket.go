@@ -455,10 +455,16 @@ func clockStep(store kvstore.Store) time.Duration {
 // wait returns how long the bucket at level takes to hold target units:
 // Refill.TimeUntil, rounded up to whole steps of the store's clock.
 func (l *Limiter) wait(level, target int64) time.Duration {
-	d := l.refill.TimeUntil(level, target)
-	if l.step > 0 {
-		if r := d % l.step; r != 0 && d <= math.MaxInt64-l.step {
-			d += l.step - r
+	return stepWait(l.refill, l.step, level, target)
+}
+
+// stepWait returns r.TimeUntil(level, target) rounded up to whole steps of
+// step (none when step is 0), saturating.
+func stepWait(r kvstore.Refill, step time.Duration, level, target int64) time.Duration {
+	d := r.TimeUntil(level, target)
+	if step > 0 {
+		if rem := d % step; rem != 0 && d <= math.MaxInt64-step {
+			d += step - rem
 		}
 	}
 	return d
