@@ -77,9 +77,11 @@ func main() {
 	const max, rate, small = "1000000000000000", "1000", "1000000000"
 	pxat := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
 	bodies := []body{
-		{"ratekit Update, take on a live record", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}},
-		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "t"}},
-		{"ratekit Update, denied", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}},
+		{"ratekit Update, take on a live record (T: decrement first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "T"}},
+		{"ratekit Update, take on a live record (t: read first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}},
+		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "T"}},
+		{"ratekit Update, denied (t: read first, as after a refusal)", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}},
+		{"ratekit Update, denied (T: decrement first, then undone)", redisscript.Update, 1, live, []any{small, rate, "1000000", "T"}},
 		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}},
 		{"ratekit Multi, take on two live records", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}},
 		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}},
@@ -97,7 +99,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		for _, b := range bodies[:4] {
+		for _, b := range bodies[:6] {
 			b.name = strings.Replace(b.name, "ratekit Update", "candidate", 1)
 			b.src = string(src)
 			bodies = append(bodies, b)

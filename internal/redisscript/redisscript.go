@@ -8,6 +8,7 @@ package redisscript
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -57,36 +58,48 @@ const Malformed = "kvstore: malformed record"
 // the caller's string, the rest through string.format('%d'), whose
 // arguments are whole numbers, as Lua 5.3 and later require).
 
-// bucketLua holds the two functions every script runs on a bucket's
-// record. bread reads key under max and rate (units per millisecond) and
-// returns its PTTL k (-2 for no key), its debt as the record says (raw),
-// the debt clamped to [0, max] (d) and its value w; nil for a key that
-// holds anything else. bwrite gives the key the debt d2 after a take
-// (take true) or a refund of the record read as k, raw and w, n being the
-// units as the caller's string.
+// bucketLua holds the functions every script runs on a bucket's record.
+// bread reads key under max and rate (units per millisecond) and returns
+// its PTTL k (-2 for no key), its debt as the record says (raw), the debt
+// clamped to [0, max] (d) and its value w; nil for a key that holds
+// anything else. bwrite gives the key the debt d2 after a take (take true)
+// or a refund of the record read as k, raw and w, n being the units as the
+// caller's string. bset rewrites the record with the debt d2 and the expiry
+// an empty bucket's fill time away, absolutely when the bucket owed units.
+//
+// The expiry is within an empty bucket's fill time, ceil(max/rate) ms,
+// exactly when (k-1)×rate < max, which needs no division: for whole k >= 1
+// and rate >= 1, k <= ceil(x) holds exactly when k-1 < x.
 const bucketLua = `
 local function bread(key, max, rate)
   local k = redis.call('PTTL', key)
   local raw, d, w = 0, 0, 0
   if k ~= -2 then
-    w = tonumber(redis.call('GET', key))
-    if k == -1 or not w then return nil end
-    if k > 0 then raw = (k - 1) * rate + rate - w end
+    w = tonumber(redis.pcall('GET', key))
+    if k == -1 or not w or w < 0 or w >= 9007199254740992 then return nil end
+    if k > 0 then raw = k * rate - w end
     d = raw
     if d > max then d = max elseif d < 0 then d = 0 end
   end
   return k, raw, d, w
+end
+local function bset(key, k, raw, max, rate, d2)
+  local m = max % rate
+  if m < 0 then m = m + rate end
+  local q = (max - m) / rate
+  if m > 0 then q = q + 1 end
+  if k > 0 and raw > 0 then
+    redis.call('SET', key, string.format('%d', q * rate - d2), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - k + q))
+  else
+    redis.call('SET', key, string.format('%d', q * rate - d2), 'PX', string.format('%d', q))
+  end
 end
 local function bwrite(key, k, raw, w, max, rate, d2, n, take)
   if d2 <= 0 then
     if k ~= -2 then redis.call('DEL', key) end
     return
   end
-  local m = max % rate
-  if m < 0 then m = m + rate end
-  local q = (max - m) / rate
-  if m > 0 then q = q + 1 end
-  if k > 0 and raw <= max and k <= q then
+  if k > 0 and raw <= max and (k - 1) * rate < max then
     if not take then
       redis.call('INCRBY', key, n)
       return
@@ -100,36 +113,73 @@ local function bwrite(key, k, raw, w, max, rate, d2, n, take)
       return
     end
   end
-  if k > 0 and raw > 0 then
-    redis.call('SET', key, string.format('%d', q * rate - d2), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - k + q))
-  else
-    redis.call('SET', key, string.format('%d', q * rate - d2), 'PX', string.format('%d', q))
-  end
+  bset(key, k, raw, max, rate, d2)
 end
 `
 
 // Update is kvstore.Refill.Apply in Lua on the record described above.
 // KEYS[1] is the record's key; ARGV is max, rate (units per millisecond: see
-// RateArg), n and the op: t (take), p (peek) or r (refund). The reply is one
-// integer: the level after the op when n units were available (or
+// RateArg), n and the op: T or t (take), p (peek) or r (refund). The reply
+// is one integer: the level after the op when n units were available (or
 // refunded), and -(level+1) when they were not, so the reply needs no array
-// or string parsing. A peek or a refused take calls PTTL and GET and writes
-// nothing; a take that the expiry covers adds one DECRBY.
+// or string parsing.
+//
+// The two takes differ only in what they cost Redis. T decrements first: a
+// PTTL and a DECRBY of n, whose reply is the value after the take, decide a
+// take the expiry covers, and that DECRBY is the whole write; a refused T
+// puts the n units back with an INCRBY. t reads first (PTTL and GET) and
+// writes only when it admits, so that a refused t, like a peek, writes
+// nothing. Callers send T unless the key's last take was refused (see
+// Refusals).
 const Update = bucketLua + `
+local key, op = KEYS[1], ARGV[4]
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local k, raw, d, w = bread(KEYS[1], max, rate)
-if not k then return redis.error_reply('` + Malformed + `') end
-local op, v = ARGV[4], max - d
+local k = redis.call('PTTL', key)
+local raw, d, w, taken = 0, 0, 0, false
+if k > 0 then
+  if op == 'T' then
+    w = redis.pcall('DECRBY', key, ARGV[3])
+    if type(w) ~= 'number' then return redis.error_reply('` + Malformed + `') end
+    raw = k * rate - w
+    if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then return max - raw end
+    w, raw, taken = w + n, raw - n, true
+    if w < 0 or w >= 9007199254740992 then
+      redis.call('INCRBY', key, ARGV[3])
+      return redis.error_reply('` + Malformed + `')
+    end
+  else
+    w = tonumber(redis.pcall('GET', key))
+    if not w or w < 0 or w >= 9007199254740992 then return redis.error_reply('` + Malformed + `') end
+    raw = k * rate - w
+  end
+  d = raw
+  if d > max then d = max elseif d < 0 then d = 0 end
+elseif k == -1 then
+  return redis.error_reply('` + Malformed + `')
+end
+local v = max - d
 if op == 'r' then
-  bwrite(KEYS[1], k, raw, w, max, rate, d - n, ARGV[3], false)
+  bwrite(key, k, raw, w, max, rate, d - n, ARGV[3], false)
   if d <= n then return max end
   return v + n
 elseif v < n then
+  if taken then redis.call('INCRBY', key, ARGV[3]) end
   return -v - 1
-elseif op ~= 't' then
+elseif op == 'p' then
   return v
 end
-bwrite(KEYS[1], k, raw, w, max, rate, d + n, ARGV[3], true)
+local d2 = d + n
+if k > 0 and raw <= max and (k - 1) * rate < max and k * rate >= d2 then
+  local t = k * rate - d2 - w
+  if taken then t = t + n end
+  if t == -n then
+    redis.call('DECRBY', key, ARGV[3])
+  elseif t ~= 0 then
+    redis.call('INCRBY', key, string.format('%d', t))
+  end
+else
+  bset(key, k, raw, max, rate, d2)
+end
 return v - n
 `
 
@@ -298,6 +348,46 @@ for i = 1, nk do
 end
 return out
 `
+
+// Refusals picks the op argument of Update's takes: t (read first) for a
+// key whose last take through it was refused, T (decrement first)
+// otherwise, so that a key being admitted and a key being refused each
+// cost Redis two commands a decision. It remembers a hash of the key in
+// one of a fixed number of slots: keys that share a slot only make a take
+// cost one command more, never change a decision. The zero value is ready;
+// it is safe for concurrent use.
+type Refusals struct {
+	slots [refusalSlots]atomic.Uint64
+}
+
+// refusalSlots is the number of keys Refusals tells apart at once.
+const refusalSlots = 256
+
+// TakeOp returns the op argument of a take of key and the key's hash, to
+// hand to Took with the take's outcome.
+func (r *Refusals) TakeOp(key string) (op string, h uint64) {
+	// FNV-1a, with the low bit set so that no key hashes to an empty slot.
+	h = 14695981039346656037
+	for i := 0; i < len(key); i++ {
+		h = (h ^ uint64(key[i])) * 1099511628211
+	}
+	h |= 1
+	if r.slots[h%refusalSlots].Load() == h {
+		return "t", h
+	}
+	return "T", h
+}
+
+// Took records the outcome of a take sent with op for the key of hash h.
+func (r *Refusals) Took(op string, h uint64, admitted bool) {
+	slot := &r.slots[h%refusalSlots]
+	switch {
+	case !admitted && op == "T":
+		slot.Store(h)
+	case admitted && op == "t":
+		slot.CompareAndSwap(h, 0)
+	}
+}
 
 // RateArg returns the rate argument of Update and Multi for r: r's refill in
 // units per millisecond, r.Rate×1000, capped at r.Max (a bucket that refills

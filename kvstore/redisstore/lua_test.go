@@ -50,6 +50,23 @@ func readState(t *testing.T, c *redis.Client, key string) bucketState {
 	return bucketState{true, e, w}
 }
 
+// takeLetters are the update script's two takes: decrement first and read
+// first.
+var takeLetters = [2]string{"T", "t"}
+
+// takeWith runs the update script's take of n on the Redis key rkey with
+// the op argument letter.
+func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refill, n int64, letter string) (kvstore.OpResult, error) {
+	v, err := c.Eval(ctx, redisscript.Update, []string{rkey}, r.Max, redisscript.RateArg(r), n, letter).Int64()
+	if err != nil {
+		return kvstore.OpResult{}, err
+	}
+	if v < 0 {
+		return kvstore.OpResult{Value: -v - 1}, nil
+	}
+	return kvstore.OpResult{OK: true, Value: v}, nil
+}
+
 // TestLuaMatchesGo drives the update script and kvstore.Refill.Apply through
 // the same random sequences of operations on random refills. The script
 // reads Redis's clock in whole milliseconds: for each call, some millisecond
@@ -59,7 +76,7 @@ func readState(t *testing.T, c *redis.Client, key string) bucketState {
 // must be Apply's; the reference record then moves to Apply's. So the Lua
 // arithmetic is checked to the unit at every step, across fresh keys,
 // refills (pauses of up to 3 ms), clamping refunds, keys that expired and
-// keys that outlived their bucket's refill.
+// keys that outlived their bucket's refill, and for both orders of a take.
 func TestLuaMatchesGo(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
@@ -105,7 +122,16 @@ func TestLuaMatchesGo(t *testing.T) {
 			}
 			old := readState(t, c, s.Key(key))
 			before := redisMillis(t, c)
-			res, err := s.Update(ctx, key, r, op, n)
+			var (
+				res kvstore.OpResult
+				err error
+			)
+			if op == kvstore.OpTake && rng.IntN(2) == 0 {
+				// Both orders of a take, whatever the store would pick.
+				res, err = takeWith(ctx, c, s.Key(key), r, n, takeLetters[rng.IntN(2)])
+			} else {
+				res, err = s.Update(ctx, key, r, op, n)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -147,6 +147,10 @@ type Store struct {
 	args   atomic.Pointer[refillArgs]
 	lastN  atomic.Pointer[boxedN]
 
+	// refusals picks the order of each take's reads (see
+	// redisscript.Refusals).
+	refusals redisscript.Refusals
+
 	multiArgs atomic.Pointer[multiArgs]
 }
 
@@ -333,10 +337,13 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err := r.CheckOp(op, n); err != nil {
 		return kvstore.OpResult{}, err
 	}
-	var opArg any
+	var (
+		opArg string
+		hash  uint64
+	)
 	switch op {
 	case kvstore.OpTake:
-		opArg = "t"
+		opArg, hash = s.refusals.TakeOp(key)
 	case kvstore.OpPeek:
 		opArg = "p"
 	default:
@@ -351,7 +358,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	// copies the keys and arguments into new slices: 3 allocations fewer
 	// per decision. A server that lost the script (a flushed cache, a
 	// failover) answers NOSCRIPT, and the update is sent again with EVAL.
-	args := []any{"evalsha", updateSHA(), 1, s.Key(key), a.max, a.rate, bn.arg, opArg}
+	args := []any{"evalsha", updateSHA(), 1, s.Key(key), a.max, a.rate, bn.arg, boxedOp(opArg)}
 	cmd := redis.NewCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	err := s.do(ctx, cmd)
@@ -371,10 +378,27 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err != nil {
 		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
 	}
+	if op == kvstore.OpTake {
+		s.refusals.Took(opArg, hash, v >= 0)
+	}
 	if v < 0 {
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}
 	return kvstore.OpResult{OK: true, Value: v}, nil
+}
+
+// boxedOp returns the update script's op argument op as an interface value
+// that boxes nothing: each case converts a constant.
+func boxedOp(op string) any {
+	switch op {
+	case "T":
+		return "T"
+	case "t":
+		return "t"
+	case "p":
+		return "p"
+	}
+	return "r"
 }
 
 // updateSource is the update script (redisscript.Update) and malformedMsg

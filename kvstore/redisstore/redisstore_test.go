@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -105,19 +106,64 @@ func TestMalformedRecord(t *testing.T) {
 	}
 	// Update's records are a whole number with an expiry: anything else,
 	// or a number that never expires, is not one.
-	for _, v := range []string{"", "a b", "1 2", "x", " ", "0x"} {
-		c.Set(ctx, s.Key("bad"), v, time.Minute)
-		if _, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
-			t.Errorf("Update of %q: %v, want kvstore.ErrMalformedRecord", v, err)
+	// A take decrements first, a peek reads first: both must refuse it, and
+	// change nothing.
+	r := kvstore.Refill{Max: 10, Rate: 1}
+	for _, v := range []string{"", "a b", "1 2", "x", " ", "0x", "-1", "9007199254740993", "-9223372036854775808"} {
+		for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
+			c.Set(ctx, s.Key("bad"), v, time.Minute)
+			if _, err := s.Update(ctx, "bad", r, op, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+				t.Errorf("Update (op %d) of %q: %v, want kvstore.ErrMalformedRecord", op, v, err)
+			}
+			if got := c.Get(ctx, s.Key("bad")).Val(); got != v {
+				t.Errorf("Update (op %d) of %q left %q", op, v, got)
+			}
 		}
 	}
-	c.Set(ctx, s.Key("bad"), "12", 0)
-	if _, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
-		t.Errorf("Update of a key without expiry: %v, want kvstore.ErrMalformedRecord", err)
+	for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
+		c.Set(ctx, s.Key("bad"), "12", 0)
+		if _, err := s.Update(ctx, "bad", r, op, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Update (op %d) of a key without expiry: %v, want kvstore.ErrMalformedRecord", op, err)
+		}
+		c.Del(ctx, s.Key("hash"))
+		c.HSet(ctx, s.Key("hash"), "f", "v")
+		c.Expire(ctx, s.Key("hash"), time.Minute)
+		if _, err := s.Update(ctx, "hash", r, op, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+			t.Errorf("Update (op %d) of a hash key: %v, want kvstore.ErrMalformedRecord", op, err)
+		}
 	}
-	c.HSet(ctx, s.Key("hash"), "f", "v")
-	if _, err := s.Update(ctx, "hash", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); err == nil {
-		t.Error("Update of a hash key succeeded")
+}
+
+// TestTakeRewritesAnExpiryPastTheBound gives a key a record whose expiry is
+// one millisecond past an empty bucket's fill time (as a policy with a
+// slower refill would have left it), then takes from it in the same
+// transaction, in both orders of a take: the take must rewrite the expiry
+// within the bound rather than keep it. A millisecond that ends between
+// the two commands only moves the key within the bound, so the check holds
+// on every run.
+func TestTakeRewritesAnExpiryPastTheBound(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	r := kvstore.Refill{Max: 100_000, Rate: 1} // 1,000 units a millisecond
+	rate := redisscript.RateArg(r)
+	q := (r.Max + rate - 1) / rate
+	for _, letter := range takeLetters {
+		for range 5 {
+			// The debt is 5,000 units when the record is set.
+			var ttl *redis.DurationCmd
+			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, s.Key("k"), (q+1)*rate-5000, time.Duration(q+1)*time.Millisecond)
+				p.Eval(ctx, redisscript.Update, []string{s.Key("k")}, r.Max, rate, 1, letter)
+				ttl = p.PTTL(ctx, s.Key("k"))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ttl.Val(); got > time.Duration(q)*time.Millisecond {
+				t.Fatalf("take %s left the key %v to live; an empty bucket fills in %d ms", letter, got, q)
+			}
+		}
 	}
 }
 

@@ -70,6 +70,10 @@ type Store struct {
 	sha    string
 	args   atomic.Pointer[refillArgs]
 
+	// refusals picks the order of each take's reads (see
+	// redisscript.Refusals).
+	refusals redisscript.Refusals
+
 	multiArgs atomic.Pointer[multiArgs]
 }
 
@@ -213,10 +217,13 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err := r.CheckOp(op, n); err != nil {
 		return kvstore.OpResult{}, err
 	}
-	var opArg string
+	var (
+		opArg string
+		hash  uint64
+	)
 	switch op {
 	case kvstore.OpTake:
-		opArg = "t"
+		opArg, hash = s.refusals.TakeOp(key)
 	case kvstore.OpPeek:
 		opArg = "p"
 	default:
@@ -233,6 +240,9 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			return kvstore.OpResult{}, kvstore.ErrMalformedRecord
 		}
 		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
+	}
+	if op == kvstore.OpTake {
+		s.refusals.Took(opArg, hash, v >= 0)
 	}
 	if v < 0 {
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
