@@ -126,8 +126,9 @@ end
 //
 // The two takes differ only in what they cost Redis. T decrements first: a
 // PTTL and a DECRBY of n, whose reply is the value after the take, decide a
-// take the expiry covers, and that DECRBY is the whole write; a refused T
-// puts the n units back with an INCRBY. t reads first (PTTL and GET) and
+// take the expiry covers, and that DECRBY is the whole write (one INCRBY
+// more sets the debt to n when the bucket had refilled to full while its
+// key lived); a refused T puts the n units back with an INCRBY. t reads first (PTTL and GET) and
 // writes only when it admits, so that a refused t, like a peek, writes
 // nothing. Callers send T unless the key's last take was refused (see
 // Refusals).
@@ -142,6 +143,10 @@ if k > 0 then
     if type(w) ~= 'number' then return redis.error_reply('` + Malformed + `') end
     raw = k * rate - w
     if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then return max - raw end
+    if raw < n and k * rate >= n and (k - 1) * rate < max and w + n < 9007199254740992 then
+      redis.call('INCRBY', key, string.format('%d', raw - n))
+      return max - n
+    end
     w, raw, taken = w + n, raw - n, true
     if w < 0 or w >= 9007199254740992 then
       redis.call('INCRBY', key, ARGV[3])

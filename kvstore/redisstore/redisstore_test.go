@@ -107,16 +107,19 @@ func TestMalformedRecord(t *testing.T) {
 	// Update's records are a whole number with an expiry: anything else,
 	// or a number that never expires, is not one.
 	// A take decrements first, a peek reads first: both must refuse it, and
-	// change nothing.
+	// change nothing. Under the second refill a minute's expiry is within
+	// the bucket's bound, so a huge value reads as a full bucket.
 	r := kvstore.Refill{Max: 10, Rate: 1}
-	for _, v := range []string{"", "a b", "1 2", "x", " ", "0x", "-1", "9007199254740993", "-9223372036854775808"} {
-		for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
-			c.Set(ctx, s.Key("bad"), v, time.Minute)
-			if _, err := s.Update(ctx, "bad", r, op, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
-				t.Errorf("Update (op %d) of %q: %v, want kvstore.ErrMalformedRecord", op, v, err)
-			}
-			if got := c.Get(ctx, s.Key("bad")).Val(); got != v {
-				t.Errorf("Update (op %d) of %q left %q", op, v, got)
+	for _, rr := range []kvstore.Refill{r, {Max: 1e12, Rate: 1}} {
+		for _, v := range []string{"", "a b", "1 2", "x", " ", "0x", "-1", "9007199254740993", "-9223372036854775808"} {
+			for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
+				c.Set(ctx, s.Key("bad"), v, time.Minute)
+				if _, err := s.Update(ctx, "bad", rr, op, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+					t.Errorf("Update (op %d, %+v) of %q: %v, want kvstore.ErrMalformedRecord", op, rr, v, err)
+				}
+				if got := c.Get(ctx, s.Key("bad")).Val(); got != v {
+					t.Errorf("Update (op %d, %+v) of %q left %q", op, rr, v, got)
+				}
 			}
 		}
 	}
@@ -134,62 +137,53 @@ func TestMalformedRecord(t *testing.T) {
 	}
 }
 
-// TestTakeRewritesAnExpiryPastTheBound gives a key a record whose expiry is
-// one millisecond past an empty bucket's fill time (as a policy with a
-// slower refill would have left it), then takes from it in the same
-// transaction, in both orders of a take: the take must rewrite the expiry
-// within the bound rather than keep it. A millisecond that ends between
-// the two commands only moves the key within the bound, so the check holds
-// on every run.
-func TestTakeRewritesAnExpiryPastTheBound(t *testing.T) {
+// TestTakeRewritesAnExpiryItCannotKeep sets a record and takes from it in
+// one transaction, in both orders of a take, where a take must rewrite the
+// expiry rather than only change the value: an expiry one millisecond past
+// an empty bucket's fill time (as a policy with a slower refill would have
+// left it), and a full bucket whose expiry covers one unit less than the
+// take. The record left must be within the bound and hold the take's debt
+// with a value of at least 0. A millisecond that ends between the commands
+// only makes the rewrite more needed, so the checks hold on every run.
+func TestTakeRewritesAnExpiryItCannotKeep(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	r := kvstore.Refill{Max: 100_000, Rate: 1} // 1,000 units a millisecond
 	rate := redisscript.RateArg(r)
 	q := (r.Max + rate - 1) / rate
-	for _, letter := range takeLetters {
-		for range 5 {
-			// The debt is 5,000 units when the record is set.
-			var ttl *redis.DurationCmd
-			_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, s.Key("k"), (q+1)*rate-5000, time.Duration(q+1)*time.Millisecond)
-				p.Eval(ctx, redisscript.Update, []string{s.Key("k")}, r.Max, rate, 1, letter)
-				ttl = p.PTTL(ctx, s.Key("k"))
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := ttl.Val(); got > time.Duration(q)*time.Millisecond {
-				t.Fatalf("take %s left the key %v to live; an empty bucket fills in %d ms", letter, got, q)
+	for _, tc := range []struct {
+		name     string
+		value, n int64
+		ttl      time.Duration
+	}{
+		{"expiry past the bound", (q+1)*rate - 5000, 1, time.Duration(q+1) * time.Millisecond},
+		{"expiry a unit short", 5 * rate, 2*rate + 1, 2 * time.Millisecond},
+	} {
+		for _, letter := range takeLetters {
+			for range 5 {
+				var (
+					res  *redis.Cmd
+					ttl  *redis.DurationCmd
+					left *redis.StringCmd
+				)
+				_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, s.Key("k"), tc.value, tc.ttl)
+					res = p.Eval(ctx, redisscript.Update, []string{s.Key("k")}, r.Max, rate, tc.n, letter)
+					ttl = p.PTTL(ctx, s.Key("k"))
+					left = p.Get(ctx, s.Key("k"))
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				k := ttl.Val().Milliseconds()
+				w, _ := strconv.ParseInt(left.Val(), 10, 64)
+				if v, _ := res.Int64(); v < 0 || k > q || w < 0 || k*rate-w < tc.n-2*rate || k*rate-w > tc.n+5000 {
+					t.Fatalf("%s, take %s of %d: reply %v, record PTTL %d ms, value %d (debt %d); want an admission, PTTL at most %d, value at least 0",
+						tc.name, letter, tc.n, res.Val(), k, w, k*rate-w, q)
+				}
 			}
 		}
-	}
-}
-
-// TestRecordIsTheDebt checks the record an Update leaves: the key expires
-// when the bucket is full again, and its value is the remainder that makes
-// the debt exact (see redisscript).
-func TestRecordIsTheDebt(t *testing.T) {
-	s, c := newStore(t)
-	ctx := context.Background()
-	r := kvstore.Refill{Max: kvstore.MaxValue, Rate: 7}
-	before := redisMillis(t, c)
-	res, err := s.Update(ctx, "k", r, kvstore.OpTake, kvstore.MaxValue-1)
-	if err != nil || !res.OK || res.Value != 1 {
-		t.Fatalf("Update = %+v, %v", res, err)
-	}
-	after := redisMillis(t, c)
-	st := readState(t, c, s.Key("k"))
-	debt, rate := int64(kvstore.MaxValue-1), int64(7000)
-	// The expiry leaves room for the takes that follow: it is an empty
-	// bucket's fill time away.
-	q := (int64(kvstore.MaxValue) + rate - 1) / rate
-	if !st.present || st.e < before+q || st.e > after+q || st.w != q*rate-debt {
-		t.Fatalf("record %+v after taking %d at 7000 units/ms between ms %d and %d; want expiry at +%d ms, value %d", st, debt, before, after, q, q*rate-debt)
-	}
-	if _, _, err := s.Get(ctx, "k"); !errors.Is(err, kvstore.ErrMalformedRecord) {
-		t.Fatalf("Get of an Update's record: %v, want kvstore.ErrMalformedRecord (Get reads Set's records only)", err)
 	}
 }
 
