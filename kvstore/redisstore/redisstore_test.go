@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -260,5 +261,51 @@ func TestOneRoundTrip(t *testing.T) {
 	}
 	if got := counter.N.Load(); got != 10 {
 		t.Fatalf("10 updates sent %d commands, want 10", got)
+	}
+}
+
+// TestRefusedTakesWriteNothing floods an exhausted bucket with takes while
+// a transaction WATCHes its key: after the first refusal, which decrements
+// and puts the units back, the store reads such a key first, and refused
+// takes must not touch it, so the transaction commits. A new store, which
+// has seen no refusal, decrements first, and its first refusal must make
+// the transaction fail: the check can fail.
+func TestRefusedTakesWriteNothing(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	// 1,000 units a millisecond: a take of 10^8 waits 100 s once the bucket
+	// is empty.
+	r := kvstore.Refill{Max: 1e9, Rate: 1}
+	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, r.Max); err != nil || !res.OK {
+		t.Fatalf("exhausting the bucket: %+v, %v", res, err)
+	}
+	refused := func(s *redisstore.Store, times int) {
+		t.Helper()
+		for range times {
+			if res, err := s.Update(ctx, "k", r, kvstore.OpTake, 1e8); err != nil || res.OK {
+				t.Fatalf("take from an exhausted bucket: %+v, %v", res, err)
+			}
+		}
+	}
+	refused(s, 1)
+	watched := func(during func()) error {
+		return c.Watch(ctx, func(tx *redis.Tx) error {
+			during()
+			_, err := tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				return nil
+			})
+			return err
+		}, s.Key("k"))
+	}
+	if err := watched(func() { refused(s, 20) }); err != nil {
+		t.Fatalf("20 refused takes touched the key: %v", err)
+	}
+	fresh, err := redisstore.New(c, redisstore.Config{Prefix: strings.TrimSuffix(s.Key("k"), "{k}")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watched(func() { refused(fresh, 1) }); !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("a decrement-first refusal: %v, want redis.TxFailedErr (the key was written)", err)
 	}
 }

@@ -1,0 +1,42 @@
+package redisscript
+
+import "testing"
+
+func TestRefusalsPickTheOrder(t *testing.T) {
+	var r Refusals
+	op, h := r.TakeOp("a")
+	if op != "T" {
+		t.Fatalf("a key never refused: %q, want T", op)
+	}
+	r.Took(op, h, false)
+	if op, _ := r.TakeOp("a"); op != "t" {
+		t.Fatalf("after a refusal: %q, want t", op)
+	}
+	// Another key in another slot is not affected.
+	other := "b"
+	for i := 0; ; i++ {
+		if _, g := r.TakeOp(other); g%refusalSlots != h%refusalSlots {
+			break
+		}
+		other += "b"
+	}
+	if op, _ := r.TakeOp(other); op != "T" {
+		t.Fatalf("another key after a's refusal: %q, want T", op)
+	}
+	// A read-first take that is refused again keeps the key read first; an
+	// admitted one sends it back to decrement first.
+	r.Took("t", h, false)
+	if op, _ := r.TakeOp("a"); op != "t" {
+		t.Fatalf("after a second refusal: %q, want t", op)
+	}
+	r.Took("t", h, true)
+	if op, _ := r.TakeOp("a"); op != "T" {
+		t.Fatalf("after an admission: %q, want T", op)
+	}
+	// An admission of a key that shares the slot does not clear it.
+	r.Took("T", h, false)
+	r.Took("t", h^refusalSlots, true)
+	if op, _ := r.TakeOp("a"); op != "t" {
+		t.Fatalf("after another key's admission: %q, want t", op)
+	}
+}
