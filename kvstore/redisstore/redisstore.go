@@ -11,7 +11,10 @@
 // instant the bucket is full again and its value keeps the debt exact to
 // the unit, so the script reads Redis's clock through the key's PTTL,
 // parses no record, and admits with one DECRBY while the expiry covers the
-// take (docs/redis.md, "The record"). The refill arrives in whole
+// take (docs/redis.md, "The record"). A take decrements first, except for
+// a key whose last take through the Store was refused, which it reads
+// first so that a flood of refused takes writes nothing; the order changes
+// what a decision costs Redis, never the decision. The refill arrives in whole
 // milliseconds of Redis's clock (see [Store.ClockStep]), and no client
 // clock enters the math. When the server answers NOSCRIPT, the update is
 // sent again with EVAL, which also loads the script, so a flushed script
