@@ -128,10 +128,10 @@ end
 // PTTL and a DECRBY of n, whose reply is the value after the take, decide a
 // take the expiry covers, and that DECRBY is the whole write (one INCRBY
 // more sets the debt to n when the bucket had refilled to full while its
-// key lived); a refused T puts the n units back with an INCRBY. t reads first (PTTL and GET) and
-// writes only when it admits, so that a refused t, like a peek, writes
-// nothing. Callers send T unless the key's last take was refused (see
-// Refusals).
+// key lived); a refused T puts the n units back with an INCRBY. t reads
+// first (PTTL and GET) and writes only when it admits, so that a refused
+// t, like a peek, writes nothing. Callers send T unless the key's last take
+// was refused (see Refusals).
 const Update = bucketLua + `
 local key, op = KEYS[1], ARGV[4]
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
