@@ -383,7 +383,20 @@ func (r *Refusals) TakeOp(key string) (op string, h uint64) {
 	return "T", h
 }
 
-// Took records the outcome of a take sent with op for the key of hash h.
+// OpArg returns Update's op argument for op on key, and the hash to hand
+// to Took with the outcome: TakeOp's for a take, p and r otherwise.
+func (r *Refusals) OpArg(op kvstore.Op, key string) (arg string, h uint64) {
+	switch op {
+	case kvstore.OpTake:
+		return r.TakeOp(key)
+	case kvstore.OpPeek:
+		return "p", 0
+	}
+	return "r", 0
+}
+
+// Took records the outcome of an update sent with the op argument op for
+// the key of hash h; it ignores every op but a take's.
 func (r *Refusals) Took(op string, h uint64, admitted bool) {
 	slot := &r.slots[h%refusalSlots]
 	switch {

@@ -1,6 +1,10 @@
 package redisscript
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/ratekit/ratekit/kvstore"
+)
 
 func TestRefusalsPickTheOrder(t *testing.T) {
 	var r Refusals
@@ -38,5 +42,17 @@ func TestRefusalsPickTheOrder(t *testing.T) {
 	r.Took("t", h^refusalSlots, true)
 	if op, _ := r.TakeOp("a"); op != "t" {
 		t.Fatalf("after another key's admission: %q, want t", op)
+	}
+	// Peeks and refunds have their own arguments and leave the slots alone.
+	if op, h := r.OpArg(kvstore.OpPeek, "a"); op != "p" || h != 0 {
+		t.Fatalf("peek: %q, %d", op, h)
+	}
+	if op, h := r.OpArg(kvstore.OpRefund, "a"); op != "r" || h != 0 {
+		t.Fatalf("refund: %q, %d", op, h)
+	}
+	r.Took("r", h, true)
+	r.Took("p", h, true)
+	if op, _ := r.OpArg(kvstore.OpTake, "a"); op != "t" {
+		t.Fatalf("after a peek and a refund: %q, want t", op)
 	}
 }

@@ -340,18 +340,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err := r.CheckOp(op, n); err != nil {
 		return kvstore.OpResult{}, err
 	}
-	var (
-		opArg string
-		hash  uint64
-	)
-	switch op {
-	case kvstore.OpTake:
-		opArg, hash = s.refusals.TakeOp(key)
-	case kvstore.OpPeek:
-		opArg = "p"
-	default:
-		opArg = "r"
-	}
+	opArg, hash := s.refusals.OpArg(op, key)
 	bn := s.lastN.Load()
 	if bn == nil || bn.n != n {
 		bn = &boxedN{n: n, arg: n}
@@ -381,9 +370,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err != nil {
 		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
 	}
-	if op == kvstore.OpTake {
-		s.refusals.Took(opArg, hash, v >= 0)
-	}
+	s.refusals.Took(opArg, hash, v >= 0)
 	if v < 0 {
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}

@@ -217,18 +217,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if err := r.CheckOp(op, n); err != nil {
 		return kvstore.OpResult{}, err
 	}
-	var (
-		opArg string
-		hash  uint64
-	)
-	switch op {
-	case kvstore.OpTake:
-		opArg, hash = s.refusals.TakeOp(key)
-	case kvstore.OpPeek:
-		opArg = "p"
-	default:
-		opArg = "r"
-	}
+	opArg, hash := s.refusals.OpArg(op, key)
 	k, nArg := s.Key(key), strconv.FormatInt(n, 10)
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
@@ -241,9 +230,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		}
 		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
 	}
-	if op == kvstore.OpTake {
-		s.refusals.Took(opArg, hash, v >= 0)
-	}
+	s.refusals.Took(opArg, hash, v >= 0)
 	if v < 0 {
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}
