@@ -42,13 +42,9 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	server := map[cell][]float64{}
 	for si, s := range scenarios {
 		for _, conc := range concs {
-			runners := make([]harness.Runner, len(contenders))
-			for ci, c := range contenders {
-				r, err := c.build(s, conc)
-				if err != nil {
-					return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, c.name, conc, err)
-				}
-				runners[ci] = r
+			runners, err := turnRunners(contenders, s, conc, "blocks")
+			if err != nil {
+				return err
 			}
 			order := make([]int, len(contenders))
 			for i := range order {

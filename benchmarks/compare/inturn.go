@@ -369,13 +369,9 @@ func runInTurn(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	results := map[cell][]harness.Result{}
 	for si, s := range scenarios {
 		for _, conc := range concs {
-			runners := make([]harness.Runner, len(contenders))
-			for ci, c := range contenders {
-				r, err := c.build(s, conc)
-				if err != nil {
-					return fmt.Errorf("in turn, %s, %s, concurrency %d: %v", s.short, c.name, conc, err)
-				}
-				runners[ci] = r
+			runners, err := turnRunners(contenders, s, conc, "in turn")
+			if err != nil {
+				return err
 			}
 			// Warm up: connections, scripts loaded, Node's JIT.
 			if _, err := harness.MeasureInTurn(ctx, conc, 2*slice, slice, runners); err != nil {
@@ -437,14 +433,20 @@ func burstOnce(ctx context.Context, store kvstore.Atomic) error {
 // turnReferences returns the throughput of the floor and of the fastest peer
 // among contenders, median(ci) being contender ci's median in the cell.
 func turnReferences(contenders []turnContender, median func(ci int) harness.Result) (floorTP, bestPeer float64) {
+	return pickReferences(len(contenders), func(ci int) (role, bool) { return contenders[ci].role, true },
+		func(ci int) float64 { return median(ci).Throughput })
+}
+
+// turnRunners builds every contender's runner for scenario s at conc
+// callers; table names the table in errors.
+func turnRunners(contenders []turnContender, s scenario, conc int, table string) ([]harness.Runner, error) {
+	runners := make([]harness.Runner, len(contenders))
 	for ci, c := range contenders {
-		m := median(ci)
-		switch c.role {
-		case floor:
-			floorTP = m.Throughput
-		case peer:
-			bestPeer = max(bestPeer, m.Throughput)
+		r, err := c.build(s, conc)
+		if err != nil {
+			return nil, fmt.Errorf("%s, %s, %s, concurrency %d: %v", table, s.short, c.name, conc, err)
 		}
+		runners[ci] = r
 	}
-	return floorTP, bestPeer
+	return runners, nil
 }

@@ -856,16 +856,24 @@ func randHex(n int) string {
 // references returns the median throughput of backend's floor and of its
 // fastest peer, where results gives the runs of contender ci.
 func references(contenders []contender, backend string, results func(ci int) []harness.Result) (floorTP, bestPeer float64) {
-	for ci, c := range contenders {
-		if c.backend != backend {
+	return pickReferences(len(contenders), func(ci int) (role, bool) { return contenders[ci].role, contenders[ci].backend == backend },
+		func(ci int) float64 { return harness.Median(results(ci)).Throughput })
+}
+
+// pickReferences returns the throughput of the floor and of the fastest
+// peer among n contenders, of which roleOf gives contender ci's role (and
+// false to leave it out) and tp its median throughput.
+func pickReferences(n int, roleOf func(ci int) (role, bool), tp func(ci int) float64) (floorTP, bestPeer float64) {
+	for ci := range n {
+		r, ok := roleOf(ci)
+		if !ok {
 			continue
 		}
-		m := harness.Median(results(ci))
-		switch c.role {
+		switch r {
 		case floor:
-			floorTP = m.Throughput
+			floorTP = tp(ci)
 		case peer:
-			bestPeer = max(bestPeer, m.Throughput)
+			bestPeer = max(bestPeer, tp(ci))
 		}
 	}
 	return floorTP, bestPeer
