@@ -16,6 +16,10 @@
 //
 //	go build -o /tmp/clientcost ./clientcost && strace -f -c -o /tmp/sys.txt /tmp/clientcost -only ulule -rounds 1
 //
+// and to see where one contender's CPU goes, profile it:
+//
+//	go run ./clientcost -only "ratekit redisstore" -concurrency 8 -cpuprofile /tmp/rk.prof && go tool pprof -top /tmp/rk.prof
+//
 // ratekit's contenders are configured as the README says (ServerlessOptions
 // and a one-second deadline per decision); the peers get their default
 // clients with PoolSize = MinIdleConns = concurrency, as in compare. The
@@ -30,6 +34,7 @@ import (
 	"log"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"syscall"
@@ -59,6 +64,7 @@ func main() {
 	concFlag := flag.String("concurrency", "1,8", "comma-separated numbers of concurrent callers")
 	rounds := flag.Int("rounds", 3, "rounds; the table shows medians")
 	only := flag.String("only", "", "measure only the contender of this name")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the first measured run (not its warm-up) to this file")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
 	if err != nil {
@@ -79,6 +85,13 @@ func main() {
 	fmt.Println("| callers | contender | client CPU µs/decision | allocations/decision | bytes/decision | wall µs/decision |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|")
 	ctx := context.Background()
+	var prof *os.File
+	if *cpuprofile != "" {
+		if prof, err = os.Create(*cpuprofile); err != nil {
+			log.Fatalf("-cpuprofile: %v", err)
+		}
+		defer prof.Close()
+	}
 	for _, conc := range concs {
 		type sample struct{ cpu, allocs, bytes, wall []float64 }
 		got := make([]sample, len(cs))
@@ -97,13 +110,14 @@ func main() {
 				if r%2 == 1 {
 					i = len(cs) - 1 - k
 				}
-				if _, err := run(ctx, decide[i], conc, *n/10); err != nil { // warm-up
+				if _, err := run(ctx, decide[i], conc, *n/10, nil); err != nil { // warm-up
 					log.Fatalf("%s: %v", cs[i].name, err)
 				}
-				m, err := run(ctx, decide[i], conc, *n)
+				m, err := run(ctx, decide[i], conc, *n, prof)
 				if err != nil {
 					log.Fatalf("%s: %v", cs[i].name, err)
 				}
+				prof = nil
 				got[i].cpu = append(got[i].cpu, m.cpu)
 				got[i].allocs = append(got[i].allocs, m.allocs)
 				got[i].bytes = append(got[i].bytes, m.bytes)
@@ -119,11 +133,18 @@ func main() {
 type measured struct{ cpu, allocs, bytes, wall float64 }
 
 // run makes n decisions from conc goroutines and returns the costs per
-// decision.
-func run(ctx context.Context, decide func(context.Context) error, conc, n int) (measured, error) {
+// decision. With prof non-nil, it writes a CPU profile of the decisions to
+// prof.
+func run(ctx context.Context, decide func(context.Context) error, conc, n int, prof *os.File) (measured, error) {
 	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
+	if prof != nil {
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return measured{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	c0, t0 := cpuTime(), time.Now()
 	per := n / conc
 	errs := make([]error, conc)
