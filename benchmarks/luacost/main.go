@@ -43,13 +43,15 @@ import (
 )
 
 // A body is a script measured in a loop: its source, the key's content
-// before each pass (empty: no key) and its arguments.
+// before each pass (empty: no key, deleted again before each call), its
+// arguments and, when not empty, a statement run before each call.
 type body struct {
-	name string
-	src  string
-	keys int
-	init string
-	args []any
+	name   string
+	src    string
+	keys   int
+	init   string
+	args   []any
+	before string
 }
 
 func main() {
@@ -72,34 +74,42 @@ func main() {
 	// A live bucket: the key expires in an hour and its value is 0, a debt
 	// of 3.6e9 units at 1,000 units per millisecond (one per microsecond),
 	// far below a maximum of 10^15, so every take of 10^6 is admitted. The
-	// denied bucket has the same record under a maximum of 10^9.
-	const live = "0"
+	// denied bucket has the same record under a maximum of 10^9. A full
+	// bucket's value is above its expiry's 3.6e9 units: it owes nothing, and
+	// a SET before each call keeps it so.
+	const live, full = "0", "9000000000000"
+	refill := "redis.call('SET', KEYS[1], '" + full + "', 'KEEPTTL')"
 	const max, rate, small = "1000000000000000", "1000", "1000000000"
 	pxat := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
 	bodies := []body{
-		{"ratekit Update, take on a live record (T: decrement first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "T"}},
-		{"ratekit Update, take on a live record (t: read first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}},
-		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "T"}},
-		{"ratekit Update, denied (t: read first, as after a refusal)", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}},
-		{"ratekit Update, denied (T: decrement first, then undone)", redisscript.Update, 1, live, []any{small, rate, "1000000", "T"}},
-		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}},
-		{"ratekit Multi, take on two live records", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}},
-		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}},
-		{"counter: SET NX (the key exists), INCRBY, PTTL", "redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')\nlocal v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1", "3600"}},
-		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}},
-		{"TIME alone", "return redis.call('TIME')", 0, "", nil},
-		{"PTTL alone", "return redis.call('PTTL', KEYS[1])", 1, live, nil},
-		{"PEXPIRETIME alone", "return redis.call('PEXPIRETIME', KEYS[1])", 1, live, nil},
-		{"GET alone", "return redis.call('GET', KEYS[1])", 1, live, nil},
-		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, live, []any{"12", "60000"}},
-		{"SET … PXAT alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])", 1, live, []any{"12", pxat}},
+		{"ratekit Update, take on a live record (T: decrement first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "T"}, ""},
+		{"ratekit Update, take on a live record (t: read first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}, ""},
+		{"ratekit Update, take on a bucket that refilled to full, with a SET … KEEPTTL before each call", redisscript.Update, 1, full, []any{max, rate, "1000000", "T"}, refill},
+		{"SET … KEEPTTL alone", refill, 1, full, nil, ""},
+		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "T"}, ""},
+		{"ratekit Update, denied (t: read first, as after a refusal)", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}, ""},
+		{"ratekit Update, denied (T: decrement first, then undone)", redisscript.Update, 1, live, []any{small, rate, "1000000", "T"}, ""},
+		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}, ""},
+		{"ratekit Multi, take on two live records", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}, ""},
+		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}, ""},
+		{"counter: SET NX (the key exists), INCRBY, PTTL", "redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')\nlocal v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1", "3600"}, ""},
+		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}, ""},
+		{"TIME alone", "return redis.call('TIME')", 0, "", nil, ""},
+		{"PTTL alone", "return redis.call('PTTL', KEYS[1])", 1, live, nil, ""},
+		{"PEXPIRETIME alone", "return redis.call('PEXPIRETIME', KEYS[1])", 1, live, nil, ""},
+		{"GET alone", "return redis.call('GET', KEYS[1])", 1, live, nil, ""},
+		{"SET … PX alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])", 1, live, []any{"12", "60000"}, ""},
+		{"SET … PXAT alone", "return redis.call('SET', KEYS[1], ARGV[1], 'PXAT', ARGV[2])", 1, live, []any{"12", pxat}, ""},
 	}
 	if *candidate != "" {
 		src, err := os.ReadFile(*candidate)
 		if err != nil {
 			log.Fatal(err)
 		}
-		for _, b := range bodies[:6] {
+		for _, b := range bodies {
+			if b.src != redisscript.Update {
+				continue
+			}
 			b.name = strings.Replace(b.name, "ratekit Update", "candidate", 1)
 			b.src = string(src)
 			bodies = append(bodies, b)
@@ -140,7 +150,7 @@ func measure(ctx context.Context, c *redis.Client, prefix string, b body, n int)
 		keys[i] = key(prefix, i)
 	}
 	// A body that must find no key gets a DEL of its keys before each call.
-	del := ""
+	del := b.before + " "
 	if b.init == "" {
 		for i := range keys {
 			del += "redis.call('DEL', KEYS[" + strconv.Itoa(i+1) + "]) "

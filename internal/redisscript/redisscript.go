@@ -131,8 +131,11 @@ end
 // key lived); a refused T puts the n units back with an INCRBY. t reads
 // first (PTTL and GET) and writes only when it admits, so that a refused
 // t, like a peek, writes nothing. Callers send T unless the key's last take
-// was refused (see Refusals).
-const Update = bucketLua + `
+// was refused (see Refusals). The functions of bucketLua come after every
+// path that needs none of them (the takes the expiry covers, refusals and
+// peeks): Lua makes a closure of each function definition it runs, on
+// every call.
+const Update = `
 local key, op = KEYS[1], ARGV[4]
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local k = redis.call('PTTL', key)
@@ -163,15 +166,19 @@ elseif k == -1 then
   return redis.error_reply('` + Malformed + `')
 end
 local v = max - d
+if op ~= 'r' then
+  if v < n then
+    if taken then redis.call('INCRBY', key, ARGV[3]) end
+    return -v - 1
+  elseif op == 'p' then
+    return v
+  end
+end
+` + bucketLua + `
 if op == 'r' then
   bwrite(key, k, raw, w, max, rate, d - n, ARGV[3], false)
   if d <= n then return max end
   return v + n
-elseif v < n then
-  if taken then redis.call('INCRBY', key, ARGV[3]) end
-  return -v - 1
-elseif op == 'p' then
-  return v
 end
 local d2 = d + n
 if k > 0 and raw <= max and (k - 1) * rate < max and k * rate >= d2 then
