@@ -132,7 +132,7 @@ end
 // first (PTTL and GET) and writes only when it admits, so that a refused
 // t, like a peek, writes nothing. Callers send T unless the key's last take
 // was refused (see Refusals). The functions of bucketLua come after every
-// path that needs none of them (the takes the expiry covers, refusals and
+// path that needs none of them (takes the expiry covers, refusals and
 // peeks): Lua makes a closure of each function definition it runs, on
 // every call.
 const Update = `
@@ -165,13 +165,23 @@ if k > 0 then
 elseif k == -1 then
   return redis.error_reply('` + Malformed + `')
 end
-local v = max - d
+local v, d2 = max - d, d + n
 if op ~= 'r' then
   if v < n then
     if taken then redis.call('INCRBY', key, ARGV[3]) end
     return -v - 1
   elseif op == 'p' then
     return v
+  end
+  if k > 0 and raw <= max and (k - 1) * rate < max and k * rate >= d2 then
+    local t = k * rate - d2 - w
+    if taken then t = t + n end
+    if t == -n then
+      redis.call('DECRBY', key, ARGV[3])
+    elseif t ~= 0 then
+      redis.call('INCRBY', key, string.format('%d', t))
+    end
+    return v - n
   end
 end
 ` + bucketLua + `
@@ -180,18 +190,7 @@ if op == 'r' then
   if d <= n then return max end
   return v + n
 end
-local d2 = d + n
-if k > 0 and raw <= max and (k - 1) * rate < max and k * rate >= d2 then
-  local t = k * rate - d2 - w
-  if taken then t = t + n end
-  if t == -n then
-    redis.call('DECRBY', key, ARGV[3])
-  elseif t ~= 0 then
-    redis.call('INCRBY', key, string.format('%d', t))
-  end
-else
-  bset(key, k, raw, max, rate, d2)
-end
+bset(key, k, raw, max, rate, d2)
 return v - n
 `
 
