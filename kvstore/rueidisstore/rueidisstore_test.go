@@ -219,11 +219,11 @@ func TestDeadlineOnPausedRedis(t *testing.T) {
 func TestServerlessOptions(t *testing.T) {
 	o := rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{"x:1"}}, 0)
 	if o.ConnWriteTimeout != 250*time.Millisecond || o.Dialer.KeepAlive != 250*time.Millisecond ||
-		o.Dialer.Timeout != 250*time.Millisecond || !o.DisableRetry || o.InitAddress[0] != "x:1" {
+		o.Dialer.Timeout != 250*time.Millisecond || !o.DisableRetry || o.InitAddress[0] != "x:1" || o.PipelineMultiplex != -1 {
 		t.Fatalf("ServerlessOptions(0) = %+v", o)
 	}
-	o = rueidisstore.ServerlessOptions(&rueidis.ClientOption{Dialer: net.Dialer{Timeout: time.Second}}, 100*time.Millisecond)
-	if o.ConnWriteTimeout != 100*time.Millisecond || o.Dialer.KeepAlive != 100*time.Millisecond || o.Dialer.Timeout != time.Second {
-		t.Fatalf("ServerlessOptions(100ms) over a dial timeout of 1s = %+v", o)
+	o = rueidisstore.ServerlessOptions(&rueidis.ClientOption{Dialer: net.Dialer{Timeout: time.Second}, PipelineMultiplex: 1}, 100*time.Millisecond)
+	if o.ConnWriteTimeout != 100*time.Millisecond || o.Dialer.KeepAlive != 100*time.Millisecond || o.Dialer.Timeout != time.Second || o.PipelineMultiplex != 1 {
+		t.Fatalf("ServerlessOptions(100ms) over a dial timeout of 1s and two connections = %+v", o)
 	}
 }
