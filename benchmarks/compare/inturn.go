@@ -96,13 +96,25 @@ func (t *turnEnv) serverless(conc int) *redis.Client {
 // has this ClientOption.MaxFlushDelay (the -rueidis-flush-delay flag).
 var rueidisFlushDelay time.Duration
 
+// rueidisMultiplex, when not 0, adds a rueidisstore contender whose client
+// has this ClientOption.PipelineMultiplex (-1: one connection, as
+// rueidisstore.ServerlessOptions sets when it is 0; 1: two).
+var rueidisMultiplex int
+
 // rueidisServerless returns a rueidis client configured as the README says
 // for ratekit (rueidisstore.ServerlessOptions), with MaxFlushDelay delay.
 func (t *turnEnv) rueidisServerless(delay ...time.Duration) (rueidis.Client, error) {
+	return t.rueidisServerlessWith(func(o *rueidis.ClientOption) {
+		if len(delay) > 0 {
+			o.MaxFlushDelay = delay[0]
+		}
+	})
+}
+
+// rueidisServerlessWith is rueidisServerless with options set by set.
+func (t *turnEnv) rueidisServerlessWith(set func(*rueidis.ClientOption)) (rueidis.Client, error) {
 	o := rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true}
-	if len(delay) > 0 {
-		o.MaxFlushDelay = delay[0]
-	}
+	set(&o)
 	c, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&o, time.Second))
 	if err != nil {
 		return nil, err
@@ -200,6 +212,19 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			return tb(s, conc, store)
 		}},
 	}...)
+	if rueidisMultiplex != 0 {
+		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), PipelineMultiplex %d", rueidisMultiplex), ours, func(s scenario, conc int) (harness.Runner, error) {
+			c, err := t.rueidisServerlessWith(func(o *rueidis.ClientOption) { o.PipelineMultiplex = rueidisMultiplex })
+			if err != nil {
+				return nil, err
+			}
+			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rx-%d:", t.prefix, conc)})
+			if err != nil {
+				return nil, err
+			}
+			return tb(s, conc, store)
+		}})
+	}
 	if rueidisFlushDelay > 0 {
 		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), MaxFlushDelay %v", rueidisFlushDelay), ours, func(s scenario, conc int) (harness.Runner, error) {
 			c, err := t.rueidisServerless(rueidisFlushDelay)

@@ -175,6 +175,7 @@ func main() {
 	inTurnFlag := flag.String("inturn", "1,8", "concurrencies of the Redis in-turn table (empty: none)")
 	slice := flag.Duration("slice", 50*time.Millisecond, "length of one contender's turn in the in-turn table")
 	blocks := flag.Duration("blocks", 0, "when not 0, the in-turn table measures each contender in one block of -duration after a warm-up of this length, contenders one after the other, order reversed every other round (-runs rounds)")
+	flag.IntVar(&rueidisMultiplex, "rueidis-multiplex", 0, "when not 0, adds to the in-turn table a rueidisstore contender whose client has this PipelineMultiplex (-1: one connection, as ServerlessOptions sets; 1: two)")
 	flag.DurationVar(&rueidisFlushDelay, "rueidis-flush-delay", 0, "when not 0, adds to the in-turn table a rueidisstore contender whose client has this MaxFlushDelay")
 	redisMaxInFlight := flag.Int("redis-max-in-flight", 0, "when not 0, adds to the in-turn table a redisstore contender with this Config.MaxInFlight")
 	rlfDir := flag.String("rlf", "", "directory of rlf.js with rate-limiter-flexible installed (npm install): adds it to the in-turn table")
