@@ -102,19 +102,13 @@ var rueidisFlushDelay time.Duration
 var rueidisMultiplex int
 
 // rueidisServerless returns a rueidis client configured as the README says
-// for ratekit (rueidisstore.ServerlessOptions), with MaxFlushDelay delay.
-func (t *turnEnv) rueidisServerless(delay ...time.Duration) (rueidis.Client, error) {
-	return t.rueidisServerlessWith(func(o *rueidis.ClientOption) {
-		if len(delay) > 0 {
-			o.MaxFlushDelay = delay[0]
-		}
-	})
-}
-
-// rueidisServerlessWith is rueidisServerless with options set by set.
-func (t *turnEnv) rueidisServerlessWith(set func(*rueidis.ClientOption)) (rueidis.Client, error) {
+// for ratekit (rueidisstore.ServerlessOptions), with the options set
+// changes first (nil: none).
+func (t *turnEnv) rueidisServerless(set func(*rueidis.ClientOption)) (rueidis.Client, error) {
 	o := rueidis.ClientOption{InitAddress: []string{t.addr}, DisableCache: true}
-	set(&o)
+	if set != nil {
+		set(&o)
+	}
 	c, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&o, time.Second))
 	if err != nil {
 		return nil, err
@@ -182,61 +176,40 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			return tb(s, conc, store)
 		}})
 	}
-	cs = append(cs, []turnContender{
-		{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidisServerless()
+	// onRueidis runs the token bucket on rueidisstore under the key prefix
+	// tag, on a client whose options set changes from the README's (nil:
+	// none) and, with burst, whose connection a burst has left pipelined.
+	onRueidis := func(tag string, set func(*rueidis.ClientOption), burst bool) func(scenario, int) (harness.Runner, error) {
+		return func(s scenario, conc int) (harness.Runner, error) {
+			c, err := t.rueidisServerless(set)
 			if err != nil {
 				return nil, err
 			}
-			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rr-%d:", t.prefix, conc)})
-			if err != nil {
-				return nil, err
-			}
-			return tb(s, conc, store)
-		}},
-		{"ratekit tokenbucket Atomic, rueidisstore after a burst (connection pipelined)", ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidisServerless()
-			if err != nil {
-				return nil, err
-			}
-			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rb-%d:", t.prefix, conc)})
+			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:%s-%d:", t.prefix, tag, conc)})
 			if err != nil {
 				return nil, err
 			}
 			// rueidis pipelines a connection from the first time it sees
 			// two commands at once, and keeps it so: an instance that
 			// once served a burst serves its lone callers that way.
-			if err := burstOnce(ctx, store); err != nil {
-				return nil, err
+			if burst {
+				if err := burstOnce(ctx, store); err != nil {
+					return nil, err
+				}
 			}
 			return tb(s, conc, store)
-		}},
-	}...)
+		}
+	}
+	cs = append(cs,
+		turnContender{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, onRueidis("rr", nil, false)},
+		turnContender{"ratekit tokenbucket Atomic, rueidisstore after a burst (connection pipelined)", ours, onRueidis("rb", nil, true)})
 	if rueidisMultiplex != 0 {
-		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), PipelineMultiplex %d", rueidisMultiplex), ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidisServerlessWith(func(o *rueidis.ClientOption) { o.PipelineMultiplex = rueidisMultiplex })
-			if err != nil {
-				return nil, err
-			}
-			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rx-%d:", t.prefix, conc)})
-			if err != nil {
-				return nil, err
-			}
-			return tb(s, conc, store)
-		}})
+		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), PipelineMultiplex %d", rueidisMultiplex), ours,
+			onRueidis("rx", func(o *rueidis.ClientOption) { o.PipelineMultiplex = rueidisMultiplex }, false)})
 	}
 	if rueidisFlushDelay > 0 {
-		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), MaxFlushDelay %v", rueidisFlushDelay), ours, func(s scenario, conc int) (harness.Runner, error) {
-			c, err := t.rueidisServerless(rueidisFlushDelay)
-			if err != nil {
-				return nil, err
-			}
-			store, err := rueidisstore.New(c, rueidisstore.Config{Prefix: fmt.Sprintf("%s:rf-%d:", t.prefix, conc)})
-			if err != nil {
-				return nil, err
-			}
-			return tb(s, conc, store)
-		}})
+		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), MaxFlushDelay %v", rueidisFlushDelay), ours,
+			onRueidis("rf", func(o *rueidis.ClientOption) { o.MaxFlushDelay = rueidisFlushDelay }, false)})
 	}
 	cs = append(cs, []turnContender{
 		{"go-redis/redis_rate v10", peer, func(s scenario, conc int) (harness.Runner, error) {
