@@ -129,10 +129,9 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 // after such a thaw at most one decision fails per connection that went
 // silent, after timeout (on a connection that has run pipelined, up to
 // twice timeout: the PING's wait and its answer's), and the next ones go on
-// new connections. timeout is
-// the longest one command may take; 0 means 250ms. Keep it below half the
-// decisions' deadlines, so that rueidis gives up on a silent connection
-// before the caller does. Use it as
+// new connections. timeout is the longest one command may take; 0 means
+// 250ms. Keep it below half the decisions' deadlines, so that rueidis gives
+// up on a silent connection before the caller does. Use it as
 //
 //	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{
 //		InitAddress: []string{addr},
