@@ -149,14 +149,15 @@ func measure(ctx context.Context, c *redis.Client, prefix string, b body, n int)
 	for i := range keys {
 		keys[i] = key(prefix, i)
 	}
-	// A body that must find no key gets a DEL of its keys before each call.
-	del := b.before + " "
+	// Before each call: the body's own statement, and a DEL of its keys
+	// for a body that must find no key.
+	prep := b.before + " "
 	if b.init == "" {
 		for i := range keys {
-			del += "redis.call('DEL', KEYS[" + strconv.Itoa(i+1) + "]) "
+			prep += "redis.call('DEL', KEYS[" + strconv.Itoa(i+1) + "]) "
 		}
 	}
-	src := "local function body()\n" + b.src + "\nend\nfor _ = 1, " + strconv.Itoa(n) + " do " + del + "body() end\nreturn 1"
+	src := "local function body()\n" + b.src + "\nend\nfor _ = 1, " + strconv.Itoa(n) + " do " + prep + "body() end\nreturn 1"
 	sha, err := c.ScriptLoad(ctx, src).Result()
 	if err != nil {
 		return 0, err
