@@ -131,14 +131,23 @@ end
 // key lived); a refused T puts the n units back with an INCRBY. t reads
 // first (PTTL and GET) and writes only when it admits, so that a refused
 // t, like a peek, writes nothing. Callers send T unless the key's last take
-// was refused (see Refusals). The functions of bucketLua come after every
-// path that needs none of them (takes the expiry covers, refusals and
-// peeks): Lua makes a closure of each function definition it runs, on
-// every call.
+// was refused (see Refusals). A take on an absent key writes the record
+// at once, as bset would. The functions of bucketLua come after every path
+// that needs none of them (takes on new keys, takes the expiry covers,
+// refusals and peeks): Lua makes a closure of each function definition it
+// runs, on every call.
 const Update = `
 local key, op = KEYS[1], ARGV[4]
 local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
 local k = redis.call('PTTL', key)
+if k == -2 and (op == 'T' or op == 't') and n <= max then
+  local m = max % rate
+  if m < 0 then m = m + rate end
+  local q = (max - m) / rate
+  if m > 0 then q = q + 1 end
+  redis.call('SET', key, string.format('%d', q * rate - n), 'PX', string.format('%d', q))
+  return max - n
+end
 local raw, d, w, taken = 0, 0, 0, false
 if k > 0 then
   if op == 'T' then
