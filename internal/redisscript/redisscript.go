@@ -205,17 +205,53 @@ return v - n
 
 // Multi is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
 // arithmetic of Update on the same record. KEYS are the records' keys;
-// ARGV[1] is the op (t, p or r) and ARGV[3i-1], ARGV[3i], ARGV[3i+1] are key
-// i's max, rate (units per millisecond) and n. Every key is read first; a
-// take writes only when every key holds its n. The reply is one integer per
-// key, in KEYS order, encoded as Update's: the level after the op when key
-// i's n units were available (or refunded), and -(level+1) when they were
-// not; when a take is refused, a key that held its units reports the level
-// it keeps. A key that holds something else fails the call with Malformed
-// before anything is written.
-const Multi = bucketLua + `
-local op = ARGV[1]
-local nk = #KEYS
+// ARGV[1] is the op (T or t: take, p or r) and ARGV[3i-1], ARGV[3i],
+// ARGV[3i+1] are key i's max, rate (units per millisecond) and n. A take
+// writes only when every key holds its n. The reply is one integer per key,
+// in KEYS order, encoded as Update's: the level after the op when key i's n
+// units were available (or refunded), and -(level+1) when they were not;
+// when a take is refused, a key that held its units reports the level it
+// keeps. A key that holds something else fails the call with Malformed, and
+// leaves every key as it was.
+//
+// The takes differ as Update's do. T decrements each key first, as Update's
+// T does, and when each key's DECRBY reply shows the take admitted and its
+// expiry covering it, the take is done (with Update's one INCRBY more for a
+// key that had refilled to full). Otherwise it puts back what it took and
+// goes on as t, which reads every key first and writes only when the take
+// applies to all of them; a refused T costs two commands a key more than a
+// t. Callers send T unless the keys' last take was refused (see Refusals).
+const Multi = `
+local op, nk = ARGV[1], #KEYS
+if op == 'T' then
+  local out, fix, done = {}, {}, 0
+  for i = 1, nk do
+    local k = redis.call('PTTL', KEYS[i])
+    if k <= 0 then break end
+    local w = redis.pcall('DECRBY', KEYS[i], ARGV[3*i+1])
+    if type(w) ~= 'number' then break end
+    local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
+    local raw = k * rate - w
+    if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then
+      out[i], fix[i] = max - raw, 0
+    elseif raw < n and k * rate >= n and (k - 1) * rate < max and w + n < 9007199254740992 then
+      out[i], fix[i] = max - n, raw - n
+    else
+      redis.call('INCRBY', KEYS[i], ARGV[3*i+1])
+      break
+    end
+    done = i
+  end
+  if done == nk then
+    for i = 1, nk do
+      if fix[i] ~= 0 then redis.call('INCRBY', KEYS[i], string.format('%d', fix[i])) end
+    end
+    return out
+  end
+  for i = 1, done do redis.call('INCRBY', KEYS[i], ARGV[3*i+1]) end
+  op = 't'
+end
+` + bucketLua + `
 local ks, raws, debt, ws, all = {}, {}, {}, {}, true
 for i = 1, nk do
   local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
@@ -369,13 +405,13 @@ end
 return out
 `
 
-// Refusals picks the op argument of Update's takes: t (read first) for a
-// key whose last take through it was refused, T (decrement first)
-// otherwise, so that a key being admitted and a key being refused each
-// cost Redis two commands a decision. It remembers a hash of the key in
-// one of a fixed number of slots: keys that share a slot only make a take
-// cost one command more, never change a decision. The zero value is ready;
-// it is safe for concurrent use.
+// Refusals picks the op argument of the takes of Update and Multi: t (read
+// first) for a key, or a set of keys taken together, whose last take
+// through it was refused, T (decrement first) otherwise, so that keys being
+// admitted and keys being refused each cost Redis two commands a key. It
+// remembers a hash of the key or keys in one of a fixed number of slots:
+// takes that share a slot only cost a command or two more, never change a
+// decision. The zero value is ready; it is safe for concurrent use.
 type Refusals struct {
 	slots [refusalSlots]atomic.Uint64
 }
@@ -383,14 +419,40 @@ type Refusals struct {
 // refusalSlots is the number of keys Refusals tells apart at once.
 const refusalSlots = 256
 
+// FNV-1a (64 bits), the hash of the keys Refusals remembers.
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
 // TakeOp returns the op argument of a take of key and the key's hash, to
 // hand to Took with the take's outcome.
 func (r *Refusals) TakeOp(key string) (op string, h uint64) {
-	// FNV-1a, with the low bit set so that no key hashes to an empty slot.
-	h = 14695981039346656037
+	h = fnvOffset
 	for i := 0; i < len(key); i++ {
-		h = (h ^ uint64(key[i])) * 1099511628211
+		h = (h ^ uint64(key[i])) * fnvPrime
 	}
+	return r.pick(h)
+}
+
+// TakeOpKeys is TakeOp for a take of keys together (Multi's): what counts
+// is the last take of the same keys in the same order.
+func (r *Refusals) TakeOpKeys(keys []string) (op string, h uint64) {
+	h = fnvOffset
+	for _, k := range keys {
+		for i := 0; i < len(k); i++ {
+			h = (h ^ uint64(k[i])) * fnvPrime
+		}
+		// The length ends each key, so that no two lists of keys hash
+		// as their concatenation does.
+		h = (h ^ uint64(len(k))) * fnvPrime
+	}
+	return r.pick(h)
+}
+
+// pick returns the op argument for the hash h, with its low bit set so that
+// nothing hashes to an empty slot.
+func (r *Refusals) pick(h uint64) (string, uint64) {
 	h |= 1
 	if r.slots[h%refusalSlots].Load() == h {
 		return "t", h

@@ -56,3 +56,29 @@ func TestRefusalsPickTheOrder(t *testing.T) {
 		t.Fatalf("after a peek and a refund: %q, want t", op)
 	}
 }
+
+func TestRefusalsKeysTakenTogether(t *testing.T) {
+	var r Refusals
+	ab := []string{"a", "b"}
+	op, h := r.TakeOpKeys(ab)
+	if op != "T" {
+		t.Fatalf("keys never refused: %q, want T", op)
+	}
+	r.Took(op, h, false)
+	if op, _ := r.TakeOpKeys(ab); op != "t" {
+		t.Fatalf("after a refusal: %q, want t", op)
+	}
+	// Neither key alone, nor the keys split otherwise, share the hash.
+	for _, other := range [][]string{{"a"}, {"b"}, {"ab"}, {"a", "b", ""}, {"b", "a"}} {
+		if _, g := r.TakeOpKeys(other); g == h {
+			t.Fatalf("%q hashes as %q", other, ab)
+		}
+	}
+	if _, g := r.TakeOp("a"); g == h {
+		t.Fatal("key a alone hashes as a and b together")
+	}
+	r.Took("t", h, true)
+	if op, _ := r.TakeOpKeys(ab); op != "T" {
+		t.Fatalf("after an admission: %q, want T", op)
+	}
+}

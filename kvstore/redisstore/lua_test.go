@@ -67,6 +67,66 @@ func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refil
 	return kvstore.OpResult{OK: true, Value: v}, nil
 }
 
+// recordMatches reports whether got, the state of a bucket's key read at
+// Redis millisecond read after an update that found old and ran at
+// millisecond ms, is what kvstore.Refill.Apply says of r: next when it
+// writes (write), the state as it was otherwise.
+func recordMatches(r kvstore.Refill, old, got bucketState, write bool, next kvstore.Record, ms, read int64) bool {
+	rate := redisscript.RateArg(r)
+	switch {
+	case !write:
+		// Nothing written: the key is as it was, or gone because the
+		// bucket filled up meanwhile.
+		return got == old || !got.present
+	case next.Value >= r.Max:
+		return !got.present
+	case got.present:
+		// The debt the record encodes is Apply's, and the key expires no
+		// earlier than the bucket is full (w >= 0) and no later than an
+		// empty bucket's fill time.
+		debt := r.Max - next.Value
+		return got.w >= 0 && (got.e-ms)*rate-got.w == debt && got.e-ms <= (r.Max+rate-1)/rate
+	default:
+		// Gone: only when the bucket was full again before the state was
+		// read.
+		debt := r.Max - next.Value
+		return ms+(debt+rate-1)/rate <= read
+	}
+}
+
+// randomRefill returns a refill for the random sequences of the tests
+// below: a maximum of up to 2^52 or up to 10,000, a refill that makes a
+// bucket full again within a microsecond, or a slow refill of a small
+// bucket, whose key lives up to max/1000 ms, so that pauses of milliseconds
+// find buckets that refilled while their key lives on.
+func randomRefill(rng *rand.Rand) kvstore.Refill {
+	max := 1 + rng.Int64N(kvstore.MaxValue)
+	if rng.IntN(2) == 0 {
+		max = 1 + rng.Int64N(10_000)
+	}
+	r := kvstore.Refill{Max: max, Rate: 1 + rng.Int64N(min(max, 5000))}
+	switch rng.IntN(4) {
+	case 0:
+		r.Rate = max
+	case 1:
+		r = kvstore.Refill{Max: 2000 + rng.Int64N(8000), Rate: 1}
+	}
+	return r
+}
+
+// randomN returns a random n for an op on r: any in [1, max], often a
+// small one, and for a refund sometimes far beyond max.
+func randomN(rng *rand.Rand, r kvstore.Refill, op kvstore.Op) int64 {
+	n := 1 + rng.Int64N(r.Max)
+	if rng.IntN(2) == 0 {
+		n = 1 + rng.Int64N(1+r.Max/8)
+	}
+	if op == kvstore.OpRefund && rng.IntN(4) == 0 {
+		n = 1 + rng.Int64N(1<<62)
+	}
+	return n
+}
+
 // TestLuaMatchesGo drives the update script and kvstore.Refill.Apply through
 // the same random sequences of operations on random refills. The script
 // reads Redis's clock in whole milliseconds: for each call, some millisecond
@@ -84,21 +144,7 @@ func TestLuaMatchesGo(t *testing.T) {
 	const key = "k"
 	steps, writes := 0, 0
 	for seq := 0; seq < 60; seq++ {
-		max := 1 + rng.Int64N(kvstore.MaxValue)
-		if rng.IntN(2) == 0 {
-			max = 1 + rng.Int64N(10_000)
-		}
-		r := kvstore.Refill{Max: max, Rate: 1 + rng.Int64N(min(max, 5000))}
-		switch rng.IntN(4) {
-		case 0:
-			r.Rate = max // full again within a microsecond
-		case 1:
-			// A slow refill of a small bucket: a key lives up to
-			// max/1000 ms, so pauses of milliseconds find buckets
-			// that refilled while their key lives on.
-			r = kvstore.Refill{Max: 2000 + rng.Int64N(8000), Rate: 1}
-			max = r.Max
-		}
+		r := randomRefill(rng)
 		rate := redisscript.RateArg(r)
 		if err := s.Delete(ctx, key); err != nil {
 			t.Fatal(err)
@@ -108,13 +154,7 @@ func TestLuaMatchesGo(t *testing.T) {
 		for range 40 {
 			steps++
 			op := kvstore.Op(1 + rng.IntN(3))
-			n := 1 + rng.Int64N(max)
-			if rng.IntN(2) == 0 {
-				n = 1 + rng.Int64N(1+max/8)
-			}
-			if op == kvstore.OpRefund && rng.IntN(4) == 0 {
-				n = 1 + rng.Int64N(1<<62)
-			}
+			n := randomN(rng, r, op)
 			if rng.IntN(6) == 0 {
 				// Let the bucket refill, often to full while its key
 				// lives on (the key outlives a refill that ends early).
@@ -147,25 +187,7 @@ func TestLuaMatchesGo(t *testing.T) {
 				if want != res {
 					continue
 				}
-				switch {
-				case !write:
-					// Nothing written: the key is as it was, or gone
-					// because the bucket filled up meanwhile.
-					matched = got == old || !got.present
-				case next.Value >= r.Max:
-					matched = !got.present
-				case got.present:
-					// The debt the record encodes is Apply's, and the key
-					// expires no earlier than the bucket is full (w >= 0)
-					// and no later than an empty bucket's fill time.
-					debt := r.Max - next.Value
-					matched = got.w >= 0 && (got.e-ms)*rate-got.w == debt && got.e-ms <= (r.Max+rate-1)/rate
-				default:
-					// Gone: only when the bucket was full again before
-					// the state was read.
-					debt := r.Max - next.Value
-					matched = ms+(debt+rate-1)/rate <= read
-				}
+				matched = recordMatches(r, old, got, write, next, ms, read)
 				if matched && write {
 					ref, refOK = next, next.Value < r.Max
 					writes++
@@ -179,5 +201,208 @@ func TestLuaMatchesGo(t *testing.T) {
 	}
 	if writes < steps/4 {
 		t.Fatalf("only %d of %d steps wrote; the record comparison ran too rarely", writes, steps)
+	}
+}
+
+// multiWith runs the multi-key script with the op argument letter on the
+// Redis keys rkeys, key i under rs[i] with ns[i].
+func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstore.Refill, ns []int64, letter string) ([]kvstore.OpResult, error) {
+	args := []any{letter}
+	for i := range rkeys {
+		args = append(args, rs[i].Max, redisscript.RateArg(rs[i]), ns[i])
+	}
+	vals, err := c.Eval(ctx, redisscript.Multi, rkeys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	res := make([]kvstore.OpResult, len(vals))
+	for i, v := range vals {
+		if v < 0 {
+			res[i] = kvstore.OpResult{Value: -v - 1}
+		} else {
+			res[i] = kvstore.OpResult{OK: true, Value: v}
+		}
+	}
+	return res, nil
+}
+
+// TestMultiLuaMatchesGo is TestLuaMatchesGo for the multi-key script: two
+// or three keys, each with its own random refill and n, through random
+// sequences of takes (both orders, and the store's own choice), peeks and
+// refunds. At some millisecond between Redis's TIME before and after the
+// call (each key's own: see below), kvstore.Refill.Apply on each key's
+// reference record must give the script's result for that key, and the
+// record the script left, with a
+// take applied to every key when every key holds its n and to none
+// otherwise (each key then reports its level, as a peek would).
+func TestMultiLuaMatchesGo(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(13, 14))
+	names := []string{"m0", "m1", "m2"}
+	steps, admitted, refused := 0, 0, 0
+	for seq := 0; seq < 60; seq++ {
+		nk := 2 + rng.IntN(2)
+		rkeys := make([]string, nk)
+		rs := make([]kvstore.Refill, nk)
+		refs := make([]kvstore.Record, nk)
+		refOK := make([]bool, nk)
+		for i := range nk {
+			rkeys[i] = s.Key(names[i])
+			rs[i] = randomRefill(rng)
+			if err := s.Delete(ctx, names[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range 40 {
+			steps++
+			op := kvstore.Op(1 + rng.IntN(3))
+			if rng.IntN(2) == 0 {
+				op = kvstore.OpTake
+			}
+			ns := make([]int64, nk)
+			for i := range nk {
+				ns[i] = randomN(rng, rs[i], op)
+			}
+			if rng.IntN(6) == 0 {
+				time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			}
+			olds := make([]bucketState, nk)
+			for i := range nk {
+				olds[i] = readState(t, c, rkeys[i])
+			}
+			before := redisMillis(t, c)
+			var (
+				res []kvstore.OpResult
+				err error
+			)
+			switch {
+			case op == kvstore.OpTake && rng.IntN(3) > 0:
+				res, err = multiWith(ctx, c, rkeys, rs, ns, takeLetters[rng.IntN(2)])
+			case op == kvstore.OpPeek:
+				res, err = multiWith(ctx, c, rkeys, rs, ns, "p")
+			default:
+				ups := make([]kvstore.Update, nk)
+				for i := range nk {
+					ups[i] = kvstore.Update{Key: names[i], Refill: rs[i], N: ns[i]}
+				}
+				res = make([]kvstore.OpResult, nk)
+				err = s.UpdateMulti(ctx, "", op, ups, res)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := redisMillis(t, c)
+			gots := make([]bucketState, nk)
+			for i := range nk {
+				gots[i] = readState(t, c, rkeys[i])
+			}
+			read := redisMillis(t, c)
+			// Redis before 7.2 reads a fresh clock for each key's PTTL
+			// and relative expiry, even within one script, so each key
+			// may be read at its own millisecond: every combination is
+			// tried.
+			span := after - before + 1
+			combos := int64(1)
+			for range nk {
+				combos *= span
+			}
+			matched := false
+			for combo := int64(0); combo < combos && !matched; combo++ {
+				ms := make([]int64, nk)
+				for i, rest := 0, combo; i < nk; i, rest = i+1, rest/span {
+					ms[i] = before + rest%span
+				}
+				// Each key's level, and whether every key holds its n.
+				all := true
+				for i := range nk {
+					if op == kvstore.OpRefund {
+						break
+					}
+					p, _, _, err := rs[i].Apply(refs[i], refOK[i], ms[i]*1000, kvstore.OpPeek, ns[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					all = all && p.OK
+				}
+				nexts := make([]kvstore.Record, nk)
+				writes := make([]bool, nk)
+				matched = true
+				for i := 0; i < nk && matched; i++ {
+					apply := op
+					if op == kvstore.OpTake && !all {
+						apply = kvstore.OpPeek
+					}
+					want, next, write, err := rs[i].Apply(refs[i], refOK[i], ms[i]*1000, apply, ns[i])
+					if err != nil {
+						t.Fatal(err)
+					}
+					nexts[i], writes[i] = next, write
+					matched = want == res[i] && recordMatches(rs[i], olds[i], gots[i], write, next, ms[i], read)
+				}
+				if !matched {
+					continue
+				}
+				for i := range nk {
+					if writes[i] {
+						refs[i], refOK[i] = nexts[i], nexts[i].Value < rs[i].Max
+					}
+				}
+				if op == kvstore.OpTake {
+					if all {
+						admitted++
+					} else {
+						refused++
+					}
+				}
+			}
+			if !matched {
+				t.Fatalf("sequence %d, refills %+v: op %d ns %v on references %+v (present %v), states %+v: Lua %+v, states after %+v; Apply agrees at no millisecond from %d to %d",
+					seq, rs, op, ns, refs, refOK, olds, res, gots, before, after)
+			}
+		}
+	}
+	if admitted < steps/8 || refused < steps/8 {
+		t.Fatalf("%d of %d steps were admitted takes and %d refused takes; too few to test both", admitted, steps, refused)
+	}
+}
+
+// TestTakeShortensALongExpiry: a key written under a slow refill expires
+// far later than an empty bucket of a faster refill takes to fill. A take
+// under the faster refill, by Update or Multi and in either order, leaves
+// the key expiring within that fill time, so that a policy changed to a
+// faster one does not keep keys for the old one's.
+func TestTakeShortensALongExpiry(t *testing.T) {
+	s, c := newStore(t)
+	ctx := context.Background()
+	slow := kvstore.Refill{Max: 1_000_000_000, Rate: 1} // fills in 1,000 s
+	fast := kvstore.Refill{Max: 10_000_000, Rate: 1}    // fills in 10 s
+	fill := (fast.Max + redisscript.RateArg(fast) - 1) / redisscript.RateArg(fast)
+	for _, letter := range takeLetters {
+		for _, multi := range []bool{false, true} {
+			for _, k := range []string{"a", "b"} {
+				if _, err := s.Update(ctx, k, slow, kvstore.OpTake, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			if multi {
+				_, err = multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{fast, fast}, []int64{1, 1}, letter)
+			} else {
+				_, err = takeWith(ctx, c, s.Key("a"), fast, 1, letter)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readState(t, c, s.Key("a"))
+			if now := redisMillis(t, c); !got.present || got.e-now > fill {
+				t.Errorf("take %s (multi %v) under a refill that fills in %d ms: key %+v at %d", letter, multi, fill, got, now)
+			}
+			for _, k := range []string{"a", "b"} {
+				if err := s.Delete(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 }

@@ -32,8 +32,10 @@ func (s *Store) Partitioned() bool {
 
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of a Lua
 // script over every key, coalesced into pipelines as Update is: the script
-// reads and checks every key (each on its own expiry, as Update does), and writes only when the
-// operation applies to all of them, so Redis runs the whole step atomically.
+// checks every key (each on its own expiry, as Update does), and a take
+// changes the keys only when it applies to all of them (it decrements
+// first, as Update does, unless the same keys' last take was refused), so
+// Redis runs the whole step atomically.
 // A server that answers NOSCRIPT gets the call again with EVAL.
 //
 // A call that holds a period counter ([kvstore.Update].Period) runs another
@@ -81,14 +83,14 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	if periods {
 		return s.updatePeriods(ctx, op, updates, results, args)
 	}
+	opArg, hash := "r", uint64(0)
 	switch op {
 	case kvstore.OpTake:
-		args = append(args, "t")
+		opArg, hash = s.refusals.TakeOpKeys(keys)
 	case kvstore.OpPeek:
-		args = append(args, "p")
-	default:
-		args = append(args, "r")
+		opArg = "p"
 	}
+	args = append(args, boxedOp(opArg))
 	m := s.multiArgs.Load()
 	if m == nil || !m.Match(updates) {
 		m = newMultiArgs(updates)
@@ -115,6 +117,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	if !ok || len(vals) != n {
 		return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", cmd.Val()))
 	}
+	admitted := true
 	for i, r := range vals {
 		v, ok := r.(int64)
 		if !ok {
@@ -122,10 +125,12 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 		if v < 0 {
 			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+			admitted = false
 		} else {
 			results[i] = kvstore.OpResult{OK: true, Value: v}
 		}
 	}
+	s.refusals.Took(opArg, hash, admitted)
 	return nil
 }
 

@@ -3,10 +3,13 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -46,7 +49,9 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 }
 
 // TestUpdateMultiMalformedChangesNothing: a key that holds something else
-// fails the whole call, and the keys before it in the call keep their level.
+// fails the whole call, and the keys before it in the call keep their
+// level, whether they were absent or live (a take decrements a live key
+// first and must put its units back).
 func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
@@ -59,6 +64,29 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 	}
 	if n, _ := c.Exists(ctx, s.Key("a")).Result(); n != 0 {
 		t.Fatal("a was written by a call that failed")
+	}
+	// A refill slow enough that a's key lives through the test.
+	slow := kvstore.Refill{Max: 1_000_000_000, Rate: 1}
+	if _, err := s.Update(ctx, "a", slow, kvstore.OpTake, 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"not a record", "-5", "9223372036854775807"} {
+		if err := c.Set(ctx, s.Key("b"), v, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		live := readState(t, c, s.Key("a"))
+		if !live.present {
+			t.Fatal("a's key is gone")
+		}
+		for _, letter := range takeLetters {
+			_, err := multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{slow, slow}, []int64{1, 1}, letter)
+			if err == nil || !strings.Contains(err.Error(), redisscript.Malformed) {
+				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, redisscript.Malformed)
+			}
+			if got := readState(t, c, s.Key("a")); got != live {
+				t.Fatalf("b = %q, take %s: a went from %+v to %+v", v, letter, live, got)
+			}
+		}
 	}
 }
 

@@ -38,16 +38,17 @@ func (s *Store) Partitioned() bool {
 // formats and allocates nothing for them.
 type multiArgs struct {
 	redisscript.Updates
-	take, peek, refund []string
+	take, read, peek, refund []string // the ops T, t, p and r
 }
 
 func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	m := &multiArgs{Updates: redisscript.NewUpdates(updates), take: make([]string, 1, 1+3*len(updates))}
-	m.take[0] = "t"
+	m.take[0] = "T"
 	for i := range updates {
 		u := &updates[i]
 		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
+	m.read = append([]string{"t"}, m.take[1:]...)
 	m.peek = append([]string{"p"}, m.take[1:]...)
 	m.refund = append([]string{"r"}, m.take[1:]...)
 	return m
@@ -69,9 +70,11 @@ func multiSHA() string {
 }
 
 // UpdateMulti implements [kvstore.MultiAtomic] with one EVALSHA of the
-// multi-key script that kvstore/redisstore runs: it reads and checks
-// every key (each on its own expiry, as Update does), and writes only when the operation applies
-// to all of them, so Redis runs the whole step atomically. A server that
+// multi-key script that kvstore/redisstore runs: it checks every key (each
+// on its own expiry, as Update does), and a take changes the keys only when
+// it applies to all of them (it decrements first, as Update does, unless
+// the same keys' last take was refused), so Redis runs the whole step
+// atomically. A server that
 // answers NOSCRIPT gets the call again with EVAL.
 //
 // A call that holds a period counter ([kvstore.Update].Period) runs
@@ -120,14 +123,16 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		m = newMultiArgs(updates)
 		s.multiArgs.Store(m)
 	}
-	var args []string
+	args, opArg, hash := m.refund, "r", uint64(0)
 	switch op {
 	case kvstore.OpTake:
-		args = m.take
+		if opArg, hash = s.refusals.TakeOpKeys(keys); opArg == "T" {
+			args = m.take
+		} else {
+			args = m.read
+		}
 	case kvstore.OpPeek:
 		args = m.peek
-	default:
-		args = m.refund
 	}
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(multiSHA()).Numkeys(int64(n)).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
@@ -143,13 +148,16 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	if len(vals) != n {
 		return wrap(ctx, "EVALSHA", fmt.Errorf("%d results for %d keys", len(vals), n))
 	}
+	admitted := true
 	for i, v := range vals {
 		if v < 0 {
 			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+			admitted = false
 		} else {
 			results[i] = kvstore.OpResult{OK: true, Value: v}
 		}
 	}
+	s.refusals.Took(opArg, hash, admitted)
 	return nil
 }
 
