@@ -224,7 +224,7 @@ return v - n
 const Multi = `
 local op, nk = ARGV[1], #KEYS
 if op == 'T' then
-  local out, fix, done = {}, {}, 0
+  local out, fix, done = {}, nil, 0
   for i = 1, nk do
     local k = redis.call('PTTL', KEYS[i])
     if k <= 0 then break end
@@ -233,9 +233,11 @@ if op == 'T' then
     local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
     local raw = k * rate - w
     if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then
-      out[i], fix[i] = max - raw, 0
+      out[i] = max - raw
     elseif raw < n and k * rate >= n and (k - 1) * rate < max and w + n < 9007199254740992 then
-      out[i], fix[i] = max - n, raw - n
+      out[i] = max - n
+      fix = fix or {}
+      fix[i] = raw - n
     else
       redis.call('INCRBY', KEYS[i], ARGV[3*i+1])
       break
@@ -243,8 +245,8 @@ if op == 'T' then
     done = i
   end
   if done == nk then
-    for i = 1, nk do
-      if fix[i] ~= 0 then redis.call('INCRBY', KEYS[i], string.format('%d', fix[i])) end
+    if fix then
+      for i, f in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', f)) end
     end
     return out
   end
