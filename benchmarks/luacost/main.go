@@ -14,16 +14,24 @@
 //
 // Usage:
 //
-//	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua]
+//	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua] [-roundtrips 30000]
 //
 // -candidate measures a script of the same arguments as the update script
-// (a change under study) beside it, in the
-// same passes.
+// (a change under study) beside it, in the same passes.
+//
+// -roundtrips n times whole round trips instead, from Redis's own C client
+// (redis-benchmark, which must be on PATH) on one connection: n requests per
+// run of INCR, of an empty script, of a counter script (INCRBY, then PTTL:
+// ulule's shape) and of the update script taking one token of a bucket of
+// 10^9 a minute, on one hot key and on 10,000 keys drawn at random, the
+// commands in turn within each pass. It shows what a script costs a lone
+// caller beside a bare command, with no Go client in the way.
 //
 // The server comes from RATEKIT_REDIS_ADDR (default 127.0.0.1:6379). The
 // program resets the server's command statistics (CONFIG RESETSTAT), uses
-// two keys under ratekit-luacost: and deletes them at the end. Figures are the
-// median of the passes, in nanoseconds per call.
+// keys under ratekit-luacost: (two, or with -roundtrips up to 30,000) and
+// deletes them at the end. Figures are the median of the passes, in
+// nanoseconds per call (with -roundtrips, requests per second).
 package main
 
 import (
@@ -31,7 +39,9 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +68,7 @@ func main() {
 	n := flag.Int("n", 10000, "calls of the script body within one EVALSHA")
 	passes := flag.Int("passes", 5, "passes per body; the table shows medians")
 	candidate := flag.String("candidate", "", "file of a candidate for the update script, measured beside it with the same arguments")
+	trips := flag.Int("roundtrips", 0, "when not 0, time round trips from redis-benchmark at one connection instead, this many requests per run")
 	flag.Parse()
 	addr := os.Getenv("RATEKIT_REDIS_ADDR")
 	if addr == "" {
@@ -70,6 +81,12 @@ func main() {
 		log.Fatalf("redis at %s (RATEKIT_REDIS_ADDR): %v", addr, err)
 	}
 	const prefix = "ratekit-luacost:"
+	if *trips > 0 {
+		if err := roundTrips(ctx, c, addr, prefix, *trips, *passes); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	defer c.Del(ctx, key(prefix, 0), key(prefix, 1))
 	// A live bucket: the key expires in an hour and its value is 0, a debt
 	// of 3.6e9 units at 1,000 units per millisecond (one per microsecond),
@@ -229,6 +246,105 @@ func timed(ctx context.Context, c *redis.Client, f func() error) (int64, error) 
 		}
 	}
 	return 0, fmt.Errorf("no cmdstat_evalsha in INFO commandstats")
+}
+
+// roundTrips prints the requests per second redis-benchmark reaches on one
+// connection for bare commands and scripts, medians of passes runs of n
+// requests each, the commands in turn within each pass.
+func roundTrips(ctx context.Context, c *redis.Client, addr, prefix string, n, passes int) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	load := func(src string) (string, error) { return c.ScriptLoad(ctx, src).Result() }
+	empty, err := load("return 1")
+	if err != nil {
+		return err
+	}
+	counter, err := load("local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nif v == tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end\nreturn {v, redis.call('PTTL', KEYS[1])}")
+	if err != nil {
+		return err
+	}
+	update, err := load(redisscript.Update)
+	if err != nil {
+		return err
+	}
+	// tokenbucket's refill for a burst of 10^9 and 10^9 a minute: 3 units a
+	// token, 50 units a microsecond (50,000 a millisecond), so a take is 3.
+	// Each key of the 10,000 is back to full at each visit, as in compare.
+	type trip struct {
+		name string
+		args []string
+	}
+	var trips []trip
+	for _, sc := range []struct{ name, key string }{{"hot key", "hot"}, {"10,000 keys", "__rand_int__"}} {
+		k := prefix + "{" + sc.key + "}"
+		trips = append(trips,
+			trip{sc.name + ": INCR", []string{"INCR", k + ":incr"}},
+			trip{sc.name + ": empty script", []string{"EVALSHA", empty, "0"}},
+			trip{sc.name + ": counter script (INCRBY, then PTTL)", []string{"EVALSHA", counter, "1", k + ":counter", "1", "60000"}},
+			trip{sc.name + ": ratekit Update, take", []string{"EVALSHA", update, "1", k + ":bucket", "3000000000", "50000", "3", "T"}},
+		)
+	}
+	got := make([][]float64, len(trips))
+	for range passes {
+		for i, t := range trips {
+			args := append([]string{"-h", host, "-p", port, "-c", "1", "-n", strconv.Itoa(n), "-r", "10000", "-q"}, t.args...)
+			out, err := exec.CommandContext(ctx, "redis-benchmark", args...).Output()
+			if err != nil {
+				return fmt.Errorf("redis-benchmark %s: %v", t.name, err)
+			}
+			rps, err := lastRate(string(out))
+			if err != nil {
+				return fmt.Errorf("redis-benchmark %s: %v", t.name, err)
+			}
+			got[i] = append(got[i], rps)
+		}
+	}
+	fmt.Printf("Redis %s, redis-benchmark on one connection, %d requests per run, median of %d passes\n\n", addr, n, passes)
+	fmt.Println("| round trip | requests/s | × INCR |")
+	fmt.Println("|---|---:|---:|")
+	var incr float64
+	for i, t := range trips {
+		slices.Sort(got[i])
+		m := got[i][len(got[i])/2]
+		if i%4 == 0 {
+			incr = m
+		}
+		fmt.Printf("| %s | %.0f | %.2f× |\n", t.name, m, m/incr)
+	}
+	var keys []string
+	for cur := uint64(0); ; {
+		ks, next, err := c.Scan(ctx, cur, prefix+"*", 20000).Result()
+		if err != nil {
+			return err
+		}
+		keys = append(keys, ks...)
+		if cur = next; cur == 0 {
+			break
+		}
+	}
+	for len(keys) > 0 {
+		m := min(len(keys), 1000)
+		c.Unlink(ctx, keys[:m]...)
+		keys = keys[m:]
+	}
+	return nil
+}
+
+// lastRate returns the requests per second of redis-benchmark -q's output,
+// whose last line is "<command>: <n> requests per second, …".
+func lastRate(out string) (float64, error) {
+	out = strings.TrimSpace(out)
+	if i := strings.LastIndexAny(out, "\r\n"); i >= 0 {
+		out = out[i+1:]
+	}
+	_, rest, ok := strings.Cut(out, ": ")
+	if !ok {
+		return 0, fmt.Errorf("unexpected output %q", out)
+	}
+	f, _, _ := strings.Cut(rest, " ")
+	return strconv.ParseFloat(f, 64)
 }
 
 func median(v []int64) int64 {
