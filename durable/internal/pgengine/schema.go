@@ -94,6 +94,13 @@ func SchemaSQL(schema string) (string, error) {
 // migrateSQL wraps the schema SQL in one DO block that does nothing when the
 // version marker exists and otherwise takes a transaction-level advisory lock
 // so that racing cold starts create the schema one at a time.
+//
+// Under the lock, the block looks for the marker again in pg_proc itself: a
+// query there reads a snapshot taken after the lock was granted, and so sees
+// a migration that committed while this one waited. to_regprocedure, like
+// every lookup by name, reads the catalog caches, which an advisory lock
+// does not refresh: it would miss that commit, and the DDL would run again,
+// taking table locks that deadlock with the other instance's decisions.
 func migrateSQL(schema string) (string, error) {
 	ddl, err := SchemaSQL(schema)
 	if err != nil {
@@ -104,7 +111,8 @@ func migrateSQL(schema string) (string, error) {
 	b.WriteString("DO $ratekit_migrate$\nBEGIN\n")
 	fmt.Fprintf(&b, "IF to_regprocedure(%s) IS NOT NULL THEN RETURN; END IF;\n", marker)
 	fmt.Fprintf(&b, "PERFORM pg_advisory_xact_lock(%d);\n", migrationLockID)
-	fmt.Fprintf(&b, "IF to_regprocedure(%s) IS NOT NULL THEN RETURN; END IF;\n", marker)
+	fmt.Fprintf(&b, "IF EXISTS (SELECT FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace"+
+		" WHERE n.nspname = '%s' AND p.proname = 'ratekit_schema_v%d' AND p.pronargs = 0) THEN RETURN; END IF;\n", schema, SchemaVersion)
 	b.WriteString(ddl)
 	b.WriteString("END\n$ratekit_migrate$")
 	return b.String(), nil

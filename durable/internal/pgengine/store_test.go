@@ -585,6 +585,80 @@ func TestMigrateRace(t *testing.T) {
 	}
 }
 
+// TestMigrateFindsAMigrationThatCommittedWhileItWaited is a cold start that
+// finds no schema, then waits for the migration lock while another instance
+// creates the schema. Once it holds the lock it must see that commit and do
+// nothing: running the DDL again takes table locks that deadlock with the
+// other instance's first decisions (TestMigrateRace, under load).
+func TestMigrateFindsAMigrationThatCommittedWhileItWaited(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	schema := pgtest.NewSchema()
+	t.Cleanup(func() {
+		if err := pgtest.Drop(schema); err != nil {
+			t.Error(err)
+		}
+	})
+	ctx := ctxT(t)
+	// The first instance's one connection holds the migration lock for the
+	// session, so that its own migration (which takes the same lock again)
+	// runs while the second instance waits.
+	first := pgtest.Pool(t, url, 1, "")
+	if _, err := first.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pgengine.MigrationLockID)); err != nil {
+		t.Fatal(err)
+	}
+	second, err := pgengine.New(pgtest.Pool(t, url, 1, ""), pgengine.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- second.Migrate(ctx) }()
+	// The second migration has found no schema and waits for the lock.
+	lock := uint64(pgengine.MigrationLockID)
+	for {
+		var waiting bool
+		err := first.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1)`,
+			int64(lock>>32), int64(uint32(lock))).Scan(&waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the second migration did not wait for the lock: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	s, err := pgengine.New(first, pgengine.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The migration drops and creates the functions, which gives them new
+	// OIDs.
+	const functions = `SELECT array_agg(p.oid::bigint ORDER BY p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1`
+	var before, after []int64
+	if err := first.QueryRow(ctx, functions, schema).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Exec(ctx, "SELECT pg_advisory_unlock($1)", int64(pgengine.MigrationLockID)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("second migration: %v", err)
+	}
+	if err := first.QueryRow(ctx, functions, schema).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(before, after) {
+		t.Errorf("the second migration created the schema again: its functions were %v, then %v", before, after)
+	}
+}
+
 func TestDisableAutoMigrate(t *testing.T) {
 	url := testenv.PostgresURL(t)
 	pool := pgtest.Pool(t, url, 1, "")
