@@ -545,16 +545,24 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestMigrateRace starts many cold "instances" at once on a schema that does
-// not exist yet: all of them must succeed.
-func TestMigrateRace(t *testing.T) {
-	url := testenv.PostgresURL(t)
+// freshSchema returns the name of a schema that does not exist yet, dropped
+// when t ends.
+func freshSchema(t *testing.T) string {
+	t.Helper()
 	schema := pgtest.NewSchema()
 	t.Cleanup(func() {
 		if err := pgtest.Drop(schema); err != nil {
 			t.Error(err)
 		}
 	})
+	return schema
+}
+
+// TestMigrateRace starts many cold "instances" at once on a schema that does
+// not exist yet: all of them must succeed.
+func TestMigrateRace(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	schema := freshSchema(t)
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
@@ -592,12 +600,7 @@ func TestMigrateRace(t *testing.T) {
 // other instance's first decisions (TestMigrateRace, under load).
 func TestMigrateFindsAMigrationThatCommittedWhileItWaited(t *testing.T) {
 	url := testenv.PostgresURL(t)
-	schema := pgtest.NewSchema()
-	t.Cleanup(func() {
-		if err := pgtest.Drop(schema); err != nil {
-			t.Error(err)
-		}
-	})
+	schema := freshSchema(t)
 	ctx := ctxT(t)
 	// The first instance's one connection holds the migration lock for the
 	// session, so that its own migration (which takes the same lock again)
