@@ -35,6 +35,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -269,14 +270,16 @@ func roundTrips(ctx context.Context, c *redis.Client, addr, prefix string, n, pa
 	if err != nil {
 		return err
 	}
-	// tokenbucket's refill for a burst of 10^9 and 10^9 a minute: 3 units a
-	// token, 50 units a microsecond (50,000 a millisecond), so a take is 3.
-	// Each key of the 10,000 is back to full at each visit, as in compare.
+	defer deleteKeys(ctx, c, prefix)
 	type trip struct {
 		name  string
 		args  []string
 		floor bool // the bare INCR the trips after it are compared with
 	}
+	// The bucket is tokenbucket's for a burst of 10^9 and 10^9 a minute: 3
+	// units a token, 50 units a microsecond (50,000 a millisecond), so a take
+	// is 3. Each key of the 10,000 is back to full at each visit, as in
+	// compare.
 	var trips []trip
 	for _, sc := range []struct{ name, key string }{{"hot key", "hot"}, {"10,000 keys", "__rand_int__"}} {
 		k := prefix + "{" + sc.key + "}"
@@ -307,18 +310,23 @@ func roundTrips(ctx context.Context, c *redis.Client, addr, prefix string, n, pa
 	fmt.Println("|---|---:|---:|")
 	var incr float64
 	for i, t := range trips {
-		slices.Sort(got[i])
-		m := got[i][len(got[i])/2]
+		m := median(got[i])
 		if t.floor {
 			incr = m
 		}
 		fmt.Printf("| %s | %.0f | %.2f× |\n", t.name, m, m/incr)
 	}
+	return nil
+}
+
+// deleteKeys deletes the keys under prefix, as many as the round trips made.
+func deleteKeys(ctx context.Context, c *redis.Client, prefix string) {
 	var keys []string
 	for cur := uint64(0); ; {
 		ks, next, err := c.Scan(ctx, cur, prefix+"*", 20000).Result()
 		if err != nil {
-			return err
+			log.Printf("deleting the keys under %s: %v", prefix, err)
+			return
 		}
 		keys = append(keys, ks...)
 		if cur = next; cur == 0 {
@@ -330,7 +338,6 @@ func roundTrips(ctx context.Context, c *redis.Client, addr, prefix string, n, pa
 		c.Unlink(ctx, keys[:m]...)
 		keys = keys[m:]
 	}
-	return nil
 }
 
 // lastRate returns the requests per second of redis-benchmark -q's output,
@@ -348,7 +355,7 @@ func lastRate(out string) (float64, error) {
 	return strconv.ParseFloat(f, 64)
 }
 
-func median(v []int64) int64 {
+func median[T cmp.Ordered](v []T) T {
 	slices.Sort(v)
 	return v[len(v)/2]
 }
