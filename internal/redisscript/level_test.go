@@ -1,0 +1,87 @@
+package redisscript
+
+import (
+	"math/big"
+	"strconv"
+	"testing"
+
+	"github.com/ratekit/ratekit/kvstore"
+)
+
+func TestLevel(t *testing.T) {
+	const max, rate = 1000, 10
+	for _, c := range []struct {
+		name  string
+		k     int64
+		w     string
+		level int64
+		ok    bool
+	}{
+		{"no key", -2, "", max, true},
+		{"no key, whatever GET said", -2, "junk", max, true},
+		{"expires within the millisecond", 0, "junk", max, true},
+		{"no expiry", -1, "5", 0, false},
+		{"other negative PTTL", -3, "5", 0, false},
+		{"debt within bounds", 50, "100", max - 400, true},
+		{"debt zero", 10, "100", max, true},
+		{"refilled past full", 10, "150", max, true},
+		{"debt one short of max", 100, "1", 1, true},
+		{"debt exactly max", 100, "0", 0, true},
+		{"debt beyond max", 101, "0", 0, true},
+		{"huge PTTL", 1<<62, "0", 0, true},
+		{"largest PTTL, largest value", 1<<63 - 1, strconv.FormatInt(1<<53-1, 10), 0, true},
+		{"value 2^53", 50, strconv.FormatInt(1<<53, 10), 0, false},
+		{"negative value", 50, "-1", 0, false},
+		{"not a number", 50, "abc", 0, false},
+		{"empty", 50, "", 0, false},
+		{"a period counter's record", 50, "3 1795327323488854", 0, false},
+		{"float", 50, "1.5", 0, false},
+		{"leading space", 50, " 1", 0, false},
+		{"plus sign, as Lua reads it", 50, "+1", max - 499, true},
+		{"overflowing digits", 50, "99999999999999999999", 0, false},
+	} {
+		level, ok := Level(max, rate, c.k, c.w)
+		if ok != c.ok || (ok && level != c.level) {
+			t.Errorf("%s: Level(%d, %d, %d, %q) = %d, %v; want %d, %v", c.name, max, rate, c.k, c.w, level, ok, c.level, c.ok)
+		}
+	}
+}
+
+// FuzzLevel checks Level against the debt computed without bounds, for
+// every refill the stores accept.
+func FuzzLevel(f *testing.F) {
+	f.Add(int64(1000), int64(10), int64(50), "100")
+	f.Add(int64(kvstore.MaxValue), int64(kvstore.MaxValue), int64(1<<62), "0")
+	f.Add(int64(1), int64(1), int64(-1), "x")
+	f.Fuzz(func(t *testing.T, max, rate, k int64, w string) {
+		if max < 1 || max > kvstore.MaxValue || rate < 1 || rate > max {
+			return
+		}
+		level, ok := Level(max, rate, k, w)
+		if k == -2 || k == 0 {
+			if !ok || level != max {
+				t.Fatalf("Level(%d, %d, %d, %q) = %d, %v; want a full bucket", max, rate, k, w, level, ok)
+			}
+			return
+		}
+		v, err := strconv.ParseInt(w, 10, 64)
+		valid := k > 0 && err == nil && v >= 0 && v < 1<<53
+		if ok != valid {
+			t.Fatalf("Level(%d, %d, %d, %q) reports %v", max, rate, k, w, ok)
+		}
+		if !ok {
+			return
+		}
+		d := new(big.Int).Mul(big.NewInt(k), big.NewInt(rate))
+		d.Sub(d, big.NewInt(v))
+		if d.Sign() < 0 {
+			d.SetInt64(0)
+		}
+		if d.Cmp(big.NewInt(max)) > 0 {
+			d.SetInt64(max)
+		}
+		if want := max - d.Int64(); level != want {
+			t.Fatalf("Level(%d, %d, %d, %q) = %d, want %d", max, rate, k, w, level, want)
+		}
+	})
+}
