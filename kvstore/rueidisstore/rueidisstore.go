@@ -224,7 +224,19 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{}, err
 	}
 	opArg, hash := s.refusals.OpArg(op, key)
-	k, nArg := s.Key(key), strconv.FormatInt(n, 10)
+	k := s.Key(key)
+	if opArg == "t" || opArg == "p" {
+		// A peek, or a take of a key whose last take was refused: two
+		// reads decide it, unless the take now fits.
+		level, ok, err := s.level(ctx, k, r)
+		if err != nil {
+			return kvstore.OpResult{}, err
+		}
+		if ok && (level < n || op == kvstore.OpPeek) {
+			return kvstore.OpResult{OK: level >= n, Value: level}, nil
+		}
+	}
+	nArg := strconv.FormatInt(n, 10)
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
 		res = s.client.Do(ctx, s.client.B().Eval().Script(redisscript.Update).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
@@ -241,6 +253,31 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}
 	return kvstore.OpResult{OK: true, Value: v}, nil
+}
+
+// level returns the level of the bucket under the Redis key k, as
+// redisscript.Level reads it from a MULTI/EXEC of PTTL and GET; ok false
+// leaves the decision to the update script.
+func (s *Store) level(ctx context.Context, k string, r kvstore.Refill) (level int64, ok bool, err error) {
+	b := s.client.B()
+	res := s.client.DoMulti(ctx, b.Multi().Build(), b.Pttl().Key(k).Build(), b.Get().Key(k).Build(), b.Exec().Build())
+	replies, err := res[3].ToArray()
+	if err != nil {
+		return 0, false, wrap(ctx, "EXEC", err)
+	}
+	if len(replies) != 2 {
+		return 0, false, nil
+	}
+	ttl, err := replies[0].AsInt64()
+	if err != nil {
+		return 0, false, nil
+	}
+	w, err := replies[1].ToString()
+	if err != nil && !rueidis.IsRedisNil(err) {
+		return 0, false, nil
+	}
+	level, ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w)
+	return level, ok, nil
 }
 
 // wrap names the failed command and makes sure an error caused by ctx
