@@ -91,6 +91,27 @@ func (c *coalescer) do(ctx context.Context, cmd redis.Cmder) error {
 	return ctx.Err()
 }
 
+// direct runs f, which makes one round trip, on its caller's goroutine when
+// fewer than max round trips are in flight (counting it as one), and
+// reports whether it ran. A caller that finds the bound reached sends a
+// command through do instead, so that it joins the next pipeline.
+func (c *coalescer) direct(f func()) bool {
+	if c.max == 0 {
+		f()
+		return true
+	}
+	c.mu.Lock()
+	if c.inflight >= c.max {
+		c.mu.Unlock()
+		return false
+	}
+	c.inflight++
+	c.mu.Unlock()
+	f()
+	c.handOff()
+	return true
+}
+
 // handOff ends a caller's own round trip: its slot goes to the queued
 // commands, if any, sent by a new goroutine, since the caller must return to
 // its own caller now.

@@ -341,6 +341,17 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{}, err
 	}
 	opArg, hash := s.refusals.OpArg(op, key)
+	if opArg == "t" || opArg == "p" {
+		// A peek, or a take of a key whose last take was refused: two
+		// reads decide it, unless the take now fits.
+		level, ok, err := s.level(ctx, key, r)
+		if err != nil {
+			return kvstore.OpResult{}, err
+		}
+		if ok && (level < n || op == kvstore.OpPeek) {
+			return kvstore.OpResult{OK: level >= n, Value: level}, nil
+		}
+	}
 	bn := s.lastN.Load()
 	if bn == nil || bn.n != n {
 		bn = &boxedN{n: n, arg: n}
@@ -375,6 +386,45 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
 	}
 	return kvstore.OpResult{OK: true, Value: v}, nil
+}
+
+// level returns the level of key's bucket, as redisscript.Level reads it
+// from a MULTI/EXEC of PTTL and GET, when a round trip of its own is free
+// (see coalescer.direct); ok false leaves the decision to the update
+// script, which joins the next pipeline when none is. A transaction refused
+// on a connection in doubt before anything was sent goes again, as do's
+// commands do.
+func (s *Store) level(ctx context.Context, key string, r kvstore.Refill) (level int64, ok bool, err error) {
+	k := s.Key(key)
+	pttl := redis.NewIntCmd(ctx, "pttl", k)
+	get := redis.NewStringCmd(ctx, "get", k)
+	send := func() {
+		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Process(ctx, pttl)
+			p.Process(ctx, get)
+			return nil
+		})
+	}
+	for i := 0; ; i++ {
+		if !s.co.direct(send) {
+			return 0, false, nil
+		}
+		if !errors.Is(err, errNotSent) || ctx.Err() != nil || i == maxNotSent {
+			break
+		}
+		pttl.SetErr(nil)
+		get.SetErr(nil)
+	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		if _, refused := errors.AsType[redis.Error](err); refused {
+			// The server refused a command (GET of a key of another
+			// type): the script's answer says what the key holds.
+			return 0, false, nil
+		}
+		return 0, false, wrap(ctx, "EXEC", err)
+	}
+	level, ok = redisscript.Level(r.Max, redisscript.RateArg(r), pttl.Val(), get.Val())
+	return level, ok, nil
 }
 
 // boxedOp returns the update script's op argument op as an interface value
