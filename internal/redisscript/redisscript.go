@@ -237,6 +237,17 @@ func Level(max, rate, k int64, w string) (int64, bool) {
 	return max - min(d, max), true
 }
 
+// FitAll reports whether each update's N fits in levels, the levels of
+// their buckets in order: whether a take of them all applies.
+func FitAll(levels []int64, updates []kvstore.Update) bool {
+	for i, level := range levels {
+		if level < updates[i].N {
+			return false
+		}
+	}
+	return true
+}
+
 // Multi is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
 // arithmetic of Update on the same record. KEYS are the records' keys;
 // ARGV[1] is the op (T or t: take, p or r) and ARGV[3i-1], ARGV[3i],

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,6 +133,22 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		}
 	case kvstore.OpPeek:
 		args = m.peek
+	}
+	if opArg == "t" || op == kvstore.OpPeek {
+		// A peek, or a take of keys whose last take was refused: two
+		// reads a key decide it, unless the take now fits every key.
+		var buf [8]int64
+		levels := slices.Grow(buf[:0], n)[:n]
+		ok, err := s.levels(ctx, keys, updates, levels)
+		if err != nil {
+			return err
+		}
+		if ok && (op == kvstore.OpPeek || !redisscript.FitAll(levels, updates)) {
+			for i, level := range levels {
+				results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
+			}
+			return nil
+		}
 	}
 	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(multiSHA()).Numkeys(int64(n)).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {

@@ -246,3 +246,47 @@ func TestUpdateMultiArgumentsFollowEachCall(t *testing.T) {
 	s, _ := rueidisstore.New(newClient(t, srv.Addr), rueidisstore.Config{})
 	redistest.CheckMultiArguments(t, s, "args:")
 }
+
+// TestUpdateMultiRefusalsAndPeeksRunNoScript: once a composite take is
+// refused, the takes of the same keys that stay refused and every
+// composite peek are decided by one MULTI/EXEC of two reads a key, each key
+// reporting its own level, and the first take that fits runs the script.
+func TestUpdateMultiRefusalsAndPeeksRunNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newClient(t, srv.Addr)
+	s, _ := rueidisstore.New(c, rueidisstore.Config{})
+	ctx := context.Background()
+	// 1,000 units a millisecond: a take of 10^8 from "a" waits 100 s once
+	// it is empty, while "b" has plenty.
+	slowA := kvstore.Refill{Max: 1e9, Rate: 1}
+	if res, err := s.Update(ctx, "a", slowA, kvstore.OpTake, slowA.Max); err != nil || !res.OK {
+		t.Fatalf("exhausting a: %+v, %v", res, err)
+	}
+	both := []kvstore.Update{{Key: "a", Refill: slowA, N: 1e8}, {Key: "b", Refill: slow, N: 1e8}}
+	res := make([]kvstore.OpResult, 2)
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, both, res); err != nil || res[0].OK || !res[1].OK {
+		t.Fatalf("the first refused take: %+v, %v", res, err)
+	}
+	sha0, eval0 := scriptCalls(t, c)
+	for i := range 30 {
+		op := kvstore.OpTake
+		if i%3 == 0 {
+			op = kvstore.OpPeek
+		}
+		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Value >= 1e8 || !res[1].OK || res[1].Value != slow.Max {
+			t.Fatalf("op %d of 10^8 on an empty and a full bucket: %+v, %v", op, res, err)
+		}
+	}
+	if sha, eval := scriptCalls(t, c); sha != sha0 || eval != eval0 {
+		t.Fatalf("refused composite takes and peeks ran %d EVALSHA and %d EVAL, want none", sha-sha0, eval-eval0)
+	}
+	both[0].N, both[1].N = 1, 1
+	for want := int64(1); want <= 2; want++ {
+		if err := s.UpdateMulti(ctx, "", kvstore.OpTake, both, res); err != nil || !res[0].OK || !res[1].OK {
+			t.Fatalf("a take of 1 from each: %+v, %v", res, err)
+		}
+		if sha, _ := scriptCalls(t, c); sha-sha0 != want {
+			t.Fatalf("%d composite takes that fit ran %d scripts", want, sha-sha0)
+		}
+	}
+}

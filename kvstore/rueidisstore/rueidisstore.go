@@ -228,11 +228,12 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of a key whose last take was refused: two
 		// reads decide it, unless the take now fits.
-		level, ok, err := s.level(ctx, k, r)
+		var level [1]int64
+		ok, err := s.levels(ctx, []string{k}, []kvstore.Update{{Refill: r}}, level[:])
 		if err != nil {
 			return kvstore.OpResult{}, err
 		}
-		if ok && (level < n || op == kvstore.OpPeek) {
+		if level := level[0]; ok && (level < n || op == kvstore.OpPeek) {
 			return kvstore.OpResult{OK: level >= n, Value: level}, nil
 		}
 	}
@@ -255,29 +256,46 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	return kvstore.OpResult{OK: true, Value: v}, nil
 }
 
-// level returns the level of the bucket under the Redis key k, as
-// redisscript.Level reads it from a MULTI/EXEC of PTTL and GET; ok false
-// leaves the decision to the update script.
-func (s *Store) level(ctx context.Context, k string, r kvstore.Refill) (level int64, ok bool, err error) {
+// levels reads the buckets of updates under keys (their Redis keys) in one
+// MULTI/EXEC of a PTTL and a GET each, and writes each one's level, as
+// redisscript.Level reads it, into levels. It reports false, leaving the
+// decision to the update script, when a key holds something Level leaves
+// to it or the server refused a command (a key of another type).
+func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Update, levels []int64) (bool, error) {
 	b := s.client.B()
-	res := s.client.DoMulti(ctx, b.Multi().Build(), b.Pttl().Key(k).Build(), b.Get().Key(k).Build(), b.Exec().Build())
-	replies, err := res[3].ToArray()
+	cmds := make(rueidis.Commands, 0, 2+2*len(keys))
+	cmds = append(cmds, b.Multi().Build())
+	for _, k := range keys {
+		cmds = append(cmds, b.Pttl().Key(k).Build(), b.Get().Key(k).Build())
+	}
+	cmds = append(cmds, b.Exec().Build())
+	res := s.client.DoMulti(ctx, cmds...)
+	replies, err := res[len(res)-1].ToArray()
 	if err != nil {
-		return 0, false, wrap(ctx, "EXEC", err)
+		if _, refused := rueidis.IsRedisErr(err); refused {
+			return false, nil
+		}
+		return false, wrap(ctx, "EXEC", err)
 	}
-	if len(replies) != 2 {
-		return 0, false, nil
+	if len(replies) != 2*len(keys) {
+		return false, nil
 	}
-	ttl, err := replies[0].AsInt64()
-	if err != nil {
-		return 0, false, nil
+	for i := range keys {
+		ttl, err := replies[2*i].AsInt64()
+		if err != nil {
+			return false, nil
+		}
+		w, err := replies[2*i+1].ToString()
+		if err != nil && !rueidis.IsRedisNil(err) {
+			return false, nil
+		}
+		r := updates[i].Refill
+		var ok bool
+		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
+			return false, nil
+		}
 	}
-	w, err := replies[1].ToString()
-	if err != nil && !rueidis.IsRedisNil(err) {
-		return 0, false, nil
-	}
-	level, ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w)
-	return level, ok, nil
+	return true, nil
 }
 
 // wrap names the failed command and makes sure an error caused by ctx
