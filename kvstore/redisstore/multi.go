@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -89,6 +90,22 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		opArg, hash = s.refusals.TakeOpKeys(keys)
 	case kvstore.OpPeek:
 		opArg = "p"
+	}
+	if opArg == "t" || opArg == "p" {
+		// A peek, or a take of keys whose last take was refused: two
+		// reads a key decide it, unless the take now fits every key.
+		var buf [8]int64
+		levels := slices.Grow(buf[:0], n)[:n]
+		ok, err := s.levels(ctx, keys, updates, levels)
+		if err != nil {
+			return err
+		}
+		if ok && (opArg == "p" || !redisscript.FitAll(levels, updates)) {
+			for i, level := range levels {
+				results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
+			}
+			return nil
+		}
 	}
 	args = append(args, boxedOp(opArg))
 	m := s.multiArgs.Load()

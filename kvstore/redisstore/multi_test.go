@@ -36,8 +36,8 @@ func TestUpdateMultiOneRoundTripAndFlushedScript(t *testing.T) {
 	}
 	counter.N.Store(0)
 	for i := 0; i < 10; i++ {
-		if err := s.UpdateMulti(ctx, "", kvstore.OpPeek, two, res); err != nil {
-			t.Fatal(err)
+		if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); err != nil || !res[0].OK || !res[1].OK {
+			t.Fatalf("take %d: %+v, %v", i, res, err)
 		}
 	}
 	if got := counter.N.Load(); got != 10 {
@@ -135,4 +135,49 @@ func TestUpdateMultiArgumentsFollowEachCall(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s, _ := redisstore.New(c, redisstore.Config{})
 	redistest.CheckMultiArguments(t, s, "args:")
+}
+
+// TestUpdateMultiRefusalsAndPeeksRunNoScript: once a composite take is
+// refused, the takes of the same keys that stay refused and every
+// composite peek are decided by one MULTI/EXEC of two reads a key, each key
+// reporting its own level, and the first take that fits runs the script.
+func TestUpdateMultiRefusalsAndPeeksRunNoScript(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	s, _ := redisstore.New(c, redisstore.Config{})
+	ctx := context.Background()
+	// 1,000 units a millisecond: a take of 10^8 from "a" waits 100 s once
+	// it is empty, while "b" has plenty.
+	slowA, plenty := kvstore.Refill{Max: 1e9, Rate: 1}, kvstore.Refill{Max: 1e15, Rate: 1}
+	if res, err := s.Update(ctx, "a", slowA, kvstore.OpTake, slowA.Max); err != nil || !res.OK {
+		t.Fatalf("exhausting a: %+v, %v", res, err)
+	}
+	both := []kvstore.Update{{Key: "a", Refill: slowA, N: 1e8}, {Key: "b", Refill: plenty, N: 1e8}}
+	res := make([]kvstore.OpResult, 2)
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, both, res); err != nil || res[0].OK || !res[1].OK {
+		t.Fatalf("the first refused take: %+v, %v", res, err)
+	}
+	before := scriptCalls(t, c)
+	for i := range 30 {
+		op := kvstore.OpTake
+		if i%3 == 0 {
+			op = kvstore.OpPeek
+		}
+		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Value >= 1e8 || !res[1].OK || res[1].Value != plenty.Max {
+			t.Fatalf("op %d of 10^8 on an empty and a full bucket: %+v, %v", op, res, err)
+		}
+	}
+	if n := scriptCalls(t, c) - before; n != 0 {
+		t.Fatalf("refused composite takes and peeks ran %d scripts, want none", n)
+	}
+	both[0].N, both[1].N = 1, 1
+	for want := int64(1); want <= 2; want++ {
+		if err := s.UpdateMulti(ctx, "", kvstore.OpTake, both, res); err != nil || !res[0].OK || !res[1].OK {
+			t.Fatalf("a take of 1 from each: %+v, %v", res, err)
+		}
+		if n := scriptCalls(t, c) - before; n != want {
+			t.Fatalf("%d composite takes that fit ran %d scripts", want, n)
+		}
+	}
 }

@@ -344,11 +344,12 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of a key whose last take was refused: two
 		// reads decide it, unless the take now fits.
-		level, ok, err := s.level(ctx, key, r)
+		var level [1]int64
+		ok, err := s.levels(ctx, []string{s.Key(key)}, []kvstore.Update{{Refill: r}}, level[:])
 		if err != nil {
 			return kvstore.OpResult{}, err
 		}
-		if ok && (level < n || op == kvstore.OpPeek) {
+		if level := level[0]; ok && (level < n || op == kvstore.OpPeek) {
 			return kvstore.OpResult{OK: level >= n, Value: level}, nil
 		}
 	}
@@ -388,43 +389,55 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	return kvstore.OpResult{OK: true, Value: v}, nil
 }
 
-// level returns the level of key's bucket, as redisscript.Level reads it
-// from a MULTI/EXEC of PTTL and GET, when a round trip of its own is free
-// (see coalescer.direct); ok false leaves the decision to the update
-// script, which joins the next pipeline when none is. A transaction refused
-// on a connection in doubt before anything was sent goes again, as do's
-// commands do.
-func (s *Store) level(ctx context.Context, key string, r kvstore.Refill) (level int64, ok bool, err error) {
-	k := s.Key(key)
-	pttl := redis.NewIntCmd(ctx, "pttl", k)
-	get := redis.NewStringCmd(ctx, "get", k)
+// levels reads the buckets of updates under keys (their Redis keys) in one
+// MULTI/EXEC of a PTTL and a GET each, when a round trip of its own is free
+// (see coalescer.direct), and writes each one's level, as
+// redisscript.Level reads it, into levels. It reports false, leaving the
+// decision to the update script (which joins the next pipeline), when no
+// round trip is free, when a key holds something Level leaves to the
+// script, or when the server refused a command (a key of another type). A
+// transaction refused on a connection in doubt before anything was sent
+// goes again, as do's commands do.
+func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Update, levels []int64) (bool, error) {
+	cmds := make([]redis.Cmder, 0, 2*len(keys))
+	for _, k := range keys {
+		cmds = append(cmds, redis.NewIntCmd(ctx, "pttl", k), redis.NewStringCmd(ctx, "get", k))
+	}
+	var err error
 	send := func() {
 		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Process(ctx, pttl)
-			p.Process(ctx, get)
+			for _, cmd := range cmds {
+				p.Process(ctx, cmd)
+			}
 			return nil
 		})
 	}
 	for i := 0; ; i++ {
 		if !s.co.direct(send) {
-			return 0, false, nil
+			return false, nil
 		}
 		if !errors.Is(err, errNotSent) || ctx.Err() != nil || i == maxNotSent {
 			break
 		}
-		pttl.SetErr(nil)
-		get.SetErr(nil)
+		for _, cmd := range cmds {
+			cmd.SetErr(nil)
+		}
 	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		if _, refused := errors.AsType[redis.Error](err); refused {
-			// The server refused a command (GET of a key of another
-			// type): the script's answer says what the key holds.
-			return 0, false, nil
+			return false, nil
 		}
-		return 0, false, wrap(ctx, "EXEC", err)
+		return false, wrap(ctx, "EXEC", err)
 	}
-	level, ok = redisscript.Level(r.Max, redisscript.RateArg(r), pttl.Val(), get.Val())
-	return level, ok, nil
+	for i := range keys {
+		r := updates[i].Refill
+		ttl, w := cmds[2*i].(*redis.IntCmd).Val(), cmds[2*i+1].(*redis.StringCmd).Val()
+		var ok bool
+		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // boxedOp returns the update script's op argument op as an interface value

@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -320,21 +319,6 @@ func TestRefusalsAndPeeksRunNoScript(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s, _ := redisstore.New(c, redisstore.Config{})
 	ctx := context.Background()
-	scripts := func() int64 {
-		t.Helper()
-		stats, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n int64
-		for _, cmd := range []string{"evalsha", "eval"} {
-			if m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(stats); m != nil {
-				v, _ := strconv.ParseInt(m[1], 10, 64)
-				n += v
-			}
-		}
-		return n
-	}
 	// 1,000 units a millisecond: a take of 10^8 waits 100 s once the bucket
 	// is empty.
 	r := kvstore.Refill{Max: 1e9, Rate: 1}
@@ -344,7 +328,7 @@ func TestRefusalsAndPeeksRunNoScript(t *testing.T) {
 	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, 1e8); err != nil || res.OK {
 		t.Fatalf("the first refused take: %+v, %v", res, err)
 	}
-	before := scripts()
+	before := scriptCalls(t, c)
 	last := int64(-1)
 	for i := range 30 {
 		op := kvstore.OpTake
@@ -360,14 +344,14 @@ func TestRefusalsAndPeeksRunNoScript(t *testing.T) {
 	if res, err := s.Update(ctx, "k", r, kvstore.OpPeek, 1); err != nil || !res.OK || res.Value < last {
 		t.Fatalf("a peek of 1: %+v, %v", res, err)
 	}
-	if n := scripts() - before; n != 0 {
+	if n := scriptCalls(t, c) - before; n != 0 {
 		t.Fatalf("refused takes and peeks ran %d scripts, want none", n)
 	}
 	for want := int64(1); want <= 2; want++ {
 		if res, err := s.Update(ctx, "k", r, kvstore.OpTake, 1); err != nil || !res.OK {
 			t.Fatalf("a take of 1: %+v, %v", res, err)
 		}
-		if n := scripts() - before; n != want {
+		if n := scriptCalls(t, c) - before; n != want {
 			t.Fatalf("%d takes that fit ran %d scripts", want, n)
 		}
 	}
