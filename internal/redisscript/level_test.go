@@ -28,7 +28,7 @@ func TestLevel(t *testing.T) {
 		{"debt one short of max", 100, "1", 1, true},
 		{"debt exactly max", 100, "0", 0, true},
 		{"debt beyond max", 101, "0", 0, true},
-		{"huge PTTL", 1<<62, "0", 0, true},
+		{"huge PTTL", 1 << 62, "0", 0, true},
 		{"largest PTTL, largest value", 1<<63 - 1, strconv.FormatInt(1<<53-1, 10), 0, true},
 		{"value 2^53", 50, strconv.FormatInt(1<<53, 10), 0, false},
 		{"negative value", 50, "-1", 0, false},

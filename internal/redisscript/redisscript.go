@@ -131,7 +131,9 @@ end
 // key lived); a refused T puts the n units back with an INCRBY. t reads
 // first (PTTL and GET) and writes only when it admits, so that a refused
 // t, like a peek, writes nothing. Callers send T unless the key's last take
-// was refused (see Refusals). A take on an absent key writes the record
+// was refused (see Refusals); the stores decide such a take, and a peek,
+// from a MULTI/EXEC of the same two reads first (see Level), and send t
+// only when it fits. A take on an absent key writes the record
 // at once, as bset would. The functions of bucketLua come after every path
 // that needs none of them (takes on new keys, takes the expiry covers,
 // refusals and peeks): Lua makes a closure of each function definition it
@@ -455,7 +457,8 @@ return out
 // Refusals picks the op argument of the takes of Update and Multi: t (read
 // first) for a key, or a set of keys taken together, whose last take
 // through it was refused, T (decrement first) otherwise, so that keys being
-// admitted and keys being refused each cost Redis two commands a key. It
+// admitted cost Redis two commands a key and keys being refused two reads
+// a key (which the stores send without a script: see Level). It
 // remembers a hash of the key or keys in one of a fixed number of slots:
 // takes that share a slot only cost a command or two more, never change a
 // decision. The zero value is ready; it is safe for concurrent use.

@@ -36,8 +36,10 @@ func (s *Store) Partitioned() bool {
 // checks every key (each on its own expiry, as Update does), and a take
 // changes the keys only when it applies to all of them (it decrements
 // first, as Update does, unless the same keys' last take was refused), so
-// Redis runs the whole step atomically. A server that answers NOSCRIPT gets
-// the call again with EVAL.
+// Redis runs the whole step atomically. A peek, and a take of keys whose
+// last take was refused, read every key first in one MULTI/EXEC, as
+// Update does, and run the script only for a take that now fits them all.
+// A server that answers NOSCRIPT gets the call again with EVAL.
 //
 // A call that holds a period counter ([kvstore.Update].Period) runs another
 // script, which also reads Redis's TIME once (in microseconds) and picks

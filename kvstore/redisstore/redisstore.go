@@ -12,9 +12,12 @@
 // the unit, so the script reads Redis's clock through the key's PTTL,
 // parses no record, and admits with one DECRBY while the expiry covers the
 // take (docs/redis.md, "The record"). A take decrements first, except for
-// a key whose last take through the Store was refused, which it reads
-// first so that a flood of refused takes writes nothing; the order changes
-// what a decision costs Redis, never the decision. The refill arrives in whole
+// a key whose last take through the Store was refused: that one, like a
+// peek, is decided by PTTL and GET in one MULTI/EXEC, without the script,
+// and the script runs only when the take now fits. A flood of refused
+// takes therefore costs Redis two reads a decision and writes nothing. The
+// order changes what a decision costs Redis, never the decision: both read
+// the same two numbers in one atomic step. The refill arrives in whole
 // milliseconds of Redis's clock (see [Store.ClockStep]), and no client
 // clock enters the math. When the server answers NOSCRIPT, the update is
 // sent again with EVAL, which also loads the script, so a flushed script
@@ -324,7 +327,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 
 // Update implements [kvstore.Atomic] with one EVALSHA of a Lua script that
 // follows [kvstore.Refill.Apply] on Redis's clock in whole milliseconds,
-// keeping the bucket in the key's expiry and value. It returns
+// keeping the bucket in the key's expiry and value. A peek, and a take of a
+// key whose last take was refused, read the key first in a MULTI/EXEC of
+// PTTL and GET, on a round trip of its own when one of the MaxInFlight is
+// free, and the script runs only for a take that now fits (or when no
+// round trip is free, or for a value only the script can judge). It returns
 // kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting Redis,
 // and kvstore.ErrMalformedRecord when the key holds something this package
 // did not write.

@@ -205,7 +205,11 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // Update implements [kvstore.Atomic] with one EVALSHA of the update script,
 // which follows [kvstore.Refill.Apply] on Redis's clock in whole
 // milliseconds, keeping the bucket in the key's expiry and value (see
-// kvstore/redisstore; it needs Redis 7.0 or later). A server
+// kvstore/redisstore; it needs Redis 7.0 or later). A peek, and a take of
+// a key whose last take was refused, read the key first in a MULTI/EXEC of
+// PTTL and GET, and the script runs only for a take that now fits (or for a
+// value only the script can judge), so that a flood of refusals costs
+// Redis two reads a decision. A server
 // that lost the script (a flushed cache, a failover) answers NOSCRIPT, and
 // the update is sent again with EVAL, which also loads it. Update returns
 // kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting
