@@ -2,11 +2,13 @@
 // time (user and system, from getrusage, over every thread of the process),
 // heap allocations and wall time per decision, for ratekit's Redis stores
 // and for the Redis peers, one contender at a time, at 1 and 8 concurrent
-// callers on one hot key that is always admitted.
+// callers on one hot key, always admitted under the default quota of 10^9 a
+// minute; with -quota 100 the warm-up spends the quota and the decisions
+// measured are refusals.
 //
 // Usage:
 //
-//	cd benchmarks && go run ./clientcost [-n 40000] [-concurrency 1,8] [-rounds 3] [-only name]
+//	cd benchmarks && go run ./clientcost [-n 40000] [-concurrency 1,8] [-rounds 3] [-only name] [-quota 1000000000]
 //
 // The CPU figure includes what Go's scheduler spends between decisions
 // (spinning before a goroutine parks, waking it when its reply arrives),
@@ -64,6 +66,7 @@ func main() {
 	concFlag := flag.String("concurrency", "1,8", "comma-separated numbers of concurrent callers")
 	rounds := flag.Int("rounds", 3, "rounds; the table shows medians")
 	only := flag.String("only", "", "measure only the contender of this name")
+	quota := flag.Int64("quota", 1_000_000_000, "each limiter's quota a minute (and burst); one below the warm-up's decisions makes the measured ones refusals")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the first measured run (not its warm-up) to this file")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
@@ -74,14 +77,17 @@ func main() {
 	if addr == "" {
 		addr = "127.0.0.1:6379"
 	}
-	cs := contenders(addr)
+	if *quota < 1 {
+		log.Fatalf("-quota %d: want at least 1", *quota)
+	}
+	cs := contenders(addr, *quota)
 	if *only != "" {
 		cs = slices.DeleteFunc(cs, func(c contender) bool { return c.name != *only })
 		if len(cs) == 0 {
 			log.Fatalf("-only %q: no such contender", *only)
 		}
 	}
-	fmt.Printf("Redis %s, %d decisions per contender and round, medians of %d rounds\n\n", addr, *n, *rounds)
+	fmt.Printf("Redis %s, quota %d a minute, %d decisions per contender and round, medians of %d rounds\n\n", addr, *quota, *n, *rounds)
 	fmt.Println("| callers | contender | client CPU µs/decision | allocations/decision | bytes/decision | wall µs/decision |")
 	fmt.Println("|---:|---|---:|---:|---:|---:|")
 	ctx := context.Background()
@@ -192,8 +198,7 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
-func contenders(addr string) []contender {
-	const quota = 1_000_000_000
+func contenders(addr string, quota int64) []contender {
 	tb := func(store kvstore.Store) (func(context.Context) error, error) {
 		l, err := tokenbucket.New(tokenbucket.Config{Name: "clientcost", Burst: quota, RefillRate: tokenbucket.Rate{Tokens: quota, Per: time.Minute}, Mode: tokenbucket.Atomic, Store: store})
 		if err != nil {
@@ -243,7 +248,7 @@ func contenders(addr string) []contender {
 		{"redis_rate", func(conc int) (func(context.Context) error, func(), error) {
 			c := goRedis(conc)
 			l := redis_rate.NewLimiter(c)
-			lim := redis_rate.Limit{Rate: quota, Burst: quota, Period: time.Minute}
+			lim := redis_rate.Limit{Rate: int(quota), Burst: int(quota), Period: time.Minute}
 			return func(ctx context.Context) error { _, err := l.Allow(ctx, "clientcost:rr-hot", lim); return err }, func() { c.Close() }, nil
 		}},
 		{"INCR (go-redis)", func(conc int) (func(context.Context) error, func(), error) {
