@@ -14,7 +14,7 @@
 //
 // Usage:
 //
-//	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua] [-roundtrips 30000]
+//	cd benchmarks && go run ./luacost [-n 10000] [-passes 5] [-candidate file.lua] [-roundtrips 30000] [-refusals 200000 [-callers 8,64]]
 //
 // -candidate measures a script of the same arguments as the update script
 // (a change under study) beside it, in the same passes.
@@ -26,6 +26,12 @@
 // 10^9 a minute, on one hot key and on 10,000 keys drawn at random, the
 // commands in turn within each pass. It shows what a script costs a lone
 // caller beside a bare command, with no Go client in the way.
+//
+// -refusals n compares, on one refused key and one pipelined rueidis
+// connection, Redis's whole CPU time per decision (INFO cpu, system calls
+// and parsing included) of the update script's read-first take against the
+// MULTI/EXEC of PTTL and GET with which the stores decide a refusal after a
+// refusal: n decisions per pass and way, at each number of -callers.
 //
 // The server comes from RATEKIT_REDIS_ADDR (default 127.0.0.1:6379). The
 // program resets the server's command statistics (CONFIG RESETSTAT), uses
@@ -50,6 +56,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit/benchmarks/internal/harness"
 	"github.com/ratekit/ratekit/internal/redisscript"
 )
 
@@ -70,6 +77,8 @@ func main() {
 	passes := flag.Int("passes", 5, "passes per body; the table shows medians")
 	candidate := flag.String("candidate", "", "file of a candidate for the update script, measured beside it with the same arguments")
 	trips := flag.Int("roundtrips", 0, "when not 0, time round trips from redis-benchmark at one connection instead, this many requests per run")
+	refused := flag.Int("refusals", 0, "when not 0, compare Redis's CPU per refusal of the script and of a MULTI/EXEC instead, this many decisions per pass")
+	callersFlag := flag.String("callers", "8,64", "with -refusals, comma-separated numbers of concurrent callers")
 	flag.Parse()
 	addr := os.Getenv("RATEKIT_REDIS_ADDR")
 	if addr == "" {
@@ -82,6 +91,16 @@ func main() {
 		log.Fatalf("redis at %s (RATEKIT_REDIS_ADDR): %v", addr, err)
 	}
 	const prefix = "ratekit-luacost:"
+	if *refused > 0 {
+		callers, err := harness.ParseCounts(*callersFlag)
+		if err != nil {
+			log.Fatalf("-callers: %v", err)
+		}
+		if err := refusals(ctx, addr, prefix, *refused, *passes, callers); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if *trips > 0 {
 		if err := roundTrips(ctx, c, addr, prefix, *trips, *passes); err != nil {
 			log.Fatal(err)
