@@ -2,12 +2,8 @@ package redisstore_test
 
 import (
 	"context"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -32,22 +28,4 @@ func peekPatiently(t *testing.T, s *redisstore.Store, r kvstore.Refill) kvstore.
 	}
 	t.Fatalf("no peek succeeded in 20s: %v", err)
 	return kvstore.OpResult{}
-}
-
-// scriptCalls returns how many scripts the server of c has run (EVALSHA and
-// EVAL), from INFO commandstats.
-func scriptCalls(t *testing.T, c *redis.Client) int64 {
-	t.Helper()
-	stats, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, cmd := range []string{"evalsha", "eval"} {
-		if m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(stats); m != nil {
-			v, _ := strconv.ParseInt(m[1], 10, 64)
-			n += v
-		}
-	}
-	return n
 }

@@ -150,50 +150,12 @@ func TestMalformedRecord(t *testing.T) {
 	}
 }
 
-// TestRefusalsAndPeeksRunNoScript: once a key's take is refused, the takes
-// that stay refused and every peek are decided by a MULTI/EXEC of two reads,
-// without the update script, and the first take that fits again runs it.
-func TestRefusalsAndPeeksRunNoScript(t *testing.T) {
+// TestRefusalsRunNoScript: refusals after a refusal, and peeks, of one key
+// and of several, are decided without the script (see redistest).
+func TestRefusalsRunNoScript(t *testing.T) {
 	srv := redistest.Start(t)
-	c := newClient(t, srv.Addr)
-	s, _ := rueidisstore.New(c, rueidisstore.Config{})
-	ctx := context.Background()
-	// 1,000 units a millisecond: a take of 10^8 waits 100 s once the bucket
-	// is empty.
-	r := kvstore.Refill{Max: 1e9, Rate: 1}
-	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, r.Max); err != nil || !res.OK {
-		t.Fatalf("exhausting the bucket: %+v, %v", res, err)
-	}
-	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, 1e8); err != nil || res.OK {
-		t.Fatalf("the first refused take: %+v, %v", res, err)
-	}
-	sha0, eval0 := scriptCalls(t, c)
-	last := int64(-1)
-	for i := range 30 {
-		op := kvstore.OpTake
-		if i%3 == 0 {
-			op = kvstore.OpPeek
-		}
-		res, err := s.Update(ctx, "k", r, op, 1e8)
-		if err != nil || res.OK || res.Value < last || res.Value >= 1e8 {
-			t.Fatalf("op %d of 10^8 on an empty bucket: %+v, %v (level before %d)", op, res, err, last)
-		}
-		last = res.Value
-	}
-	if res, err := s.Update(ctx, "k", r, kvstore.OpPeek, 1); err != nil || !res.OK || res.Value < last {
-		t.Fatalf("a peek of 1: %+v, %v", res, err)
-	}
-	if sha, eval := scriptCalls(t, c); sha != sha0 || eval != eval0 {
-		t.Fatalf("refused takes and peeks ran %d EVALSHA and %d EVAL, want none", sha-sha0, eval-eval0)
-	}
-	for want := int64(1); want <= 2; want++ {
-		if res, err := s.Update(ctx, "k", r, kvstore.OpTake, 1); err != nil || !res.OK {
-			t.Fatalf("a take of 1: %+v, %v", res, err)
-		}
-		if sha, _ := scriptCalls(t, c); sha-sha0 != want {
-			t.Fatalf("%d takes that fit ran %d scripts", want, sha-sha0)
-		}
-	}
+	s, _ := rueidisstore.New(newClient(t, srv.Addr), rueidisstore.Config{})
+	redistest.CheckRefusalsRunNoScript(t, srv, s)
 }
 
 // TestFlushedScriptCacheRecovers flushes the script cache of a throwaway
