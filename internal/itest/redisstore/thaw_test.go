@@ -116,12 +116,8 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard, peek bool
 	time.Sleep(1500 * time.Millisecond)
 	decide := func() error { return take(timeout) }
 	if peek {
-		decide = func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			_, err := s.Update(ctx, "k", thawtest.Refill, kvstore.OpPeek, thawtest.Cost)
-			return err
-		}
+		peek := thawtest.Peek(s)
+		decide = func() error { return peek(timeout) }
 	}
 	if guard {
 		l, err := tokenbucket.New(tokenbucket.Config{Name: "thaw", Burst: 1_000_000, RefillRate: tokenbucket.PerHour(1), Mode: tokenbucket.Atomic, Store: s})

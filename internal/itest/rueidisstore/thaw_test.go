@@ -93,12 +93,8 @@ func testThaw(t *testing.T, burst, peek bool) {
 
 	decide := func() error { return take(timeout) }
 	if peek {
-		decide = func() error {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			_, err := s.Update(ctx, "k", thawtest.Refill, kvstore.OpPeek, thawtest.Cost)
-			return err
-		}
+		peek := thawtest.Peek(s)
+		decide = func() error { return peek(timeout) }
 	}
 	log := thawtest.Decide(decide, thawtest.Count(20))
 	failed, recovery := thawtest.Read(t, silenced, log)

@@ -83,3 +83,14 @@ func Take(s kvstore.Atomic) func(d time.Duration) error {
 		return err
 	}
 }
+
+// Peek returns a peek at Cost in the Refill bucket "k" of s, bounded by a
+// deadline of d.
+func Peek(s kvstore.Atomic) func(d time.Duration) error {
+	return func(d time.Duration) error {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.Update(ctx, "k", Refill, kvstore.OpPeek, Cost)
+		return err
+	}
+}
