@@ -85,3 +85,32 @@ func FuzzLevel(f *testing.F) {
 		}
 	})
 }
+
+func TestDecided(t *testing.T) {
+	updates := []kvstore.Update{{N: 5}, {N: 10}}
+	for _, c := range []struct {
+		name    string
+		op      kvstore.Op
+		levels  []int64
+		decided bool
+		ok      []bool
+	}{
+		{"a take that fits every bucket goes to the script", kvstore.OpTake, []int64{5, 10}, false, nil},
+		{"a take refused by one bucket", kvstore.OpTake, []int64{5, 9}, true, []bool{true, false}},
+		{"a take refused by both", kvstore.OpTake, []int64{0, 0}, true, []bool{false, false}},
+		{"a peek that fits", kvstore.OpPeek, []int64{7, 10}, true, []bool{true, true}},
+		{"a peek that does not", kvstore.OpPeek, []int64{4, 10}, true, []bool{false, true}},
+		{"a refund goes to the script", kvstore.OpRefund, []int64{0, 0}, false, nil},
+	} {
+		results := make([]kvstore.OpResult, 2)
+		if got := Decided(c.op, c.levels, updates, results); got != c.decided {
+			t.Errorf("%s: Decided = %v", c.name, got)
+			continue
+		}
+		for i, ok := range c.ok {
+			if results[i] != (kvstore.OpResult{OK: ok, Value: c.levels[i]}) {
+				t.Errorf("%s: result %d = %+v, want OK %v at level %d", c.name, i, results[i], ok, c.levels[i])
+			}
+		}
+	}
+}

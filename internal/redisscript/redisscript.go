@@ -239,9 +239,30 @@ func Level(max, rate, k int64, w string) (int64, bool) {
 	return max - min(d, max), true
 }
 
-// FitAll reports whether each update's N fits in levels, the levels of
-// their buckets in order: whether a take of them all applies.
-func FitAll(levels []int64, updates []kvstore.Update) bool {
+// Decided reports whether levels, the levels of the updates' buckets in
+// order as Level reads them, decide a call of op without the script: a
+// peek, or a take that does not fit every bucket (which writes nothing). It
+// then writes the call's results, as Update and Multi would: each bucket's
+// level, and whether its N fits. A refund is never decided.
+func Decided(op kvstore.Op, levels []int64, updates []kvstore.Update, results []kvstore.OpResult) bool {
+	switch op {
+	case kvstore.OpTake:
+		if fitAll(levels, updates) {
+			return false
+		}
+	case kvstore.OpPeek:
+	default:
+		return false
+	}
+	for i, level := range levels {
+		results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
+	}
+	return true
+}
+
+// fitAll reports whether each update's N fits in levels, the levels of
+// their buckets in order.
+func fitAll(levels []int64, updates []kvstore.Update) bool {
 	for i, level := range levels {
 		if level < updates[i].N {
 			return false

@@ -146,10 +146,7 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		if err != nil {
 			return err
 		}
-		if ok && (op == kvstore.OpPeek || !redisscript.FitAll(levels, updates)) {
-			for i, level := range levels {
-				results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
-			}
+		if ok && redisscript.Decided(op, levels, updates, results) {
 			return nil
 		}
 	}

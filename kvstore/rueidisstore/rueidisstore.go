@@ -232,13 +232,17 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of a key whose last take was refused: two
 		// reads decide it, unless the take now fits.
-		var level [1]int64
-		ok, err := s.levels(ctx, []string{k}, []kvstore.Update{{Refill: r}}, level[:])
+		var (
+			u     = [1]kvstore.Update{{Refill: r, N: n}}
+			level [1]int64
+			res   [1]kvstore.OpResult
+		)
+		ok, err := s.levels(ctx, []string{k}, u[:], level[:])
 		if err != nil {
 			return kvstore.OpResult{}, err
 		}
-		if level := level[0]; ok && (level < n || op == kvstore.OpPeek) {
-			return kvstore.OpResult{OK: level >= n, Value: level}, nil
+		if ok && redisscript.Decided(op, level[:], u[:], res[:]) {
+			return res[0], nil
 		}
 	}
 	nArg := strconv.FormatInt(n, 10)
