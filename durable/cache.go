@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/deniedcache"
+	"github.com/ratekit/ratekit/durable/internal/deniedcache"
 )
 
 // deniedCache remembers denied keys until their RetryAfter has passed, so

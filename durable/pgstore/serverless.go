@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ratekit/ratekit/internal/tcpdial"
+	"github.com/ratekit/ratekit/durable/internal/tcpdial"
 )
 
 // ServerlessMaxConnIdleTime is the MaxConnIdleTime that

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ratekit/ratekit/internal/tcpdial"
+	"github.com/ratekit/ratekit/kvstore/redisstore/internal/tcpdial"
 )
 
 // A connection that a NAT gateway or load balancer dropped without a FIN or
