@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
@@ -67,10 +66,9 @@ type CompositeConfig struct {
 // ignores Request.State and Request.IdempotencyKey as Limiter does, and has
 // no denied-key cache. It is safe for concurrent use.
 type Composite struct {
-	store   kvstore.MultiAtomic
-	group   bool
-	buckets []*Limiter // each bucket's arithmetic and policy; never used to decide
-	prefix  []string   // Name + ":"
+	multi
+	pols   []multiPolicy // each bucket's policy and arithmetic
+	prefix []string      // Name + ":"
 }
 
 var (
@@ -111,19 +109,18 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	if m.Partitioned() && !cfg.Group {
 		return nil, invalid("Store %T spreads keys over partitions (a Redis Cluster's hash slots) that one step cannot span; set Group to keep each decision's buckets in the group (hash slot) of Request.Key", cfg.Store)
 	}
-	c := &Composite{store: m, group: cfg.Group}
+	c := &Composite{multi: multi{store: m, group: cfg.Group, step: clockStep(cfg.Store)}}
 	for i, b := range cfg.Buckets {
 		l, err := New(Config{Name: b.Name, Burst: b.Burst, RefillRate: b.RefillRate, Mode: Eventual, Store: cfg.Store})
 		if err != nil {
 			return nil, fmt.Errorf("%w (bucket %d)", err, i)
 		}
-		l.step = clockStep(cfg.Store)
 		for j, p := range c.prefix {
 			if q := b.Name + ":"; strings.HasPrefix(p, q) || strings.HasPrefix(q, p) {
 				return nil, invalid("bucket names %q and %q are equal or overlap (one is the other followed by ':')", cfg.Buckets[j].Name, b.Name)
 			}
 		}
-		c.buckets = append(c.buckets, l)
+		c.pols = append(c.pols, multiPolicy{policy: l.policy, refill: l.refill, unit: l.unit})
 		c.prefix = append(c.prefix, b.Name+":")
 	}
 	return c, nil
@@ -131,77 +128,44 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 
 // Policies returns the policies of the composite's buckets, in order.
 func (c *Composite) Policies() []ratekit.Policy {
-	p := make([]ratekit.Policy, len(c.buckets))
-	for i, b := range c.buckets {
-		p[i] = b.policy
+	p := make([]ratekit.Policy, len(c.pols))
+	for i := range c.pols {
+		p[i] = c.pols[i].policy
 	}
 	return p
 }
 
-// scratch is a decision's bookkeeping, pooled: the store's arguments escape
-// through the kvstore.MultiAtomic interface, and would otherwise cost two
-// allocations per decision.
-type scratch struct {
-	upd  []kvstore.Update
-	res  []kvstore.OpResult
-	keys []byte
-}
-
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
-
 // run validates req and applies op to every bucket it counts, in one step,
-// and returns the decision. A refund reports every part as allowed.
-func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op) (ratekit.Decision, error) {
-	if err := req.Validate(); err != nil {
+// and returns the decision. A refund reports every part as allowed. A reset
+// (reset true) refunds every bucket of req.Key in full.
+func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op, reset bool) (ratekit.Decision, error) {
+	if err := validate(&req, reset); err != nil {
 		return ratekit.Decision{}, err
 	}
-	n := len(c.buckets)
-	if req.Parts != nil && len(req.Parts) != n {
-		return ratekit.Decision{}, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), n)
+	if err := checkParts(&req, len(c.pols), "composite"); err != nil {
+		return ratekit.Decision{}, err
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
-	upd, res, buf := sc.upd[:0], sc.res[:0], sc.keys[:0]
-	for i, b := range c.buckets {
-		key, cost := req.Key, req.Cost
-		if req.Parts != nil {
-			key, cost = req.Parts[i].Key, req.Parts[i].Cost
+	sc := getScratch()
+	defer multiPool.Put(sc)
+	for i := range c.pols {
+		b := &c.pols[i]
+		key, cost := part(&req, i)
+		if cost > b.policy.Quota {
+			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsLimit, i, b.policy.Name, cost, b.policy.Quota)
 		}
-		if cost > b.burst {
-			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsLimit, i, b.policy.Name, cost, b.burst)
+		n := cost * b.unit
+		if reset {
+			n = b.refill.Max
 		}
-		buf = append(buf, c.prefix[i]...)
-		buf = append(buf, key...)
-		upd = append(upd, kvstore.Update{Refill: b.refill, N: cost * b.unit})
-		res = append(res, kvstore.OpResult{})
+		sc.keys = append(sc.keys, c.prefix[i]...)
+		sc.add(key, kvstore.Update{Refill: b.refill, N: n})
 	}
-	// Every store key in one string, one allocation: the store may keep
-	// a key it is given.
-	all, at := string(buf), 0
-	for i := range upd {
-		end := at + len(c.prefix[i])
-		if req.Parts != nil {
-			end += len(req.Parts[i].Key)
-		} else {
-			end += len(req.Key)
-		}
-		upd[i].Key, at = all[at:end], end
-	}
-	sc.upd, sc.res, sc.keys = upd, res, buf
-	group := ""
-	if c.group {
-		group = req.Key
-	}
-	err := c.store.UpdateMulti(ctx, group, op, upd, res)
-	for i := range upd {
-		upd[i].Key = "" // the pooled scratch keeps no key alive
-	}
+	parts, err := c.apply(ctx, req.Key, op, c.pols, sc)
 	if err != nil {
+		if reset {
+			return ratekit.Decision{}, fmt.Errorf("tokenbucket: reset: %w", err)
+		}
 		return ratekit.Decision{}, fmt.Errorf("tokenbucket: %w", err)
-	}
-	parts := make([]ratekit.Decision, n)
-	for i, b := range c.buckets {
-		b.decide(&parts[i], res[i].OK || op == kvstore.OpRefund, res[i].Value, upd[i].N)
 	}
 	return ratekit.Combine(parts), nil
 }
@@ -215,20 +179,20 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 // the store fails. After a store error the step was applied to every bucket
 // or to none.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
-	return c.run(ctx, req, kvstore.OpTake)
+	return c.run(ctx, req, kvstore.OpTake, false)
 }
 
 // Peek reports the decision Allow would make for req now, taking nothing.
 // It returns the same errors as Allow.
 func (c *Composite) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
-	return c.run(ctx, req, kvstore.OpPeek)
+	return c.run(ctx, req, kvstore.OpPeek, false)
 }
 
 // Refund returns each part's cost to its policy's bucket, never filling one
 // above its Burst, in one atomic step, and reports the resulting decision
 // (Allowed true). It returns the same errors as Allow.
 func (c *Composite) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
-	return c.run(ctx, req, kvstore.OpRefund)
+	return c.run(ctx, req, kvstore.OpRefund, false)
 }
 
 // Reset fills, in one atomic step, the buckets that a request with Key key
@@ -238,19 +202,6 @@ func (c *Composite) Refund(ctx context.Context, req ratekit.Request) (ratekit.De
 // ratekit.ErrKeyTooLong for an invalid key and the store's error (wrapped)
 // when the store fails.
 func (c *Composite) Reset(ctx context.Context, key string) error {
-	if err := ratekit.ValidateKey(key); err != nil {
-		return err
-	}
-	upd := make([]kvstore.Update, len(c.buckets))
-	for i, b := range c.buckets {
-		upd[i] = kvstore.Update{Key: c.prefix[i] + key, Refill: b.refill, N: b.refill.Max}
-	}
-	group := ""
-	if c.group {
-		group = key
-	}
-	if err := c.store.UpdateMulti(ctx, group, kvstore.OpRefund, upd, make([]kvstore.OpResult, len(upd))); err != nil {
-		return fmt.Errorf("tokenbucket: reset: %w", err)
-	}
-	return nil
+	_, err := c.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true)
+	return err
 }

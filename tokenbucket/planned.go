@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -101,12 +100,10 @@ type PlannedConfig struct {
 // Request.IdempotencyKey, has no denied-key cache, is safe for concurrent
 // use and starts no goroutine.
 type Planned struct {
-	store  kvstore.PeriodCounter
-	group  bool
+	multi
 	prefix string // Prefix + ":"
 	plan   func(ctx context.Context, key string) (ratekit.Plan, error)
 	now    func() time.Time
-	step   time.Duration
 
 	// bounds remembers recently computed period bounds, so that the
 	// decisions of one period compute its calendar once (see bounds).
@@ -156,33 +153,15 @@ func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	if pc.Partitioned() && !cfg.Group {
 		return nil, invalid("Store %T spreads keys over partitions (a Redis Cluster's hash slots) that one step cannot span; set Group to keep each decision's records in the group (hash slot) of Request.Key", cfg.Store)
 	}
-	p := &Planned{store: pc, group: cfg.Group, prefix: cfg.Prefix + ":", plan: cfg.Plan, now: cfg.Now, step: clockStep(cfg.Store)}
+	p := &Planned{multi: multi{store: pc, group: cfg.Group, step: clockStep(cfg.Store)}, prefix: cfg.Prefix + ":", plan: cfg.Plan, now: cfg.Now}
 	if p.now == nil {
 		p.now = time.Now
 	}
 	return p, nil
 }
 
-// plannedPolicy is one policy of a resolved plan, as the store counts it.
-type plannedPolicy struct {
-	policy ratekit.Policy
-	refill kvstore.Refill // a bucket's; zero for a counter
-	unit   int64          // a bucket's units per token; 0 for a counter
-}
-
-// plannedScratch is a decision's bookkeeping, pooled as Composite's is.
-type plannedScratch struct {
-	pols    [ratekit.MaxPlanPolicies]plannedPolicy
-	periods [ratekit.MaxPlanPolicies]kvstore.PeriodBounds
-	upd     []kvstore.Update
-	res     []kvstore.OpResult
-	keys    []byte
-}
-
-var plannedPool = sync.Pool{New: func() any { return new(plannedScratch) }}
-
 // resolve looks up and checks the plan of key and fills sc.pols.
-func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) ([]plannedPolicy, error) {
+func (p *Planned) resolve(ctx context.Context, key string, sc *multiScratch) ([]multiPolicy, error) {
 	plan, err := p.plan(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("tokenbucket: plan of key: %w", err)
@@ -195,7 +174,7 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) (
 		invalid := func(format string, args ...any) error {
 			return fmt.Errorf("tokenbucket: %w: plan %q: policy %q: %s", ratekit.ErrInvalidConfig, plan.Name, pol.Name, fmt.Sprintf(format, args...))
 		}
-		pols[i] = plannedPolicy{policy: pol}
+		pols[i] = multiPolicy{policy: pol}
 		switch pol.Algorithm {
 		case ratekit.TokenBucket:
 			// A burst of Quota filled from empty in Window: Quota per
@@ -252,141 +231,77 @@ func bounds(pol ratekit.Policy, now time.Time) [4]int64 {
 // one step. For a reset (reset true) every part is refunded in full. When
 // used is not nil, it receives each period counter's count.
 func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, reset bool, used *[]int64) ([]ratekit.Decision, error) {
-	if reset {
-		if err := ratekit.ValidateKey(req.Key); err != nil {
-			return nil, err
-		}
-	} else if err := req.Validate(); err != nil {
+	if err := validate(&req, reset); err != nil {
 		return nil, err
 	}
-	sc := plannedPool.Get().(*plannedScratch)
-	defer plannedPool.Put(sc)
+	sc := getScratch()
+	defer multiPool.Put(sc)
 	pols, err := p.resolve(ctx, req.Key, sc)
 	if err != nil {
 		return nil, err
 	}
-	n := len(pols)
-	if req.Parts != nil && len(req.Parts) != n {
-		return nil, fmt.Errorf("%w: %d parts for a plan of %d policies", ratekit.ErrInvalidRequest, len(req.Parts), n)
+	if err := checkParts(&req, len(pols), "plan"); err != nil {
+		return nil, err
 	}
-	upd, res, buf := sc.upd[:0], sc.res[:0], sc.keys[:0]
 	var now time.Time
 	for i := range pols {
 		pp := &pols[i]
-		key, cost := req.Key, req.Cost
-		if req.Parts != nil {
-			key, cost = req.Parts[i].Key, req.Parts[i].Cost
-		}
+		key, cost := part(&req, i)
 		if op != kvstore.OpRefund && cost > pp.policy.Quota {
 			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, pp.policy.Name, cost, pp.policy.Quota)
 		}
-		buf = append(buf, p.prefix...)
-		buf = append(buf, pp.policy.Name...)
-		u := kvstore.Update{}
+		sc.keys = p.appendRecord(sc.keys, pp)
 		if pp.unit > 0 {
-			buf = append(buf, "/b"...)
-			buf = strconv.AppendInt(buf, pp.policy.Quota, 10)
-			buf = append(buf, '.')
-			buf = strconv.AppendInt(buf, int64(pp.policy.Window/time.Microsecond), 10)
-			// A refund never fills above the burst: a larger one is
-			// the burst, which also keeps cost × unit from overflowing.
-			u.Refill, u.N = pp.refill, min(cost, pp.policy.Quota)*pp.unit
-			if reset {
-				u.N = pp.refill.Max
-			}
-		} else {
-			buf = append(buf, "/p"...)
-			if now.IsZero() {
-				now = p.now()
-			}
-			sc.periods[i] = kvstore.PeriodBounds{Bounds: p.periodBounds(&pp.policy, now), Quota: pp.policy.Quota}
-			u.Period, u.N = &sc.periods[i], cost
-			if reset {
-				u.N = kvstore.MaxValue
-			}
+			sc.add(key, bucketUpdate(pp, cost, reset))
+			continue
 		}
-		buf = append(buf, ':')
-		buf = append(buf, key...)
-		upd = append(upd, u)
-		res = append(res, kvstore.OpResult{})
+		if now.IsZero() {
+			now = p.now()
+		}
+		sc.periods[i] = kvstore.PeriodBounds{Bounds: p.periodBounds(&pp.policy, now), Quota: pp.policy.Quota}
+		u := kvstore.Update{Period: &sc.periods[i], N: cost}
+		if reset {
+			u.N = kvstore.MaxValue
+		}
+		sc.add(key, u)
 	}
-	// Every store key in one string, one allocation: the store may keep
-	// a key it is given.
-	all, at := string(buf), 0
-	for i := range upd {
-		end := at + len(p.prefix) + len(pols[i].policy.Name) + 3
-		if pols[i].unit > 0 {
-			pol := pols[i].policy
-			end += 1 + decimalLen(pol.Quota) + decimalLen(int64(pol.Window/time.Microsecond))
-		}
-		if req.Parts != nil {
-			end += len(req.Parts[i].Key)
-		} else {
-			end += len(req.Key)
-		}
-		upd[i].Key, at = all[at:end], end
-	}
-	sc.upd, sc.res, sc.keys = upd, res, buf
-	group := ""
-	if p.group {
-		group = req.Key
-	}
-	err = p.store.UpdateMulti(ctx, group, op, upd, res)
-	defer func() {
-		for i := range upd {
-			upd[i] = kvstore.Update{} // the pooled scratch keeps no key alive
-		}
-	}()
+	parts, err := p.apply(ctx, req.Key, op, pols, sc)
 	if err != nil {
 		return nil, fmt.Errorf("tokenbucket: %w", err)
 	}
-	parts := make([]ratekit.Decision, n)
-	for i := range pols {
-		p.decide(&parts[i], &pols[i], &upd[i], res[i], op)
-	}
 	if used != nil {
-		*used = make([]int64, n)
-		for i := range res {
-			(*used)[i] = res[i].Used
+		*used = make([]int64, len(parts))
+		for i := range parts {
+			(*used)[i] = sc.res[i].Used
 		}
 	}
 	return parts, nil
 }
 
-// decide fills in the zero Decision *d of policy pp after op with u.
-func (p *Planned) decide(d *ratekit.Decision, pp *plannedPolicy, u *kvstore.Update, r kvstore.OpResult, op kvstore.Op) {
-	d.Allowed = r.OK || op == kvstore.OpRefund
-	d.Limit = pp.policy.Quota
-	d.Policy = pp.policy
-	if pp.unit > 0 {
-		d.Remaining = r.Value / pp.unit
-		d.ResetAfter = p.wait(pp.refill, r.Value, pp.refill.Max)
-		if !d.Allowed {
-			d.RetryAfter = p.wait(pp.refill, r.Value, u.N)
-		}
-		return
+// appendRecord appends to buf the name of pp's record up to the key that
+// it counts: Prefix:name/b<quota>.<window µs>: for a bucket, and
+// Prefix:name/p: for a period counter.
+func (p *Planned) appendRecord(buf []byte, pp *multiPolicy) []byte {
+	buf = append(buf, p.prefix...)
+	buf = append(buf, pp.policy.Name...)
+	if pp.unit == 0 {
+		return append(buf, "/p:"...)
 	}
-	b := &u.Period.Bounds
-	d.Remaining = r.Value
-	d.ResetAfter = time.Duration(b[r.Period]-r.Now) * time.Microsecond
-	d.Policy.Window = time.Duration(b[r.Period]-b[r.Period-1]) * time.Microsecond
-	if !d.Allowed {
-		d.RetryAfter = d.ResetAfter
-	}
+	buf = append(buf, "/b"...)
+	buf = strconv.AppendInt(buf, pp.policy.Quota, 10)
+	buf = append(buf, '.')
+	buf = strconv.AppendInt(buf, int64(pp.policy.Window/time.Microsecond), 10)
+	return append(buf, ':')
 }
 
-// wait is Limiter.wait for a bucket of refill r.
-func (p *Planned) wait(r kvstore.Refill, level, target int64) time.Duration {
-	return stepWait(r, p.step, level, target)
-}
-
-// decimalLen returns the number of decimal digits of n >= 0.
-func decimalLen(n int64) int {
-	d := 1
-	for ; n >= 10; n /= 10 {
-		d++
+// bucketUpdate returns the update of bucket pp for cost, or for a reset.
+func bucketUpdate(pp *multiPolicy, cost int64, reset bool) kvstore.Update {
+	if reset {
+		return kvstore.Update{Refill: pp.refill, N: pp.refill.Max}
 	}
-	return d
+	// A refund never fills above the burst: a larger one is the burst,
+	// which also keeps cost × unit from overflowing.
+	return kvstore.Update{Refill: pp.refill, N: min(cost, pp.policy.Quota) * pp.unit}
 }
 
 // Allow takes req.Cost units (or each part's cost) from every policy of
