@@ -199,17 +199,16 @@ func (c *Composite) validate(req ratekit.Request) error {
 	return nil
 }
 
+// decide answers req by op: it checks the request and the clock, reads the
+// request's token, counts every policy's window and signs the answer's
+// token when a window or count changed.
 func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (ratekit.Decision, error) {
 	if err := c.validate(req); err != nil {
 		return ratekit.Decision{}, err
 	}
-	if err := ctx.Err(); err != nil {
-		return ratekit.Decision{}, fmt.Errorf("signedwindow: %w", err)
-	}
-	now := c.now()
-	nowSec := now.Unix()
-	if nowSec < 0 || nowSec > maxUnixSeconds {
-		return ratekit.Decision{}, fmt.Errorf("signedwindow: clock reads %v, outside 1970 to year 36812", now)
+	now, err := readClock(ctx, c.now)
+	if err != nil {
+		return ratekit.Decision{}, err
 	}
 	signer := c.keys.signing
 	sc := signer.get(purposeToken)
@@ -220,36 +219,65 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 	n := len(c.policies)
 	// ws holds each policy's window: read from the token, then updated in
 	// place. Arrays sized for MaxCompositePolicies stay on the stack.
-	var wsBuf [MaxCompositePolicies]cwin
-	ws := wsBuf[:n]
-	kid, stateErr := c.readToken(sc, cs, req.State, req.Key, now, ws)
-	valid := stateErr == nil
-	changed := !valid || kid != signer.id
-	// The parts are the Decision's own (one allocation), filled in place.
-	parts := make([]ratekit.Decision, n)
 	var (
+		wsBuf [MaxCompositePolicies]cwin
 		costs [MaxCompositePolicies]int64
 		live  [MaxCompositePolicies]bool // policy i's window in the token is still running
 	)
-	all := true
+	ws := wsBuf[:n]
+	kid, stateErr := c.readToken(sc, cs, req.State, req.Key, now, ws)
+	valid := stateErr == nil
+	fresh := c.open(ws, live[:n], valid, now.Unix())
+	for i := range ws {
+		costs[i] = req.Cost
+		if req.Parts != nil {
+			costs[i] = req.Parts[i].Cost
+		}
+	}
+	// The parts are the Decision's own (one allocation), filled in place.
+	parts := make([]ratekit.Decision, n)
+	counted := c.count(op, ws, costs[:n], live[:n], parts)
+	c.answer(parts, ws, now)
+	d := ratekit.Combine(parts)
+	d.StateError = stateErr
+	if !valid || kid != signer.id || fresh || counted {
+		d.State = c.signToken(sc, cs, ws, req.Key)
+	} else {
+		d.State = req.State
+	}
+	return d, nil
+}
+
+// open marks in live the windows of ws that the token (valid) names and
+// that still run at nowSec, and starts the others afresh. It reports
+// whether it started any.
+func (c *Composite) open(ws []cwin, live []bool, valid bool, nowSec int64) bool {
+	fresh := false
 	for i := range ws {
 		w := &ws[i]
 		if valid && nowSec < w.start+c.windows[i] && nowSec < w.start+w.ttl {
 			live[i] = true
-		} else {
-			// No window, or this policy's window has ended: a fresh one.
-			*w = cwin{start: nowSec, ttl: c.windows[i]}
-			changed = true
+			continue
 		}
-		cost := req.Cost
-		if req.Parts != nil {
-			cost = req.Parts[i].Cost
-		}
-		costs[i] = cost
-		ok := op == opRefund || w.count <= c.policies[i].Quota-cost
+		// No window, or this policy's window has ended: a fresh one.
+		*w = cwin{start: nowSec, ttl: c.windows[i]}
+		fresh = true
+	}
+	return fresh
+}
+
+// count decides op for every policy i at costs[i], setting
+// parts[i].Allowed, and applies it to ws: a take allowed by every policy
+// adds every cost, a refund gives each live window its cost back (never
+// below 0). It reports whether a count changed.
+func (c *Composite) count(op op, ws []cwin, costs []int64, live []bool, parts []ratekit.Decision) bool {
+	all := true
+	for i := range ws {
+		ok := op == opRefund || ws[i].count <= c.policies[i].Quota-costs[i]
 		parts[i].Allowed = ok
 		all = all && ok
 	}
+	changed := false
 	switch {
 	case op == opAllow && all:
 		for i := range ws {
@@ -264,6 +292,11 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 			}
 		}
 	}
+	return changed
+}
+
+// answer fills in each part's figures from its window in ws at now.
+func (c *Composite) answer(parts []ratekit.Decision, ws []cwin, now time.Time) {
 	for i := range parts {
 		p, d := &c.policies[i], &parts[i]
 		reset := time.Unix(ws[i].start+c.windows[i], 0).Sub(now)
@@ -275,14 +308,6 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 			d.RetryAfter = reset
 		}
 	}
-	d := ratekit.Combine(parts)
-	d.StateError = stateErr
-	if changed {
-		d.State = c.signToken(sc, cs, ws[:n], req.Key)
-	} else {
-		d.State = req.State
-	}
-	return d, nil
 }
 
 // Composite token, format version 2: the unpadded base64url encoding of
@@ -351,21 +376,8 @@ func parseCompositeToken(raw []byte, ws []cwin) (kid uint8, n, bodyLen int, err 
 		if l < 3 || l > maxCWinLen || i+l > bodyLen {
 			return 0, 0, 0, ErrTokenMalformed
 		}
-		f := raw[i : i+l]
-		var w cwin
-		var m, j int
-		if w.start, m = readUvarint(f); m == 0 || w.start > maxUnixSeconds {
-			return 0, 0, 0, ErrTokenMalformed
-		}
-		j += m
-		if w.count, m = readUvarint(f[j:]); m == 0 {
-			return 0, 0, 0, ErrTokenMalformed
-		}
-		j += m
-		if w.ttl, m = readUvarint(f[j:]); m == 0 || w.ttl > maxTTLSeconds {
-			return 0, 0, 0, ErrTokenMalformed
-		}
-		if j+m != l {
+		w, ok := parseCWin(raw[i : i+l])
+		if !ok {
 			return 0, 0, 0, ErrTokenMalformed
 		}
 		if ws != nil {
@@ -377,6 +389,25 @@ func parseCompositeToken(raw []byte, ws []cwin) (kid uint8, n, bodyLen int, err 
 		return 0, 0, 0, ErrTokenMalformed
 	}
 	return kid, n, bodyLen, nil
+}
+
+// parseCWin parses one window's fields f (its three varints, exactly),
+// reporting false for malformed ones.
+func parseCWin(f []byte) (cwin, bool) {
+	var w cwin
+	var m, j int
+	if w.start, m = readUvarint(f); m == 0 || w.start > maxUnixSeconds {
+		return cwin{}, false
+	}
+	j += m
+	if w.count, m = readUvarint(f[j:]); m == 0 {
+		return cwin{}, false
+	}
+	j += m
+	if w.ttl, m = readUvarint(f[j:]); m == 0 || w.ttl > maxTTLSeconds {
+		return cwin{}, false
+	}
+	return w, j+m == len(f)
 }
 
 // compositeMAC computes the truncated HMAC of PAE(body, set ID, subject) with

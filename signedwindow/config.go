@@ -191,6 +191,7 @@ func (p DifficultyPolicy) validate() error {
 
 // withDefaults returns cfg with defaults applied, or an error wrapping
 // ratekit.ErrInvalidConfig.
+// cyclomatic: one flat check or default per Config field, in field order.
 func (cfg Config) withDefaults() (Config, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
 		return cfg, fmt.Errorf("signedwindow: %w", err)

@@ -147,23 +147,12 @@ const (
 	opRefund
 )
 
+// decide answers req by op: it checks the request and the clock, reads
+// the request's token, counts it (count) and signs the answer's token.
 func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratekit.Decision, error) {
-	if err := req.Validate(); err != nil {
+	now, err := l.check(ctx, &req)
+	if err != nil {
 		return ratekit.Decision{}, err
-	}
-	if len(req.Parts) > 0 {
-		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
-	}
-	if req.Cost > l.limit {
-		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
-	}
-	if err := ctx.Err(); err != nil {
-		return ratekit.Decision{}, fmt.Errorf("signedwindow: %w", err)
-	}
-	now := l.now()
-	nowSec := now.Unix()
-	if nowSec < 0 || nowSec > maxUnixSeconds {
-		return ratekit.Decision{}, fmt.Errorf("signedwindow: clock reads %v, outside 1970 to year 36812", now)
 	}
 
 	signer := l.keys.signing
@@ -172,65 +161,12 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 
 	tf, stateErr := l.readToken(sc, req.State, req.Key, now)
 	valid := stateErr == nil
-	start, count := nowSec, int64(0)
+	w := window{start: now.Unix(), expires: (now.Unix() + l.windowSec) * 1000}
 	if valid {
-		start, count = tf.start, tf.count
+		w = window{start: tf.start, count: tf.count, expires: (tf.start + min(tf.ttl, l.windowSec)) * 1000}
 	}
-
-	var (
-		allowed  bool
-		newCount int64
-	)
-	w := window{start: start, count: count, expires: (start + min(tf.ttl, l.windowSec)) * 1000}
-	if !valid {
-		w.expires = (start + l.windowSec) * 1000
-	}
-	var key uint64
-	if l.replay != nil {
-		key = l.replay.windowKey(req.Key)
-	}
-	nowMs := now.UnixMilli()
-	switch {
-	case op == opAllow && l.replay != nil:
-		w, allowed = l.replay.spend(key, valid, w, req.Cost, l.limit, nowMs)
-		newCount = w.count
-		if allowed {
-			newCount += req.Cost
-		}
-	case op == opAllow:
-		allowed = count <= l.limit-req.Cost
-		newCount = count
-		if allowed {
-			newCount += req.Cost
-		}
-	case op == opPeek:
-		if l.replay != nil {
-			w = l.replay.peek(key, valid, w, nowMs)
-		}
-		allowed = w.count <= l.limit-req.Cost
-		newCount = w.count
-	case op == opRefund && !valid:
-		// A token that was not accepted names no window the request was
-		// charged in: give nothing back, and answer as Peek does. With the
-		// cache that is the remembered window, so the answer never carries
-		// a window other than the one the subject is counted in (a fresh
-		// window here would let the next Allow adopt it and start over).
-		allowed = true
-		if l.replay != nil {
-			w = l.replay.peek(key, false, w, nowMs)
-		}
-		newCount = w.count
-	case op == opRefund && l.replay != nil:
-		allowed = true
-		w = l.replay.refund(key, w, req.Cost, nowMs)
-		newCount = w.count
-	case op == opRefund:
-		allowed = true
-		newCount = max(count-req.Cost, 0)
-	}
-	start, replayed := w.start, w.replayed
-	end := start + l.windowSec
-	if replayed {
+	w, allowed, newCount := l.count(op, req.Key, req.Cost, valid, w, now.UnixMilli())
+	if w.replayed {
 		stateErr = ErrTokenReplayed
 	}
 
@@ -238,22 +174,89 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 		Allowed:    allowed,
 		Limit:      l.limit,
 		Remaining:  min(max(l.limit-newCount, 0), l.limit),
-		ResetAfter: time.Unix(end, 0).Sub(now),
+		ResetAfter: time.Unix(w.start+l.windowSec, 0).Sub(now),
 		Policy:     l.Policy(),
 		StateError: stateErr,
 	}
 	if !allowed {
 		d.RetryAfter = d.ResetAfter
 	}
-	if valid && start == tf.start && newCount == tf.count && tf.kid == l.keys.signing.id {
+	if valid && w.start == tf.start && newCount == tf.count && tf.kid == l.keys.signing.id {
 		// Nothing changed (a denial, a peek): hand the same token back.
 		// A token signed by an older key is re-signed, so that it survives
 		// the old key's removal.
 		d.State = req.State
 	} else {
-		d.State = l.signToken(sc, start, newCount, req.Key)
+		d.State = l.signToken(sc, w.start, newCount, req.Key)
 	}
 	return d, nil
+}
+
+// check returns the limiter's clock for a decision of req, or the error
+// for a request that no decision takes: an invalid one, one with Parts, a
+// cost above the quota, a done ctx or a clock outside 1970 to year 36812.
+func (l *Limiter) check(ctx context.Context, req *ratekit.Request) (time.Time, error) {
+	if err := req.Validate(); err != nil {
+		return time.Time{}, err
+	}
+	if len(req.Parts) > 0 {
+		return time.Time{}, ratekit.ErrUnexpectedParts
+	}
+	if req.Cost > l.limit {
+		return time.Time{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
+	}
+	return readClock(ctx, l.now)
+}
+
+// readClock returns now(), or an error when ctx is done (wrapping
+// ctx.Err()) or the clock reads a time outside 1970 to year 36812.
+func readClock(ctx context.Context, now func() time.Time) (time.Time, error) {
+	if err := ctx.Err(); err != nil {
+		return time.Time{}, fmt.Errorf("signedwindow: %w", err)
+	}
+	t := now()
+	if sec := t.Unix(); sec < 0 || sec > maxUnixSeconds {
+		return time.Time{}, fmt.Errorf("signedwindow: clock reads %v, outside 1970 to year 36812", t)
+	}
+	return t, nil
+}
+
+// count applies op with cost to w, the window that subject's token names
+// (valid) or a fresh one, through the replay cache when there is one, and
+// returns the window the subject is counted in, whether op is allowed,
+// and the count the answer's token carries.
+func (l *Limiter) count(op op, subject string, cost int64, valid bool, w window, nowMs int64) (window, bool, int64) {
+	var key uint64
+	if l.replay != nil {
+		key = l.replay.windowKey(subject)
+	}
+	switch {
+	case op == opAllow:
+		allowed := w.count <= l.limit-cost
+		if l.replay != nil {
+			w, allowed = l.replay.spend(key, valid, w, cost, l.limit, nowMs)
+		}
+		if allowed {
+			return w, true, w.count + cost
+		}
+		return w, false, w.count
+	case op == opPeek || !valid:
+		// A peek; or a refund whose token was not accepted, which names
+		// no window the request was charged in: give nothing back, and
+		// answer as Peek does. With the cache that is the remembered
+		// window, so the answer never carries a window other than the
+		// one the subject is counted in (a fresh window here would let
+		// the next Allow adopt it and start over).
+		if l.replay != nil {
+			w = l.replay.peek(key, valid, w, nowMs)
+		}
+		return w, op == opRefund || w.count <= l.limit-cost, w.count
+	case l.replay != nil:
+		w = l.replay.refund(key, w, cost, nowMs)
+		return w, true, w.count
+	default:
+		return w, true, max(w.count-cost, 0)
+	}
 }
 
 // signToken returns the text of a token for the window starting at start
