@@ -159,13 +159,28 @@ func (c *Scope) release(e *entry, now int64) {
 // applyAll computes and writes the results of an UpdateMulti whose entries
 // are all held, then unlocks them.
 func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64) {
-	nowMicro := micros(nowNano)
 	var nextBuf [maxStackKeys]kvstore.Record
 	next := nextBuf[:0]
 	if len(updates) > maxStackKeys {
 		next = make([]kvstore.Record, 0, len(updates))
 	}
 	next = next[:len(updates)]
+	all := computeAll(op, updates, results, held, nowNano, next)
+	write := all && op != kvstore.OpPeek
+	for i := range updates {
+		c.settle(&updates[i], held[i], next[i], results[i].Period, write, nowNano)
+		held[i].mu.Unlock()
+	}
+	if op == kvstore.OpTake && !all {
+		keepLevels(updates, results)
+	}
+}
+
+// computeAll computes the result and the next record of every update on
+// its held entry, into results and next, and reports whether every take
+// could be made (true for other ops).
+func computeAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64, next []kvstore.Record) bool {
+	nowMicro := micros(nowNano)
 	all := true
 	for i := range updates {
 		u, e := &updates[i], held[i]
@@ -175,62 +190,60 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 			rec = e.rec
 		}
 		// The updates and the clock were checked: Apply cannot fail.
-		var (
-			res   kvstore.OpResult
-			rec2  kvstore.Record
-			write bool
-		)
+		var write bool
 		if u.Period == nil {
-			res, rec2, write, _ = u.Refill.Apply(rec, live, nowMicro, op, u.N)
+			results[i], next[i], write, _ = u.Refill.Apply(rec, live, nowMicro, op, u.N)
 		} else {
-			res, rec2, write, _ = u.Period.Apply(rec, live, nowMicro, op, u.N)
+			results[i], next[i], write, _ = u.Period.Apply(rec, live, nowMicro, op, u.N)
 		}
-		results[i], next[i] = res, rec2
 		if op == kvstore.OpTake && !write {
 			all = false
 		}
 	}
-	write := all && op != kvstore.OpPeek
-	for i := range updates {
-		u, e := &updates[i], held[i]
+	return all
+}
+
+// settle writes next to the held entry e of update u when write is set and
+// the record must be kept, and otherwise removes e when it is not worth
+// keeping; picked is the period its result picked (a period counter's).
+func (c *Scope) settle(u *kvstore.Update, e *entry, next kvstore.Record, picked int, write bool, nowNano int64) {
+	switch {
+	case e.dead:
+		// Evicted while held: forgotten, as eviction forgets.
+	case u.Period != nil:
+		// A period counter: a count of zero goes (an absent key counts
+		// zero); any other lives at least until the end of the period
+		// picked, and no shorter than it did.
 		switch {
-		case e.dead:
-			// Evicted while held: forgotten, as eviction forgets.
-		case u.Period != nil:
-			// A period counter: a count of zero goes (an absent key
-			// counts zero); any other lives at least until the end of
-			// the period picked, and no shorter than it did.
-			switch {
-			case write && next[i].Value > 0:
-				end := u.Period.Bounds[results[i].Period] * 1000
-				if nowNano >= e.expires {
-					e.expires = end
-				}
-				e.rec, e.expires = next[i], max(e.expires, end)
-			case write || nowNano >= e.expires:
-				c.s.remove(e)
+		case write && next.Value > 0:
+			end := u.Period.Bounds[picked] * 1000
+			if nowNano >= e.expires {
+				e.expires = end
 			}
-		case write && next[i].Value < u.Refill.Max:
-			e.rec, e.expires = next[i], expiry(u.Refill, next[i])
+			e.rec, e.expires = next, max(e.expires, end)
 		case write || nowNano >= e.expires:
-			// A full record, an expired one or a placeholder that is
-			// not written goes: an absent key reads as full.
 			c.s.remove(e)
 		}
-		e.mu.Unlock()
+	case write && next.Value < u.Refill.Max:
+		e.rec, e.expires = next, expiry(u.Refill, next)
+	case write || nowNano >= e.expires:
+		// A full record, an expired one or a placeholder that is not
+		// written goes: an absent key reads as full.
+		c.s.remove(e)
 	}
-	if op == kvstore.OpTake && !all {
-		// Nothing was taken: a key that could give its units reports
-		// the level it keeps.
-		for i := range results {
-			switch p := updates[i].Period; {
-			case !results[i].OK:
-			case p == nil:
-				results[i].Value += updates[i].N
-			default:
-				results[i].Used -= updates[i].N
-				results[i].Value = max(p.Quota-results[i].Used, 0)
-			}
+}
+
+// keepLevels rewrites the results of a take that took nothing: a key that
+// could give its units reports the level it keeps.
+func keepLevels(updates []kvstore.Update, results []kvstore.OpResult) {
+	for i := range results {
+		switch p := updates[i].Period; {
+		case !results[i].OK:
+		case p == nil:
+			results[i].Value += updates[i].N
+		default:
+			results[i].Used -= updates[i].N
+			results[i].Value = max(p.Quota-results[i].Used, 0)
 		}
 	}
 }
