@@ -261,18 +261,9 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	writes := 0
 	var old map[string]types.AttributeValue
 	if op == kvstore.OpTake {
-		// Which form of take to send first: the one that the last
-		// decision on this key in this Store predicts (a bucket that is
-		// not full yet), or else the full form, right for a key that is
-		// new or idle since it refilled.
 		writes++
-		now := s.now().UnixMicro()
-		full, seen := s.hints.get(k, now)
-		res, failed, err := s.take(ctx, k, r, n, now, full || !seen)
+		res, failed, err := s.firstTake(ctx, k, r, n)
 		if err != nil || failed == nil {
-			if err == nil {
-				s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
-			}
 			return res, err
 		}
 		old = failed.Item
@@ -281,51 +272,8 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{}, err
 	}
 	for {
-		if old == nil {
-			// The failure did not carry the item (dynalite does not
-			// implement ReturnValuesOnConditionCheckFailure; AWS omits
-			// an item that no longer exists): read it.
-			if old, err = s.read(ctx, k); err != nil {
-				return kvstore.OpResult{}, err
-			}
-		}
-		it, err := parseItem(old)
-		if err != nil {
-			return kvstore.OpResult{}, err
-		}
-		now := s.now().UnixMicro()
-		if it.present && it.rate == r.Rate {
-			s.hints.set(k, it.fullAt(r))
-		}
-		live := it.live(now)
-		res, next, write, err := r.Apply(it.view(r, now), live, now, op, n)
-		if err != nil || !write {
-			// A refused take or a peek: nothing to write.
-			return res, err
-		}
-		if next.Value >= r.Max && !live {
-			// Full and absent (or expired) already.
-			return res, nil
-		}
-		if writes == s.attempts {
-			return kvstore.OpResult{}, fmt.Errorf("%w: %d conditional writes on one key", ErrContention, writes)
-		}
-		writes++
-		var failed *types.ConditionalCheckFailedException
-		switch {
-		case op == kvstore.OpTake && (!it.present || it.rate == r.Rate):
-			// A range condition accepts the item as it is now, and a
-			// concurrent take does not make it fail again.
-			res, failed, err = s.take(ctx, k, r, n, now, !it.partial(r, now))
-		case next.Value >= r.Max:
-			failed, err = s.deleteIf(ctx, k, it)
-		default:
-			failed, err = s.writeIf(ctx, k, it, r, next)
-		}
+		res, failed, err := s.attempt(ctx, k, r, op, n, old, &writes)
 		if err != nil || failed == nil {
-			if err == nil && op == kvstore.OpTake {
-				s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
-			}
 			return res, err
 		}
 		if err := ctx.Err(); err != nil {
@@ -333,6 +281,84 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		}
 		old = failed.Item
 	}
+}
+
+// firstTake sends the first take of n units on k: the form that the last
+// decision on this key in this Store predicts (a bucket that is not full
+// yet), or else the full form, right for a key that is new or idle since
+// it refilled. It returns what take returns.
+func (s *Store) firstTake(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, n int64) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
+	now := s.now().UnixMicro()
+	full, seen := s.hints.get(k, now)
+	res, failed, err := s.take(ctx, k, r, n, now, full || !seen)
+	if err == nil && failed == nil {
+		s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+	}
+	return res, failed, err
+}
+
+// attempt decides op on k with the item old (read first when nil: the
+// failure did not carry it) and, when the decision writes, sends the
+// conditional write, counting it in *writes. It returns the result when
+// the decision is made, the failure when the write's condition failed, or
+// the error (ErrContention once Config.MaxAttempts writes were sent).
+func (s *Store) attempt(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, op kvstore.Op, n int64, old map[string]types.AttributeValue, writes *int) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
+	if old == nil {
+		// The failure did not carry the item (dynalite does not
+		// implement ReturnValuesOnConditionCheckFailure; AWS omits an
+		// item that no longer exists): read it.
+		var err error
+		if old, err = s.read(ctx, k); err != nil {
+			return kvstore.OpResult{}, nil, err
+		}
+	}
+	it, err := parseItem(old)
+	if err != nil {
+		return kvstore.OpResult{}, nil, err
+	}
+	now := s.now().UnixMicro()
+	if it.present && it.rate == r.Rate {
+		s.hints.set(k, it.fullAt(r))
+	}
+	live := it.live(now)
+	res, next, write, err := r.Apply(it.view(r, now), live, now, op, n)
+	if err != nil || !write {
+		// A refused take or a peek: nothing to write.
+		return res, nil, err
+	}
+	if next.Value >= r.Max && !live {
+		// Full and absent (or expired) already.
+		return res, nil, nil
+	}
+	if *writes == s.attempts {
+		return kvstore.OpResult{}, nil, fmt.Errorf("%w: %d conditional writes on one key", ErrContention, *writes)
+	}
+	*writes++
+	return s.write(ctx, k, r, op, n, it, now, res, next)
+}
+
+// write sends the conditional write of a decision on item it at now whose
+// result is res and next record next: a take, a delete of a bucket that
+// is full again, or the next record. It returns what attempt returns.
+func (s *Store) write(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, op kvstore.Op, n int64, it item, now int64, res kvstore.OpResult, next kvstore.Record) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
+	var (
+		failed *types.ConditionalCheckFailedException
+		err    error
+	)
+	switch {
+	case op == kvstore.OpTake && (!it.present || it.rate == r.Rate):
+		// A range condition accepts the item as it is now, and a
+		// concurrent take does not make it fail again.
+		res, failed, err = s.take(ctx, k, r, n, now, !it.partial(r, now))
+	case next.Value >= r.Max:
+		failed, err = s.deleteIf(ctx, k, it)
+	default:
+		failed, err = s.writeIf(ctx, k, it, r, next)
+	}
+	if err == nil && failed == nil && op == kvstore.OpTake {
+		s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+	}
+	return res, failed, err
 }
 
 // take sends a conditional UpdateItem that takes n units from the bucket
