@@ -83,23 +83,31 @@ func All(limiters ...Limiter) (Limiter, error) {
 		reset = reset && ok
 	}
 	a := &all{parts: append([]Limiter(nil), limiters...), peekable: peek}
+	return a.withMethods(refund, reset), nil
+}
+
+// withMethods returns a as a Limiter that also implements Peeker when its
+// parts all do (a.peekable), Refunder when refund is set, and Resetter when
+// reset is set.
+func (a *all) withMethods(refund, reset bool) Limiter {
+	peek := a.peekable
 	switch {
 	case peek && refund && reset:
-		return allPRS{a, allPeek{a}, allRefund{a}, allReset{a}}, nil
+		return allPRS{a, allPeek{a}, allRefund{a}, allReset{a}}
 	case peek && refund:
-		return allPR{a, allPeek{a}, allRefund{a}}, nil
+		return allPR{a, allPeek{a}, allRefund{a}}
 	case peek && reset:
-		return allPS{a, allPeek{a}, allReset{a}}, nil
+		return allPS{a, allPeek{a}, allReset{a}}
 	case refund && reset:
-		return allRS{a, allRefund{a}, allReset{a}}, nil
+		return allRS{a, allRefund{a}, allReset{a}}
 	case peek:
-		return allP{a, allPeek{a}}, nil
+		return allP{a, allPeek{a}}
 	case refund:
-		return allR{a, allRefund{a}}, nil
+		return allR{a, allRefund{a}}
 	case reset:
-		return allS{a, allReset{a}}, nil
+		return allS{a, allReset{a}}
 	}
-	return a, nil
+	return a
 }
 
 // all is the composite of All; the types below add the optional methods
