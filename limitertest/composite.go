@@ -222,22 +222,7 @@ func saneComposite(what string, d ratekit.Decision, policies []Config, fam ratek
 	if d.Allowed != all {
 		return fmt.Errorf("%s: Allowed %v, but the parts' Allowed are %v", what, d.Allowed, allowed)
 	}
-	// The most restrictive part: smallest Remaining among the denying parts
-	// when any denied (ties: the longest ResetAfter, then the earlier part).
-	pick := -1
-	var retry time.Duration
-	for i, p := range d.Parts {
-		if !all && p.Allowed {
-			continue
-		}
-		if !p.Allowed && p.RetryAfter > retry {
-			retry = p.RetryAfter
-		}
-		if pick < 0 || p.Remaining < d.Parts[pick].Remaining ||
-			p.Remaining == d.Parts[pick].Remaining && p.ResetAfter > d.Parts[pick].ResetAfter {
-			pick = i
-		}
-	}
+	pick, retry := mostRestrictive(d.Parts, all)
 	m := d.Parts[pick]
 	if d.RetryAfter != retry {
 		return fmt.Errorf("%s: RetryAfter %v, want %v, the longest among the denying parts (decision %+v)", what, d.RetryAfter, retry, d)
@@ -247,6 +232,27 @@ func saneComposite(what string, d ratekit.Decision, policies []Config, fam ratek
 			what, d.Limit, d.Remaining, d.ResetAfter, d.Policy, pick, d)
 	}
 	return nil
+}
+
+// mostRestrictive returns the most restrictive of parts (the smallest
+// Remaining among the denying parts when any denied, all false; ties: the
+// longest ResetAfter, then the earlier part) and the longest RetryAfter of
+// the denying parts.
+func mostRestrictive(parts []ratekit.Decision, all bool) (pick int, retry time.Duration) {
+	pick = -1
+	for i, p := range parts {
+		if !all && p.Allowed {
+			continue
+		}
+		if !p.Allowed && p.RetryAfter > retry {
+			retry = p.RetryAfter
+		}
+		if pick < 0 || p.Remaining < parts[pick].Remaining ||
+			p.Remaining == parts[pick].Remaining && p.ResetAfter > parts[pick].ResetAfter {
+			pick = i
+		}
+	}
+	return pick, retry
 }
 
 // checkEachQuota: parts of different costs make each policy bind in turn;

@@ -286,51 +286,65 @@ func Run(t *testing.T, slack time.Duration, newLimiter func(t *testing.T, clock 
 			ctx := context.Background()
 			for i, st := range sc.Steps {
 				clock.Add(st.At.Sub(clock.Now()))
-				var (
-					d   ratekit.Decision
-					err error
-				)
-				switch st.Op {
-				case SetPlan:
-					plans.Set(key, st.Plan)
-					continue
-				case Usage:
-					u, err := l.Usage(ctx, key)
-					if err != nil {
-						t.Fatalf("step %d: Usage: %v", i, err)
-					}
-					got := u[st.Part]
-					if got.Used != st.Used || got.Remaining != st.Remaining || (!st.Reset.IsZero() && !near(got.ResetAfter, st.Reset.Sub(st.At), slack)) {
-						t.Fatalf("step %d at %v: usage %+v; want Used %d, Remaining %d, reset at %v", i, st.At, got, st.Used, st.Remaining, st.Reset)
-					}
-					continue
-				case Allow:
-					d, err = l.Allow(ctx, ratekit.Request{Key: key, Cost: st.Cost})
-				case Peek:
-					d, err = l.Peek(ctx, ratekit.Request{Key: key, Cost: st.Cost})
-				case Refund:
-					d, err = l.Refund(ctx, ratekit.Request{Key: key, Cost: st.Cost})
-				}
-				if err != nil {
-					t.Fatalf("step %d at %v: %v", i, st.At, err)
-				}
-				p := d.Parts[st.Part]
-				if d.Allowed != st.Allowed || p.Allowed != st.Allowed || p.Remaining != st.Remaining {
-					t.Fatalf("step %d at %v: decision %+v, part %+v; want Allowed %v, Remaining %d", i, st.At, d, p, st.Allowed, st.Remaining)
-				}
-				if !st.Reset.IsZero() {
-					if want := st.Reset.Sub(st.At); !near(p.ResetAfter, want, slack) {
-						t.Fatalf("step %d at %v: ResetAfter %v, want %v (until %v)", i, st.At, p.ResetAfter, want, st.Reset)
-					}
-					if !st.Allowed && p.RetryAfter != p.ResetAfter {
-						t.Fatalf("step %d at %v: RetryAfter %v, want the period's end, %v", i, st.At, p.RetryAfter, p.ResetAfter)
-					}
-				}
-				if st.Window != 0 && p.Policy.Window != st.Window {
-					t.Fatalf("step %d at %v: Policy.Window %v, want %v", i, st.At, p.Policy.Window, st.Window)
-				}
+				runStep(t, ctx, l, plans, key, i, st, slack)
 			}
 		})
+	}
+}
+
+// runStep runs step i of a scenario, st, on key, and fails t unless its
+// outcome is the one st wants (a ResetAfter up to slack short).
+func runStep(t *testing.T, ctx context.Context, l Limiter, plans *Plans, key string, i int, st Step, slack time.Duration) {
+	t.Helper()
+	var (
+		d   ratekit.Decision
+		err error
+	)
+	switch st.Op {
+	case SetPlan:
+		plans.Set(key, st.Plan)
+		return
+	case Usage:
+		u, err := l.Usage(ctx, key)
+		if err != nil {
+			t.Fatalf("step %d: Usage: %v", i, err)
+		}
+		got := u[st.Part]
+		if got.Used != st.Used || got.Remaining != st.Remaining || (!st.Reset.IsZero() && !near(got.ResetAfter, st.Reset.Sub(st.At), slack)) {
+			t.Fatalf("step %d at %v: usage %+v; want Used %d, Remaining %d, reset at %v", i, st.At, got, st.Used, st.Remaining, st.Reset)
+		}
+		return
+	case Allow:
+		d, err = l.Allow(ctx, ratekit.Request{Key: key, Cost: st.Cost})
+	case Peek:
+		d, err = l.Peek(ctx, ratekit.Request{Key: key, Cost: st.Cost})
+	case Refund:
+		d, err = l.Refund(ctx, ratekit.Request{Key: key, Cost: st.Cost})
+	}
+	if err != nil {
+		t.Fatalf("step %d at %v: %v", i, st.At, err)
+	}
+	checkDecision(t, i, st, d, slack)
+}
+
+// checkDecision fails t unless d, the decision of step i, is the one st
+// wants (a ResetAfter up to slack short).
+func checkDecision(t *testing.T, i int, st Step, d ratekit.Decision, slack time.Duration) {
+	t.Helper()
+	p := d.Parts[st.Part]
+	if d.Allowed != st.Allowed || p.Allowed != st.Allowed || p.Remaining != st.Remaining {
+		t.Fatalf("step %d at %v: decision %+v, part %+v; want Allowed %v, Remaining %d", i, st.At, d, p, st.Allowed, st.Remaining)
+	}
+	if !st.Reset.IsZero() {
+		if want := st.Reset.Sub(st.At); !near(p.ResetAfter, want, slack) {
+			t.Fatalf("step %d at %v: ResetAfter %v, want %v (until %v)", i, st.At, p.ResetAfter, want, st.Reset)
+		}
+		if !st.Allowed && p.RetryAfter != p.ResetAfter {
+			t.Fatalf("step %d at %v: RetryAfter %v, want the period's end, %v", i, st.At, p.RetryAfter, p.ResetAfter)
+		}
+	}
+	if st.Window != 0 && p.Policy.Window != st.Window {
+		t.Fatalf("step %d at %v: Policy.Window %v, want %v", i, st.At, p.Policy.Window, st.Window)
 	}
 }
 

@@ -37,6 +37,7 @@ func (s *Server) Scripts() int64 {
 // whose last take was refused and that stay refused, and every peek, each
 // reporting its level; and runs the script again for the first take that
 // fits.
+// cyclomatic: one scenario whose branches are its t.Fatalf checks, in order.
 func CheckRefusalsRunNoScript(t *testing.T, srv *Server, s Store) {
 	t.Helper()
 	ctx := context.Background()
