@@ -9,8 +9,8 @@
 //     with its window and count. It is a friction layer against accidental
 //     floods and casual scripts, not a security boundary: a client that drops
 //     its token starts a fresh count.
-//   - tokenbucket keeps two numbers per key in a key-value store (in memory or
-//     Redis). It is approximate with a stated bound on eventually consistent
+//   - tokenbucket keeps two numbers per key in a key-value store (in memory,
+//     Redis or DynamoDB). It is approximate with a stated bound on eventually consistent
 //     stores and exact where the store updates atomically.
 //   - durable keeps exact counters in PostgreSQL, for quotas that are money.
 //

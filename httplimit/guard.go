@@ -76,7 +76,7 @@ type GuardConfig struct {
 	Limiter ratekit.Limiter
 
 	// OnError is the failure policy applied when Limiter returns an error
-	// that is not an [ErrInvalidRequest]. Required.
+	// that is not an [ratekit.ErrInvalidRequest]. Required.
 	OnError FailurePolicy
 
 	// Fallback decides when Limiter fails and OnError is UseFallback.
@@ -151,13 +151,13 @@ type GuardConfig struct {
 	InsecureCookie bool
 
 	// Observer, when its FailurePolicy field is set, learns each time the
-	// failure policy acts (see [FailureEvent]). Nil observes nothing and
+	// failure policy acts (see [ratekit.FailureEvent]). Nil observes nothing and
 	// costs nothing. The Guard does not report decisions: wrap Limiter and
-	// Fallback with [Observe] for those.
+	// Fallback with [ratekit.Observe] for those.
 	Observer *ratekit.Observer
 }
 
-// Guard turns a [Limiter]'s decisions into HTTP answers: the RateLimit header
+// Guard turns a [ratekit.Limiter]'s decisions into HTTP answers: the RateLimit header
 // fields, Retry-After, problem+json bodies, client-state transport and the
 // failure policy. [Middleware] and the lambda package's adapters share it, so
 // every transport answers alike.
@@ -204,7 +204,7 @@ func (g *Guard) warn(ctx context.Context, t *throttle, msg string, args ...any) 
 }
 
 // NewGuard validates cfg and returns a Guard. It returns an error matching
-// [ErrInvalidConfig] when Limiter is nil, OnError is not one of the defined
+// [ratekit.ErrInvalidConfig] when Limiter is nil, OnError is not one of the defined
 // policies, Fallback does not match OnError, Timeout or DeadlineMargin is
 // negative, or a state
 // header or cookie name is not a valid token.

@@ -65,7 +65,7 @@ const (
 // RateLimit-Policy carries q = d.Policy.Quota and w = d.Policy.Window
 // (draft-ietf-httpapi-ratelimit-headers-10, section 3.1), RateLimit carries
 // r = d.Remaining and t (section 4.1); the rule by which every strategy
-// fills in Policy, so that r never exceeds q, is on [Policy].
+// fills in Policy, so that r never exceeds q, is on [ratekit.Policy].
 //
 // Durations are advertised in whole seconds rounded up, so a client that waits
 // as long as it is told is never early. The RateLimit t parameter is the time
@@ -87,7 +87,7 @@ const (
 //
 // Each member's t follows its own part (its RetryAfter when that part
 // denied). Retry-After and the legacy fields follow the top-level
-// Decision, which sums the parts up (see [Decision.Parts]): Retry-After is
+// Decision, which sums the parts up (see [ratekit.Decision.Parts]): Retry-After is
 // the longest wait among the parts that denied, so it is never earlier than
 // their t; a part that did not deny keeps its own t, which may be later, as
 // more of its quota is not what the request waits for.
@@ -95,7 +95,7 @@ const (
 // A policy name that is not printable ASCII cannot be written as a Structured
 // Fields string (RFC 9651, section 3.3.3); its field (or list member) is then
 // omitted, since clients must ignore malformed fields anyway. So is a list
-// member of no name (a part that [All] could not ask). Retry-After is
+// member of no name (a part that [ratekit.All] could not ask). Retry-After is
 // still written. SetHeaders is safe for concurrent use on distinct headers.
 func SetHeaders(h http.Header, d ratekit.Decision, legacy bool) {
 	if d.Parts != nil {

@@ -97,7 +97,7 @@ func RemoteAddrKey() KeyFunc {
 // All X-Forwarded-For fields of the request are read as one list (RFC 9110,
 // section 5.3).
 //
-// It returns an error matching [ErrInvalidConfig] when trustedProxies is
+// It returns an error matching [ratekit.ErrInvalidConfig] when trustedProxies is
 // below 1; the KeyFunc returns an error matching [ErrNoKey] when the list has
 // fewer than trustedProxies entries or that entry is not an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
@@ -154,7 +154,7 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 // "CF-Connecting-IP". The proxy must overwrite the field, or a client can set
 // it. The field must appear exactly once and hold one IP address.
 //
-// It returns an error matching [ErrInvalidConfig] for an invalid field name;
+// It returns an error matching [ratekit.ErrInvalidConfig] for an invalid field name;
 // the KeyFunc returns an error matching [ErrNoKey] when the field is missing,
 // repeated or not an IP address.
 func HeaderIPKey(name string) (KeyFunc, error) {
@@ -179,7 +179,7 @@ func HeaderIPKey(name string) (KeyFunc, error) {
 //
 // The limit is only as good as the key: use it behind authentication, or an
 // attacker invents a new key for every request. It returns an error matching
-// [ErrInvalidConfig] for an invalid field name; the KeyFunc returns an error
+// [ratekit.ErrInvalidConfig] for an invalid field name; the KeyFunc returns an error
 // matching [ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
 	if !isToken(name) {

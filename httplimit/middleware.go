@@ -25,12 +25,12 @@ type MiddlewareConfig struct {
 
 	// IdempotencyKey, when set, returns the request's idempotency key (for
 	// example the Idempotency-Key header field), so that strategies that
-	// honour [Request.IdempotencyKey] count a retried request once. Nil
+	// honour [ratekit.Request.IdempotencyKey] count a retried request once. Nil
 	// means none.
 	IdempotencyKey func(*http.Request) string
 
 	// Parts, when set, returns the request's parts for a composite limiter
-	// ([Request.Parts]: one key and cost per policy, for example the
+	// ([ratekit.Request.Parts]: one key and cost per policy, for example the
 	// user's key and the organisation's). Nil means none: every policy
 	// counts Key and Cost. Parts that fail validation are answered with
 	// 400, like a bad Cost.
@@ -46,7 +46,7 @@ type MiddlewareConfig struct {
 
 // Middleware returns net/http middleware that limits every request through
 // cfg.Limiter. Allowed requests reach the next handler with the RateLimit
-// fields (and client state) already set and the [Decision] and [Request] in
+// fields (and client state) already set and the [ratekit.Decision] and [ratekit.Request] in
 // their context ([DecisionFromContext], [RequestFromContext]);
 // denied requests get 429 with Retry-After and a problem+json body (or
 // cfg.Denied); limiter failures follow cfg.OnError; requests without a usable
@@ -56,7 +56,7 @@ type MiddlewareConfig struct {
 // deadline, if it has one (see [Guard.Check]).
 //
 // This is what a Cloud Run service or any net/http server uses. It returns an
-// error matching [ErrInvalidConfig] for an invalid cfg. The returned
+// error matching [ratekit.ErrInvalidConfig] for an invalid cfg. The returned
 // middleware is safe for concurrent use and never panics on client input.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Key == nil {
@@ -126,7 +126,7 @@ func NewContext(ctx context.Context, req ratekit.Request, d ratekit.Decision) co
 	return context.WithValue(ctx, contextKey{}, decided{req, d})
 }
 
-// DecisionFromContext returns the [Decision] stored in ctx by [NewContext],
+// DecisionFromContext returns the [ratekit.Decision] stored in ctx by [NewContext],
 // and whether there was one. There is none when the limiter failed and the
 // failure policy let the request through.
 func DecisionFromContext(ctx context.Context) (ratekit.Decision, bool) {
@@ -134,14 +134,14 @@ func DecisionFromContext(ctx context.Context) (ratekit.Decision, bool) {
 	return v.d, ok
 }
 
-// RequestFromContext returns the [Request] stored in ctx by [NewContext] as
+// RequestFromContext returns the [ratekit.Request] stored in ctx by [NewContext] as
 // it was charged, and whether there was one: the key, cost and idempotency
 // key the limiter was asked with, and as State the client state the
 // decision handed back (Decision.State), which already counts this charge,
 // or the request's own State for strategies that return none.
 //
 // To refund a call whose work failed, pass it unchanged to the limiter's
-// Refund ([Refunder]) and, for strategies that carry state in the client,
+// Refund ([ratekit.Refunder]) and, for strategies that carry state in the client,
 // send the refund's Decision.State to the client in place of the charge's
 // (the [GuardConfig.StateHeader] field and cookie). The refund then gives
 // back this charge and nothing else, with every strategy: after two charges

@@ -1,6 +1,7 @@
 // Package tokenbucket is a token-bucket [ratekit.Limiter] over a
-// [kvstore.Store]: in memory (package kvstore/memstore) or in Redis (package
-// kvstore/redisstore).
+// [kvstore.Store]: in memory (package kvstore/memstore), in Redis (packages
+// kvstore/redisstore and kvstore/rueidisstore) or in Amazon DynamoDB
+// (package kvstore/dynamostore).
 //
 // A bucket holds up to Burst tokens and refills at RefillRate. A request of
 // cost n takes n tokens when the bucket holds at least n; otherwise it is
