@@ -7,6 +7,6 @@
 // in a header field and a cookie. [Middleware] wraps a net/http handler;
 // package lambda wraps Lambda handlers with the same Guard. Key functions
 // ([RemoteAddrKey], [ForwardedForKey], [HeaderIPKey], [APIKeyHeaderKey])
-// derive the key a request is counted under. It imports the standard
-// library only.
+// derive the key a request is counted under. It imports package ratekit
+// and the standard library only.
 package httplimit
