@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/ratekit/ratekit"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -414,7 +413,7 @@ func (a *batchArgs) grow(n int) {
 }
 
 func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem []byte, cleanup int64, sync bool) {
-	a.fn = append(a.fn, functionIndex(c.cfg.Durability, c.cfg.Algorithm))
+	a.fn = append(a.fn, functionIndex(c.cfg.Durability, algName(c.cfg.Algorithm)))
 	a.op = append(a.op, op)
 	a.prefix = append(a.prefix, c.cfg.Prefix)
 	a.key = append(a.key, []byte(key))
@@ -426,12 +425,6 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 	a.ttl = append(a.ttl, c.ttlUS)
 	a.cleanup = append(a.cleanup, cleanup)
 	a.sync = append(a.sync, sync)
-}
-
-var batchAlgorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
-
-func functionIndex(d Durability, a ratekit.Algorithm) int32 {
-	return int32(d-Unlogged)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
 }
 
 // batchSQL returns the statement that calls the schema's batch function:

@@ -108,7 +108,7 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 			logged = true
 			needSync = needSync || c.cfg.SynchronousCommit
 		}
-		alg := int64(c.cfg.Algorithm)
+		alg := algCode(c.cfg.Algorithm)
 		if !c.cfg.Period.IsZero() {
 			alg = algPeriod
 			m.periodic = true
@@ -151,10 +151,6 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 		m.idemPrefix + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ", $8)"
 	return m, nil
 }
-
-// algPeriod is the composite function's algorithm number of a fixed
-// window over calendar periods.
-const algPeriod = 5
 
 // Op is an operation of [Composite.Decide].
 type Op int64
@@ -305,14 +301,13 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
-		// 'T' for takes, 'R' for refunds (the function finds the other
-		// operation's record by adding or subtracting 2), then the
-		// composite's scope, then the caller's key.
+		// The tag of the operation, then the composite's scope, then the
+		// caller's key.
 		idemArg = make([]byte, 0, 1+len(m.scope)+len(idem))
 		if op == opTake {
-			idemArg = append(idemArg, 'T')
+			idemArg = append(idemArg, tagCompositeTake)
 		} else {
-			idemArg = append(idemArg, 'R')
+			idemArg = append(idemArg, tagCompositeRefund)
 		}
 		idemArg = append(idemArg, m.scope[:]...)
 		idemArg = append(idemArg, idem...)

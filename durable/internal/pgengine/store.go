@@ -177,11 +177,11 @@ const (
 	// (not after a clean shutdown) and they are not replicated to standbys:
 	// after a crash or a failover every key starts with a full quota. For
 	// abuse and spam counters.
-	Unlogged Durability = iota + 1
+	Unlogged Durability = 1
 
 	// Logged stores rows in ordinary tables that survive crashes and are
 	// replicated. For billing and paid quotas.
-	Logged
+	Logged Durability = 2
 )
 
 // String returns the durability's name as written in Go, "Unlogged" or
@@ -203,18 +203,8 @@ func (d Durability) table(name string) string {
 	return name + "_unlogged"
 }
 
-// function returns the name of the server-side function of a with d.
-func (d Durability) function(a ratekit.Algorithm) string {
-	switch a {
-	case ratekit.FixedWindow:
-		return d.table("fixed_window")
-	case ratekit.SlidingWindow:
-		return d.table("sliding_window")
-	case ratekit.TokenBucket:
-		return d.table("token_bucket")
-	}
-	return d.table("sliding_log")
-}
+// function returns the name of the single-key function of a with d.
+func (d Durability) function(a ratekit.Algorithm) string { return d.table(algName(a)) }
 
 // DefaultCleanupProbability is the probability with which a decision also
 // deletes expired rows of its prefix when [CounterConfig.CleanupProbability]
@@ -276,7 +266,7 @@ type CounterConfig struct {
 	// calendar periods (Algorithm FixedWindow, Window zero): decisions go
 	// through a [Composite] of the one counter, which picks on the
 	// database clock the period among the client's bounds (see
-	// schema.sql, algorithm 5).
+	// schema.sql, the period algorithm).
 	Period ratekit.Period
 
 	// Durability selects UNLOGGED (the zero value) or logged tables.
@@ -477,12 +467,6 @@ type Outcome struct {
 	Duplicate bool
 }
 
-const (
-	opTake   int64 = 0
-	opPeek   int64 = 1
-	opRefund int64 = 2
-)
-
 // Take takes cost units from key's quota when they are available. A denial
 // (Allowed false) takes nothing. When idempotencyKey is not empty and a Take
 // with the same key and idempotency key was admitted within the last Window,
@@ -542,9 +526,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		// then the caller's key.
 		idemArg = make([]byte, 0, 1+len(idem))
 		if op == opTake {
-			idemArg = append(idemArg, 't')
+			idemArg = append(idemArg, tagTake)
 		} else {
-			idemArg = append(idemArg, 'r')
+			idemArg = append(idemArg, tagRefund)
 		}
 		idemArg = append(idemArg, idem...)
 	}
@@ -636,14 +620,14 @@ func resetKey(ctx context.Context, cs []*Counter, extra []string, key, op string
 	algs := make([]int64, len(cs))
 	locks := make([]int64, len(cs))
 	for i, c := range cs {
-		prefixes[i], algs[i] = c.cfg.Prefix, int64(c.cfg.Algorithm)
+		prefixes[i], algs[i] = c.cfg.Prefix, algCode(c.cfg.Algorithm)
 		if c.cfg.Algorithm == ratekit.SlidingLog {
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 		}
 	}
 	for _, p := range extra {
 		prefixes = append(prefixes, p)
-		algs = append(algs, int64(ratekit.FixedWindow))
+		algs = append(algs, algFixedWindow)
 		locks = append(locks, 0)
 	}
 	q := "SELECT " + s.quoted + "." + cs[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
