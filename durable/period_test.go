@@ -23,7 +23,7 @@ import (
 func storeAt(t testing.TB, at time.Time) *pgstore.Store {
 	t.Helper()
 	s := newStore(t, testenv.PostgresURL(t), 4)
-	pgengine.From(s).SetPeriodClock(func() time.Time { return at }, time.Since(at))
+	(*pgengine.Store)(s).SetPeriodClock(func() time.Time { return at }, time.Since(at))
 	return s
 }
 
@@ -116,7 +116,7 @@ func TestPeriodPick(t *testing.T) {
 	// Client on February 29 23:59, database on March 1 00:01.
 	behind := newStore(t, testenv.PostgresURL(t), 2)
 	at := utc(2028, time.February, 29, 23, 59)
-	pgengine.From(behind).SetPeriodClock(func() time.Time { return at }, time.Since(at.Add(2*time.Minute)))
+	(*pgengine.Store)(behind).SetPeriodClock(func() time.Time { return at }, time.Since(at.Add(2*time.Minute)))
 	lm := periodLimiter(t, behind, prefix, 3, month)
 	d, err := lm.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 	if err != nil || !d.Allowed || d.Remaining != 2 || d.Policy.Window != 31*24*time.Hour || !near(d.ResetAfter, 31*24*time.Hour-time.Minute) {
@@ -133,7 +133,7 @@ func TestPeriodPick(t *testing.T) {
 	}
 	// Clocks three days apart on a daily period.
 	skewed := newStore(t, testenv.PostgresURL(t), 2)
-	pgengine.From(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
+	(*pgengine.Store)(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
 	daily := periodLimiter(t, skewed, prefix+"d", 3, ratekit.Period{Unit: ratekit.Day})
 	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, durable.ErrClockSkew) {
 		t.Fatalf("skewed allow: %v, want ErrClockSkew", err)

@@ -162,7 +162,8 @@ const (
 	OpRefund = Op(opRefund)
 )
 
-// Decide runs op (Take, Peek or Refund, with their rules and errors) with
+// Decide runs op (Take, Peek or Refund, with their rules and errors) on a
+// request that the caller has validated ([ratekit.Request.Validate]), with
 // the periods of the counters replaced by periods, one per counter (nil
 // keeps the counters' own; a zero Period where a counter has one is
 // refused). It is how a decision uses a key's own billing anchor without a
@@ -174,7 +175,7 @@ func (m *Composite) Decide(ctx context.Context, op Op, key string, cost int64, p
 	if op == OpPeek {
 		idempotencyKey = ""
 	}
-	return m.do(ctx, int64(op), key, cost, parts, idempotencyKey, periods)
+	return m.send(ctx, int64(op), key, cost, parts, idempotencyKey, periods)
 }
 
 // Counters returns the composite's counters, in order.
@@ -267,11 +268,17 @@ func (m *Composite) bounds(periods []ratekit.Period) ([]int64, error) {
 	return b, nil
 }
 
+// do validates the request and decides it.
 func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem, Parts: parts}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	return m.send(ctx, op, key, cost, parts, idem, periods)
+}
+
+// send decides a valid request: one call of the composite function.
+func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
 	n := len(m.counters)
 	if parts != nil && len(parts) != n {
 		return nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)

@@ -99,6 +99,10 @@ func New(db DB, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Made reports whether s was made by [New]: false for a zero Store (a
+// pgstore.Store{} literal).
+func (s *Store) Made() bool { return s.db != nil }
+
 // SetPeriodClock sets the client clock that period bounds are computed from
 // (nil means time.Now) and a shift added to every bound sent to the
 // database, and so to every period start that PeriodUsage is given. Tests
