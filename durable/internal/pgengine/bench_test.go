@@ -10,8 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // BenchmarkTake compares one decision of each algorithm (UNLOGGED, admitted)
@@ -19,7 +18,7 @@ import (
 // through the same pool. The comparison program in benchmarks/durable
 // covers concurrency, durability and synchronous_commit.
 func BenchmarkTake(b *testing.B) {
-	pool := pgtest.Pool(b, testenv.PostgresURL(b), 4, "")
+	pool := pgstoretest.Pool(b, pgstoretest.PostgresURL(b), 4, "")
 	s := newStore(b, pool)
 	ctx := context.Background()
 	if err := s.Migrate(ctx); err != nil {

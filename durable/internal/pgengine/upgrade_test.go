@@ -9,8 +9,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // TestMigrateUpgradesVersion15 installs the schema as version 15 created it
@@ -19,11 +18,11 @@ import (
 // it: the functions are replaced, the counts stay, and every decision
 // function of this version runs.
 func TestMigrateUpgradesVersion15(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	ctx := ctxT(t)
-	schema := pgtest.NewSchema()
+	schema := pgstoretest.NewSchema()
 	t.Cleanup(func() {
-		if err := pgtest.Drop(schema); err != nil {
+		if err := pgstoretest.Drop(schema); err != nil {
 			t.Error(err)
 		}
 	})
