@@ -314,6 +314,29 @@ func rolledBack(err error) bool {
 	return pgErr.Code == "57014"
 }
 
+// lockOrder compares x and y in the order a batch decides them, the lock
+// order: durability (table), prefix, key (a decision touches its
+// idempotency records only while it holds its key's lock), then decisions
+// with an idempotency key before those without.
+func lockOrder(x, y *decision) int {
+	if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.key, y.key); c != 0 {
+		return c
+	}
+	if (x.idem == nil) != (y.idem == nil) {
+		if x.idem == nil {
+			return 1
+		}
+		return -1
+	}
+	return bytes.Compare(x.idem, y.idem)
+}
+
 // sendBatch decides ds in one statement and returns their results in the
 // order of ds. Errors are the statement's: when it fails, no result is
 // valid.
@@ -322,28 +345,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 	for i := range order {
 		order[i] = i
 	}
-	// Lock order: durability (table), prefix, key (a decision touches its
-	// idempotency records only while it holds its key's lock), then
-	// decisions with an idempotency key before those without.
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := ds[a], ds[b]
-		if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.key, y.key); c != 0 {
-			return c
-		}
-		if (x.idem == nil) != (y.idem == nil) {
-			if x.idem == nil {
-				return 1
-			}
-			return -1
-		}
-		return bytes.Compare(x.idem, y.idem)
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return lockOrder(ds[a], ds[b]) })
 	// One commit for the batch: it waits for its flush unless no decision
 	// in it asks for that.
 	syncAll := false
@@ -369,18 +371,8 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 	for _, d := range cleaners {
 		a.add(d.c, opPeek, d.key, 1, 0, nil, d.cleanup, true)
 	}
-	var (
-		raw []byte
-		err error
-	)
-	for attempt := 0; ; attempt++ {
-		err = s.db.QueryRow(ctx, s.batchSQL, s.mode,
-			a.fn, a.op, a.prefix, a.key, a.cost, a.limit, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync,
-		).Scan(&raw)
-		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	raw, err := s.query(ctx, s.batchSQL, s.mode,
+		a.fn, a.op, a.prefix, a.key, a.cost, a.limit, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync)
 	if err != nil {
 		return nil, wrapErr(ctx, "batch", err)
 	}

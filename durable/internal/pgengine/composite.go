@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/ratekit/ratekit"
 )
 
@@ -279,25 +278,9 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 
 // send decides a valid request: one call of the composite function.
 func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
-	n := len(m.counters)
-	if parts != nil && len(parts) != n {
-		return nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)
-	}
-	keys := make([][]byte, n)
-	costs := make([]int64, n)
-	locks := make([]int64, n)
-	for i, c := range m.counters {
-		k, n := key, cost
-		if parts != nil {
-			k, n = parts[i].Key, parts[i].Cost
-		}
-		if op != opRefund && n > c.quota {
-			return nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
-		}
-		keys[i], costs[i] = []byte(k), n
-		if c.cfg.Algorithm == ratekit.SlidingLog {
-			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
-		}
+	keys, costs, locks, err := m.parts(op, key, cost, parts)
+	if err != nil {
+		return nil, err
 	}
 	bounds, err := m.bounds(periods)
 	if err != nil {
@@ -308,34 +291,50 @@ func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, 
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
-		// The tag of the operation, then the composite's scope, then the
-		// caller's key.
-		idemArg = make([]byte, 0, 1+len(m.scope)+len(idem))
-		if op == opTake {
-			idemArg = append(idemArg, tagCompositeTake)
-		} else {
-			idemArg = append(idemArg, tagCompositeRefund)
-		}
-		idemArg = append(idemArg, m.scope[:]...)
-		idemArg = append(idemArg, idem...)
+		idemArg = idempotencyRecord(op, tagCompositeTake, tagCompositeRefund, m.scope[:], idem)
 	}
 	var cleanup int64
 	if op != opPeek && m.cleanupP > 0 && rand.Float64() < m.cleanupP {
 		cleanup = m.batch
 	}
-	var raw []byte
-	for attempt := 0; ; attempt++ {
-		err = m.store.db.QueryRow(ctx, m.query, m.store.mode,
-			op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds,
-		).Scan(&raw)
-		// As in Counter.do: retry only what never reached the server.
-		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	raw, err := m.store.query(ctx, m.query, m.store.mode, op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds)
 	if err != nil {
 		return nil, wrapErr(ctx, "composite", err)
 	}
+	return m.outcomes(ctx, raw)
+}
+
+// parts returns each counter's key, cost and sliding-log lock of a request
+// (parts nil: key and cost for every counter), or an error for parts of
+// another length than the counters or a take or peek above a quota.
+func (m *Composite) parts(op int64, key string, cost int64, parts []ratekit.Part) (keys [][]byte, costs, locks []int64, err error) {
+	n := len(m.counters)
+	if parts != nil && len(parts) != n {
+		return nil, nil, nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)
+	}
+	keys = make([][]byte, n)
+	costs = make([]int64, n)
+	locks = make([]int64, n)
+	for i, c := range m.counters {
+		k, n := key, cost
+		if parts != nil {
+			k, n = parts[i].Key, parts[i].Cost
+		}
+		if op != opRefund && n > c.quota {
+			return nil, nil, nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
+		}
+		keys[i], costs[i] = []byte(k), n
+		if c.cfg.Algorithm == ratekit.SlidingLog {
+			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
+		}
+	}
+	return keys, costs, locks, nil
+}
+
+// outcomes parses the composite function's result, raw, into one Outcome
+// per counter.
+func (m *Composite) outcomes(ctx context.Context, raw []byte) ([]Outcome, error) {
+	n := len(m.counters)
 	out := make([]int64, 1+6*n)
 	if !parseInts(raw, out) {
 		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
