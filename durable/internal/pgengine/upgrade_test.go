@@ -13,7 +13,7 @@ import (
 )
 
 // TestMigrateUpgradesVersion15 installs the schema as version 15 created it
-// (testdata/schema_v15.sql, the output of ratekit-schema at that version),
+// (testdata/schema_v15.txt, the output of ratekit-schema at that version),
 // counts with its functions, and then lets a Store of this version migrate
 // it: the functions are replaced, the counts stay, and every decision
 // function of this version runs.
@@ -26,7 +26,7 @@ func TestMigrateUpgradesVersion15(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	old, err := os.ReadFile("testdata/schema_v15.sql")
+	old, err := os.ReadFile("testdata/schema_v15.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
