@@ -372,7 +372,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 		a.add(d.c, opPeek, d.key, 1, 0, nil, d.cleanup, true)
 	}
 	raw, err := s.query(ctx, s.batchSQL, s.mode,
-		a.fn, a.op, a.prefix, a.key, a.cost, a.limit, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync)
+		a.fn, a.op, a.prefix, a.key, a.cost, a.quota, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync)
 	if err != nil {
 		return nil, wrapErr(ctx, "batch", err)
 	}
@@ -391,7 +391,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 // function call.
 type batchArgs struct {
 	fn                                          []int32
-	op, cost, limit, window, lock, ttl, cleanup []int64
+	op, cost, quota, window, lock, ttl, cleanup []int64
 	prefix                                      []string
 	key, idem                                   [][]byte
 	sync                                        []bool
@@ -399,7 +399,7 @@ type batchArgs struct {
 
 func (a *batchArgs) grow(n int) {
 	a.fn = make([]int32, 0, n)
-	a.op, a.cost, a.limit, a.window = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	a.op, a.cost, a.quota, a.window = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.lock, a.ttl, a.cleanup = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.prefix, a.key, a.idem, a.sync = make([]string, 0, n), make([][]byte, 0, n), make([][]byte, 0, n), make([]bool, 0, n)
 }
@@ -410,7 +410,7 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 	a.prefix = append(a.prefix, c.cfg.Prefix)
 	a.key = append(a.key, []byte(key))
 	a.cost = append(a.cost, cost)
-	a.limit = append(a.limit, c.quota)
+	a.quota = append(a.quota, c.quota)
 	a.window = append(a.window, c.windowUS)
 	a.lock = append(a.lock, lock)
 	a.idem = append(a.idem, idem)

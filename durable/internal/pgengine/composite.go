@@ -28,8 +28,8 @@ type Composite struct {
 	query    string
 	algs     []int64
 	prefixes []string
-	limits   []int64
-	windows  []int64
+	quotas   []int64
+	windows  []int64 // each counter's window, or emission interval for a token bucket
 	ttls     []int64
 	idemTTL  int64
 	keepSync bool
@@ -115,7 +115,7 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 		m.algs = append(m.algs, alg)
 		m.periods = append(m.periods, c.cfg.Period)
 		m.prefixes = append(m.prefixes, c.cfg.Prefix)
-		m.limits = append(m.limits, c.quota)
+		m.quotas = append(m.quotas, c.quota)
 		m.windows = append(m.windows, c.windowUS)
 		m.ttls = append(m.ttls, c.keepUS)
 		m.idemTTL = max(m.idemTTL, c.ttlUS)
@@ -146,7 +146,7 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 	// names (letters, digits, '-', '_', '.', ':'), safe in a literal.
 	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") + "($1, " +
 		intArray(m.algs) + ", " + textArray(m.prefixes) + ", $2, $3, " +
-		intArray(m.limits) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
+		intArray(m.quotas) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
 		m.idemPrefix + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ", $8)"
 	return m, nil
 }
