@@ -231,7 +231,6 @@ BEGIN
 		END IF;
 {{include "arms" (phase "roll" .) | indent 2}}
 		starts[i] := window_start; useds[i] := used; prev_useds[i] := prev_used; tats[i] := tat; last_expiries[i] := last_expiry;
-		read_starts[i] := read_start; read_useds[i] := read_used; period_starts[i] := period_start; period_ends[i] := period_end;
 		admitted[i] := admits;
 		all_admit := all_admit AND admits;
 	END LOOP;
@@ -247,6 +246,8 @@ BEGIN
 	result := ARRAY[duplicate::int::bigint];
 	FOR i IN 1..n LOOP
 {{template "load"}}
+		row_id := row_ids[i]; read_start := read_starts[i]; read_used := read_useds[i]; read_expiry := read_expiries[i];
+		period_start := period_starts[i]; period_end := period_ends[i];
 		allowed := p_op = {{op "refund"}} OR duplicate OR admitted[i];
 		IF p_op = {{op "take"}} AND NOT duplicate AND all_admit THEN
 {{include "arms" (phase "take" .) | indent 3}}
@@ -486,10 +487,9 @@ interval_us, policy_prefix and policy_key. */ -}}
 {{- /* The composite's pass over policy i starts by loading its arguments and
 state into the locals. */ -}}
 {{define "load"}}		quota := p_quotas[i]; cost := p_costs[i]; window_us := p_windows[i]; interval_us := window_us;
-		policy_prefix := p_prefixes[i]; policy_key := p_keys[i]; row_id := row_ids[i];
+		policy_prefix := p_prefixes[i]; policy_key := p_keys[i];
 		window_start := starts[i]; used := useds[i]; prev_used := prev_useds[i]; tat := tats[i];
-		last_expiry := last_expiries[i]; read_start := read_starts[i]; read_used := read_useds[i];
-		read_expiry := read_expiries[i]; period_start := period_starts[i]; period_end := period_ends[i];{{end}}
+		last_expiry := last_expiries[i];{{end}}
 
 {{- /* One phase of every algorithm, as the arms of a CASE on policy i's
 algorithm: an unknown code raises CASE_NOT_FOUND. */ -}}
@@ -585,7 +585,11 @@ a duplicate. */ -}}
 	-- A row whose period started later (the key's anchor moved back) keeps
 	-- its count: a change of period never grants a fresh one.
 	aligned_start := period_start;
-{{template "fixed_window.count"}}{{end}}
+{{template "fixed_window.count"}}
+	-- Kept for the composite's second pass, which the other algorithms
+	-- need not.
+	period_starts[i] := period_start; period_ends[i] := period_end;
+	read_starts[i] := read_start; read_useds[i] := read_used;{{end}}
 {{define "period.take"}}	used := used + cost;
 	IF read_start < window_start AND read_used > 0 THEN
 		INSERT INTO {{.Usage}} AS u (prefix, key, period_start_us, period_end_us, used)
