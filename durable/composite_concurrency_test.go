@@ -10,9 +10,8 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/limitertest"
 )
 
@@ -25,17 +24,17 @@ var servers = []struct {
 	name string
 	url  func(testing.TB) string
 }{
-	{"postgres", testenv.PostgresURL},
-	{"pgbouncer", testenv.PgBouncerURL},
+	{"postgres", pgstoretest.PostgresURL},
+	{"pgbouncer", pgstoretest.PgBouncerURL},
 }
 
 // storedCount reads the count column of (prefix, key) in the logged counters
 // table, 0 when there is no row.
 func storedCount(t testing.TB, prefix, key string) int64 {
 	t.Helper()
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 1, "")
 	var n int64
-	err := pool.QueryRow(ctxT(t), `SELECT COALESCE((SELECT count FROM "`+pgtest.Schema()+`".counters WHERE prefix = $1 AND key = $2), 0)`, prefix, []byte(key)).Scan(&n)
+	err := pool.QueryRow(ctxT(t), `SELECT COALESCE((SELECT count FROM "`+pgstoretest.Schema()+`".counters WHERE prefix = $1 AND key = $2), 0)`, prefix, []byte(key)).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +81,7 @@ func burst(t *testing.T, cs []*durable.Composite, perWorker int, req func(w int)
 func compositesOnPools(t *testing.T, url string, mk func(s *pgstore.Store) []*durable.Limiter) []*durable.Composite {
 	cs := make([]*durable.Composite, pools)
 	for i := range cs {
-		s, err := pgstore.New(pgtest.Pool(t, url, 8, fmt.Sprintf("composite-%d", i)), pgstore.Config{Schema: pgtest.Schema()})
+		s, err := pgstore.New(pgstoretest.Pool(t, url, 8, fmt.Sprintf("composite-%d", i)), pgstore.Config{Schema: pgstoretest.Schema()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +102,7 @@ func TestCompositeExact(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			url := srv.url(t)
-			p := pgtest.Prefix(t)
+			p := pgstoretest.Prefix(t)
 			cs := compositesOnPools(t, url, func(s *pgstore.Store) []*durable.Limiter {
 				return []*durable.Limiter{
 					newLimiter(t, s, ratekit.FixedWindow, "user", p+"-user", 40, farWindow),
@@ -145,10 +144,10 @@ func TestCompositeNoDeadlock(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			url := srv.url(t)
-			p := pgtest.Prefix(t)
+			p := pgstoretest.Prefix(t)
 			var fwd, rev []*durable.Composite
 			for i := 0; i < pools; i++ {
-				s, err := pgstore.New(pgtest.Pool(t, url, 8, ""), pgstore.Config{Schema: pgtest.Schema()})
+				s, err := pgstore.New(pgstoretest.Pool(t, url, 8, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -197,10 +196,10 @@ func TestCompositeNoDeadlock(t *testing.T) {
 // when the retries race; a denied attempt is judged afresh; a refund with an
 // idempotency key counts once, and a charge after it is taken again.
 func TestCompositeIdempotent(t *testing.T) {
-	url := testenv.PostgresURL(t)
+	url := pgstoretest.PostgresURL(t)
 	s := newStore(t, url, 8)
 	ctx := ctxT(t)
-	p := pgtest.Prefix(t)
+	p := pgstoretest.Prefix(t)
 	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, farWindow)
 	b := newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 5, time.Hour)
 	c := newComposite(t, a, b)
@@ -271,14 +270,14 @@ func TestCompositeHistory(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			t.Parallel()
-			s, err := pgstore.New(pgtest.Pool(t, srv.url(t), 16, ""), pgstore.Config{Schema: pgtest.Schema()})
+			s, err := pgstore.New(pgstoretest.Pool(t, srv.url(t), 16, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Migrate(ctxT(t)); err != nil {
 				t.Fatal(err)
 			}
-			p := pgtest.Prefix(t)
+			p := pgstoretest.Prefix(t)
 			a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 5, 400*time.Millisecond)
 			b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 8, time.Second)
 			c := newComposite(t, a, b)

@@ -8,9 +8,8 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // farWindow is long enough that no epoch-aligned window boundary falls
@@ -48,11 +47,11 @@ func remaining(t testing.TB, l ratekit.Peeker, key string) int64 {
 // with a fixed window (larger quota) on one key: the small policy binds, a
 // denial takes nothing from the other, Peek, Refund and Reset act on both.
 func TestCompositeContract(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 4)
+	s := newStore(t, pgstoretest.PostgresURL(t), 4)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			p := pgtest.Prefix(t)
+			p := pgstoretest.Prefix(t)
 			small := newLimiter(t, s, alg, "burst", p+"-b", 3, time.Hour)
 			large := newLimiter(t, s, ratekit.FixedWindow, "daily", p+"-d", 5, 24*time.Hour)
 			c := newComposite(t, small, large)
@@ -98,9 +97,9 @@ func TestCompositeContract(t *testing.T) {
 
 // TestCompositeValidation: bad requests are refused before the database.
 func TestCompositeValidation(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
 	ctx := ctxT(t)
-	p := pgtest.Prefix(t)
+	p := pgstoretest.Prefix(t)
 	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, time.Hour)
 	b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 5, time.Hour)
 	c := newComposite(t, a, b)
@@ -127,7 +126,7 @@ func TestCompositeValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := newStore(t, testenv.PostgresURL(t), 1)
+	other := newStore(t, pgstoretest.PostgresURL(t), 1)
 	elsewhere := newLimiter(t, other, ratekit.FixedWindow, "e", p+"-e", 1, time.Hour)
 	many := make([]*durable.Limiter, 17)
 	for i := range many {
@@ -147,12 +146,12 @@ func TestCompositeValidation(t *testing.T) {
 // through pgx's simple protocol (for poolers that refuse the extended one),
 // keys with any bytes but NUL included.
 func TestCompositeSimpleProtocol(t *testing.T) {
-	s, err := pgstore.New(pgtest.Pool(t, testenv.PgBouncerURL(t), 2, ""), pgstore.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
+	s, err := pgstore.New(pgstoretest.Pool(t, pgstoretest.PgBouncerURL(t), 2, ""), pgstore.Config{Schema: pgstoretest.Schema(), SimpleProtocol: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxT(t)
-	p := pgtest.Prefix(t)
+	p := pgstoretest.Prefix(t)
 	c := newComposite(t,
 		newLimiter(t, s, ratekit.SlidingWindow, "a", p+"-a", 2, time.Hour),
 		newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 3, time.Hour))

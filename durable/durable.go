@@ -191,8 +191,8 @@ func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
 	}
-	store := pgengine.From(cfg.Store)
-	if store == nil {
+	store := (*pgengine.Store)(cfg.Store)
+	if !store.Made() {
 		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
 	}
 	if cfg.Durability == 0 {
@@ -364,8 +364,10 @@ func (l *Limiter) cached(req ratekit.Request) (ratekit.Decision, bool) {
 	if l.cache == nil || req.IdempotencyKey != "" {
 		return ratekit.Decision{}, false
 	}
-	// Invalid requests must get their error from the counter.
-	if req.Validate() != nil || req.Cost > l.counter.Quota() {
+	// The counter validates the request. An entry holds a valid key and a
+	// cost of at least 1, so only a cost above the quota, which the counter
+	// refuses, could find one.
+	if req.Cost > l.counter.Quota() {
 		return ratekit.Decision{}, false
 	}
 	return l.cache.get(req.Key, req.Cost)

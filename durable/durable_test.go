@@ -11,18 +11,18 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // TestMain checks for leaked goroutines (every pool is closed by its test's
 // cleanup, and the limiter starts none of its own) and drops the schema.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 func newStore(t testing.TB, url string, conns int32) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(pgtest.Pool(t, url, conns, ""), pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(pgstoretest.Pool(t, url, conns, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,12 +38,12 @@ func ctxT(t testing.TB) context.Context {
 var algorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
 func TestLimiterContract(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 4)
+	s := newStore(t, pgstoretest.PostgresURL(t), 4)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour, Algorithm: alg}
-			l, err := durable.New(durable.Config{Store: s, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Logged})
+			l, err := durable.New(durable.Config{Store: s, Policy: policy, Prefix: pgstoretest.Prefix(t), Durability: durable.Logged})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -83,11 +83,11 @@ func TestLimiterContract(t *testing.T) {
 }
 
 func TestTokenBucketBurst(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	// Burst 5 refilled at 10 a second: Quota 5 per 500ms.
 	l, err := durable.New(durable.Config{Store: s,
-		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond, Algorithm: ratekit.TokenBucket}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: 500 * time.Millisecond, Algorithm: ratekit.TokenBucket}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestTokenBucketBurst(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 1)
+	s := newStore(t, pgstoretest.PostgresURL(t), 1)
 	good := durable.Config{Store: s, Policy: ratekit.Policy{Name: "p", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged}
 	for name, mutate := range map[string]func(*durable.Config){
 		"nil store":      func(c *durable.Config) { c.Store = nil },
@@ -148,9 +148,9 @@ func TestConfigErrors(t *testing.T) {
 // pool is closed, so any round trip would fail), until its RetryAfter, and
 // that this process's Refund and Reset invalidate it.
 func TestDeniedCache(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	pool := pgtest.Pool(t, url, 2, "")
-	s, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema()})
+	url := pgstoretest.PostgresURL(t)
+	pool := pgstoretest.Pool(t, url, 2, "")
+	s, err := pgstore.New(pool, pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestDeniedCache(t *testing.T) {
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 2, Now: clock,
-		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,10 +198,10 @@ func TestDeniedCache(t *testing.T) {
 }
 
 func TestDeniedCacheInvalidation(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 10,
-		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour, Algorithm: ratekit.SlidingLog}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+		Policy: ratekit.Policy{Name: "inv", Quota: 1, Window: time.Hour, Algorithm: ratekit.SlidingLog}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,12 +232,12 @@ func TestDeniedCacheInvalidation(t *testing.T) {
 func TestDeniedCacheExactness(t *testing.T) {
 	for _, via := range []string{"postgres", "pgbouncer"} {
 		t.Run(via, func(t *testing.T) {
-			url := testenv.PostgresURL(t)
+			url := pgstoretest.PostgresURL(t)
 			if via == "pgbouncer" {
-				url = testenv.PgBouncerURL(t)
+				url = pgstoretest.PgBouncerURL(t)
 			}
 			ctx := ctxT(t)
-			prefix := pgtest.Prefix(t)
+			prefix := pgstoretest.Prefix(t)
 			var admitted atomic.Int64
 			var wg sync.WaitGroup
 			for i := 0; i < 4; i++ {
@@ -275,12 +275,12 @@ func TestDeniedCacheExactness(t *testing.T) {
 // the denied-key cache (answered in process) and without it (one round trip
 // each).
 func BenchmarkAllowDeniedCached(b *testing.B) {
-	url := testenv.PostgresURL(b)
+	url := pgstoretest.PostgresURL(b)
 	ctx := context.Background()
 	for _, size := range []int{0, 1024} {
 		b.Run(fmt.Sprintf("cache=%d", size), func(b *testing.B) {
 			l, err := durable.New(durable.Config{Store: newStore(b, url, 4), DeniedCacheSize: size,
-				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(b), Durability: durable.Unlogged})
+				Policy: ratekit.Policy{Name: "bench", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(b), Durability: durable.Unlogged})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,9 +10,8 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/extremes"
-	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // TestNewExtremes feeds every numeric field of Config extreme values, for
@@ -21,8 +20,8 @@ import (
 // cache's size, and a limiter it returns answers Allow, Peek and Refund on
 // the test database.
 func TestNewExtremes(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
-	prefix := pgtest.Prefix(t)
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
+	prefix := pgstoretest.Prefix(t)
 	fields := map[string]func(*durable.Config, int64){
 		"Policy.Quota":     func(c *durable.Config, v int64) { c.Policy.Quota = v },
 		"Policy.Window":    func(c *durable.Config, v int64) { c.Policy.Window = time.Duration(v) },
@@ -92,7 +91,7 @@ func TestNewExtremes(t *testing.T) {
 // interval would refill more than 1% slower than its policy says is
 // refused; one that the rounding slows less, or not at all, is accepted.
 func TestTokenBucketRoundingBound(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 1)
+	s := newStore(t, pgstoretest.PostgresURL(t), 1)
 	for _, tc := range []struct {
 		quota  int64
 		window time.Duration
@@ -108,7 +107,7 @@ func TestTokenBucketRoundingBound(t *testing.T) {
 		{3000, time.Second, true},         // 334µs: 0.2% slower
 		{30000, time.Second, false},       // 34µs: 2% slower
 	} {
-		_, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
+		_, err := durable.New(durable.Config{Store: s, Prefix: pgstoretest.Prefix(t),
 			Policy: ratekit.Policy{Name: "tb", Quota: tc.quota, Window: tc.window, Algorithm: ratekit.TokenBucket}, Durability: durable.Unlogged})
 		if tc.ok && err != nil {
 			t.Errorf("%d per %v: %v", tc.quota, tc.window, err)

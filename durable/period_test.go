@@ -11,9 +11,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // storeAt returns a Store whose period bounds are computed at the client
@@ -22,8 +21,8 @@ import (
 // later dates see the rows of earlier ones as earlier periods.
 func storeAt(t testing.TB, at time.Time) *pgstore.Store {
 	t.Helper()
-	s := newStore(t, testenv.PostgresURL(t), 4)
-	pgengine.From(s).SetPeriodClock(func() time.Time { return at }, time.Since(at))
+	s := newStore(t, pgstoretest.PostgresURL(t), 4)
+	(*pgengine.Store)(s).SetPeriodClock(func() time.Time { return at }, time.Since(at))
 	return s
 }
 
@@ -80,7 +79,7 @@ func TestPeriodWindows(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := storeAt(t, c.at)
-			l := periodLimiter(t, s, pgtest.Prefix(t), 2, c.p)
+			l := periodLimiter(t, s, pgstoretest.Prefix(t), 2, c.p)
 			ctx := ctxT(t)
 			for i := range 3 {
 				d, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
@@ -104,7 +103,7 @@ func TestPeriodWindows(t *testing.T) {
 // client more than a period away fails with ErrClockSkew.
 func TestPeriodPick(t *testing.T) {
 	ctx := ctxT(t)
-	prefix := pgtest.Prefix(t)
+	prefix := pgstoretest.Prefix(t)
 	month := ratekit.Period{Unit: ratekit.Month}
 	feb := storeAt(t, utc(2028, time.February, 10, 12, 0))
 	lf := periodLimiter(t, feb, prefix, 3, month)
@@ -114,9 +113,9 @@ func TestPeriodPick(t *testing.T) {
 		}
 	}
 	// Client on February 29 23:59, database on March 1 00:01.
-	behind := newStore(t, testenv.PostgresURL(t), 2)
+	behind := newStore(t, pgstoretest.PostgresURL(t), 2)
 	at := utc(2028, time.February, 29, 23, 59)
-	pgengine.From(behind).SetPeriodClock(func() time.Time { return at }, time.Since(at.Add(2*time.Minute)))
+	(*pgengine.Store)(behind).SetPeriodClock(func() time.Time { return at }, time.Since(at.Add(2*time.Minute)))
 	lm := periodLimiter(t, behind, prefix, 3, month)
 	d, err := lm.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 	if err != nil || !d.Allowed || d.Remaining != 2 || d.Policy.Window != 31*24*time.Hour || !near(d.ResetAfter, 31*24*time.Hour-time.Minute) {
@@ -132,8 +131,8 @@ func TestPeriodPick(t *testing.T) {
 		t.Fatalf("period usage: %+v, %v", got, err)
 	}
 	// Clocks three days apart on a daily period.
-	skewed := newStore(t, testenv.PostgresURL(t), 2)
-	pgengine.From(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
+	skewed := newStore(t, pgstoretest.PostgresURL(t), 2)
+	(*pgengine.Store)(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
 	daily := periodLimiter(t, skewed, prefix+"d", 3, ratekit.Period{Unit: ratekit.Day})
 	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, durable.ErrClockSkew) {
 		t.Fatalf("skewed allow: %v, want ErrClockSkew", err)
@@ -143,8 +142,8 @@ func TestPeriodPick(t *testing.T) {
 // TestPeriodRealClock decides a calendar day with no clock set: the real
 // clocks of client and database agree.
 func TestPeriodRealClock(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
-	l := periodLimiter(t, s, pgtest.Prefix(t), 1, ratekit.Period{Unit: ratekit.Day})
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
+	l := periodLimiter(t, s, pgstoretest.Prefix(t), 1, ratekit.Period{Unit: ratekit.Day})
 	ctx := ctxT(t)
 	d, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
 	if err != nil || !d.Allowed || d.Policy.Window < 23*time.Hour {
@@ -168,7 +167,7 @@ func TestPeriodRealClock(t *testing.T) {
 // nothing, in one statement.
 func TestPeriodComposite(t *testing.T) {
 	s := storeAt(t, utc(2027, time.January, 31, 8, 0))
-	p := pgtest.Prefix(t)
+	p := pgstoretest.Prefix(t)
 	ctx := ctxT(t)
 	burst := newLimiter(t, s, ratekit.TokenBucket, "burst", p+"-b", 2, time.Hour)
 	monthly := periodLimiter(t, s, p+"-m", 3, ratekit.Period{Unit: ratekit.Month, Anchor: utc(2026, time.October, 31, 9, 0)})
@@ -189,7 +188,7 @@ func TestPeriodComposite(t *testing.T) {
 }
 
 func TestPeriodConfig(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 1)
+	s := newStore(t, pgstoretest.PostgresURL(t), 1)
 	for name, pol := range map[string]ratekit.Policy{
 		"window and period": {Name: "m", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
 		"token bucket":      {Name: "m", Quota: 1, Algorithm: ratekit.TokenBucket, Period: ratekit.Period{Unit: ratekit.Month}},
@@ -253,7 +252,7 @@ func TestPlannedChanges(t *testing.T) {
 	anchor := utc(2026, time.March, 14, 9, 0)
 	s := storeAt(t, utc(2027, time.June, 20, 12, 0))
 	pl := &planner{plans: map[string]ratekit.Plan{"k": tier("pro", 100, 10, anchor)}}
-	p := newPlanned(t, s, pgtest.Prefix(t), pl)
+	p := newPlanned(t, s, pgstoretest.Prefix(t), pl)
 	ctx := ctxT(t)
 	for range 8 {
 		if d, err := p.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); err != nil || !d.Allowed {
@@ -296,7 +295,7 @@ func TestPlannedChanges(t *testing.T) {
 // charge made in an ended period gives nothing to the current period;
 // one without gives to the current period.
 func TestPlannedRefundAcrossPeriods(t *testing.T) {
-	prefix := pgtest.Prefix(t)
+	prefix := pgstoretest.Prefix(t)
 	anchor := utc(2026, time.January, 31, 0, 0)
 	pl := &planner{plans: map[string]ratekit.Plan{"k": tier("pro", 100, 10, anchor)}}
 	ctx := ctxT(t)
@@ -343,7 +342,7 @@ func TestPlannedConcurrent(t *testing.T) {
 	for _, k := range []string{"a", "b"} {
 		pl.set(k, tier("pro", 1000, 300, utc(2026, time.May, 3, 0, 0)))
 	}
-	p := newPlanned(t, s, pgtest.Prefix(t), pl)
+	p := newPlanned(t, s, pgstoretest.Prefix(t), pl)
 	ctx := ctxT(t)
 	var admitted [2]atomic.Int64
 	var wg sync.WaitGroup
@@ -382,7 +381,7 @@ func TestPlannedConcurrent(t *testing.T) {
 }
 
 func TestPlannedBadInput(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 1)
+	s := newStore(t, pgstoretest.PostgresURL(t), 1)
 	ctx := ctxT(t)
 	fail := errors.New("billing service down")
 	pl := &planner{plans: map[string]ratekit.Plan{
@@ -391,7 +390,7 @@ func TestPlannedBadInput(t *testing.T) {
 		"unit":   {Policies: []ratekit.Policy{{Name: "m", Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: 7}}}},
 		"long":   {Policies: []ratekit.Policy{{Name: "a-policy-name-long-enough-to-overflow-the-prefix-limit-xx", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}}},
 	}}
-	p := newPlanned(t, s, pgtest.Prefix(t), pl)
+	p := newPlanned(t, s, pgstoretest.Prefix(t), pl)
 	for _, key := range []string{"none", "dup", "window", "unit", "long"} {
 		if _, err := p.Allow(ctx, ratekit.Request{Key: key, Cost: 1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", key, err)
@@ -422,9 +421,9 @@ func TestPlannedBadInput(t *testing.T) {
 
 // TestPlannedReset forgets a key's counts under its plan.
 func TestPlannedReset(t *testing.T) {
-	s := newStore(t, testenv.PostgresURL(t), 2)
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
 	pl := &planner{plans: map[string]ratekit.Plan{"k": tier("pro", 5, 5, time.Time{})}}
-	p := newPlanned(t, s, pgtest.Prefix(t), pl)
+	p := newPlanned(t, s, pgstoretest.Prefix(t), pl)
 	ctx := ctxT(t)
 	if _, err := p.Allow(ctx, ratekit.Request{Key: "k", Cost: 5, IdempotencyKey: "i"}); err != nil {
 		t.Fatal(err)

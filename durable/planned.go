@@ -116,8 +116,8 @@ func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	if cfg.Store == nil {
 		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
 	}
-	store := pgengine.From(cfg.Store)
-	if store == nil {
+	store := (*pgengine.Store)(cfg.Store)
+	if !store.Made() {
 		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
 	}
 	if cfg.Plan == nil {
@@ -139,11 +139,9 @@ func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	return &Planned{store: store, cfg: cfg, idem: idem, plans: make(map[string]*pgengine.Composite)}, nil
 }
 
-// plan resolves, validates and prepares the plan of key.
+// plan resolves, validates and prepares the plan of key, which the caller
+// has validated.
 func (p *Planned) plan(ctx context.Context, key string) (ratekit.Plan, *pgengine.Composite, []ratekit.Period, error) {
-	if err := ratekit.ValidateKey(key); err != nil {
-		return ratekit.Plan{}, nil, nil, err
-	}
 	plan, err := p.cfg.Plan(ctx, key)
 	if err != nil {
 		return ratekit.Plan{}, nil, nil, fmt.Errorf("durable: plan of key: %w", err)
@@ -227,7 +225,11 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 	return c, nil
 }
 
+// decide validates req, once, and decides op on it under the key's plan.
 func (p *Planned) decide(ctx context.Context, op pgengine.Op, req ratekit.Request) (ratekit.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return ratekit.Decision{}, err
+	}
 	plan, c, periods, err := p.plan(ctx, req.Key)
 	if err != nil {
 		return ratekit.Decision{}, err
@@ -277,6 +279,9 @@ func (p *Planned) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // [ratekit.ErrKeyTooLong] for an invalid key, the plan errors of Allow, and
 // store errors wrapping the pgx error.
 func (p *Planned) Reset(ctx context.Context, key string) error {
+	if err := ratekit.ValidateKey(key); err != nil {
+		return err
+	}
 	_, c, _, err := p.plan(ctx, key)
 	if err != nil {
 		return err
@@ -290,6 +295,9 @@ func (p *Planned) Reset(ctx context.Context, key string) error {
 // and locks nothing: the figures of a Peek. It returns the plan errors of
 // Allow, [ErrClockSkew] and store errors wrapping the pgx error.
 func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error) {
+	if err := ratekit.ValidateKey(key); err != nil {
+		return nil, err
+	}
 	plan, c, periods, err := p.plan(ctx, key)
 	if err != nil {
 		return nil, err

@@ -8,17 +8,16 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // BenchmarkPlannedAllow compares a decision of a burst and a monthly quota
 // with a plan lookup (Planned, the plan served from memory) against the
 // same two policies in a fixed Composite, over 1,000 keys.
 func BenchmarkPlannedAllow(b *testing.B) {
-	s := newStore(b, testenv.PostgresURL(b), 2)
+	s := newStore(b, pgstoretest.PostgresURL(b), 2)
 	ctx := context.Background()
-	prefix := pgtest.Prefix(b)
+	prefix := pgstoretest.Prefix(b)
 	burst := ratekit.Policy{Name: "burst", Quota: 1_000_000, Window: time.Hour, Algorithm: ratekit.TokenBucket}
 	monthly := ratekit.Policy{Name: "monthly", Quota: 1_000_000_000, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}}
 	keys := make([]string, 1000)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // resetter is what TestResetUnderLoad drives: a limiter or a composite.
@@ -30,7 +30,7 @@ func TestResetUnderLoad(t *testing.T) {
 	for _, srv := range servers {
 		t.Run(srv.name, func(t *testing.T) {
 			s := newStore(t, srv.url(t), 16)
-			p := pgtest.Prefix(t)
+			p := pgstoretest.Prefix(t)
 			var ls []*durable.Limiter
 			for i, alg := range algorithms {
 				ls = append(ls, newLimiter(t, s, alg, alg.String(), fmt.Sprintf("%s-%d", p, i), 1000, farWindow))

@@ -82,16 +82,7 @@ const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 // its decision waits returns at once, and its decision is never sent; one
 // whose decision was already sent returns at once too, and the decision may
 // be applied.
-type Store struct {
-	// handle carries the engine, a *pgengine.Store, which package durable
-	// reads with pgengine.From: the Handle's one method is unexported, so
-	// nothing of the engine is exported through Store.
-	handle
-}
-
-// handle names the embedded field: embedding pgengine.Handle by its own
-// name would export the field.
-type handle = pgengine.Handle
+type Store pgengine.Store
 
 // New returns a Store that runs its statements on db. It returns an error
 // matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
@@ -102,11 +93,11 @@ func New(db DB, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{handle: pgengine.NewHandle(s)}, nil
+	return (*Store)(s), nil
 }
 
 // Schema returns the name of the schema the Store uses.
-func (s *Store) Schema() string { return pgengine.From(s).Schema() }
+func (s *Store) Schema() string { return (*pgengine.Store)(s).Schema() }
 
 // Migrate creates the schema's tables and functions unless they exist, in
 // one statement that holds a transaction-level advisory lock while it works,
@@ -114,7 +105,7 @@ func (s *Store) Schema() string { return pgengine.From(s).Schema() }
 // automatic migration calls it before its first decision; later calls cost
 // one round trip that finds the version marker and does nothing. Errors wrap
 // the database error (and ctx.Err() when ctx ended).
-func (s *Store) Migrate(ctx context.Context) error { return pgengine.From(s).Migrate(ctx) }
+func (s *Store) Migrate(ctx context.Context) error { return (*pgengine.Store)(s).Migrate(ctx) }
 
 // DefaultSchema is the PostgreSQL schema that holds ratekit's tables and
 // functions when [Config.Schema] is empty.

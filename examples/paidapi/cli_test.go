@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // buildCommand builds the command once into dir and returns its path.
@@ -166,7 +166,7 @@ func TestStoreOutageIsLogged(t *testing.T) {
 			return "postgres://postgres@" + deadAddr(t) + "/test?sslmode=disable"
 		}, "connect"},
 		{"wrong database", func(t *testing.T) string {
-			u, err := url.Parse(testenv.PostgresURL(t))
+			u, err := url.Parse(pgstoretest.PostgresURL(t))
 			if err != nil {
 				t.Fatal(err)
 			}

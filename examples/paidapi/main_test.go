@@ -27,9 +27,9 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
-	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 func TestPoolConfig(t *testing.T) {
@@ -75,7 +75,7 @@ func unique(t testing.TB) string {
 // API keys under prefix when the test ends.
 func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testenv.PostgresURL(t))
+	pool, err := pgxpool.New(context.Background(), pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestBurstIsExact(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	testStore(t, prefix, customer) // forgets the key afterwards
-	env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t) + "&pool_max_conns=16", "PAIDAPI_KEYS": customer}
+	env := map[string]string{"DATABASE_URL": pgstoretest.PostgresURL(t) + "&pool_max_conns=16", "PAIDAPI_KEYS": customer}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
@@ -448,7 +448,7 @@ func TestRefundWithinDeadline(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	testStore(t, prefix, customer) // forgets the key afterwards
-	pcfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	pcfg, err := pgxpool.ParseConfig(pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestOneStatementPerCall(t *testing.T) {
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer) // forgets the key afterwards
 	tr := &statementCounter{}
-	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	cfg, err := pgxpool.ParseConfig(pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

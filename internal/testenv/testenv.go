@@ -1,5 +1,6 @@
 // Package testenv locates the servers that ratekit's integration tests need
-// (PostgreSQL, PgBouncer, Redis, a DynamoDB API) and decides what a test does when one is
+// (Redis, a DynamoDB API; PostgreSQL's are in durable/pgstore/pgstoretest)
+// and decides what a test does when one is
 // missing: outside CI it skips with a message that says how to provide it;
 // in CI (the CI environment variable is set) it fails, so an integration test
 // can never pass by skipping there.
@@ -15,18 +16,14 @@ import (
 
 // Environment variables that override the default addresses.
 const (
-	PostgresEnv  = "RATEKIT_POSTGRES_URL"
-	PgBouncerEnv = "RATEKIT_PGBOUNCER_URL"
-	RedisEnv     = "RATEKIT_REDIS_ADDR"
-	DynamoDBEnv  = "RATEKIT_DYNAMODB_ENDPOINT"
+	RedisEnv    = "RATEKIT_REDIS_ADDR"
+	DynamoDBEnv = "RATEKIT_DYNAMODB_ENDPOINT"
 )
 
 // Default addresses: the services a development machine of this project runs
-// locally (PgBouncer is started by .ci/pgbouncer.sh).
+// locally.
 const (
-	DefaultPostgresURL  = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	DefaultPgBouncerURL = "postgres://postgres@127.0.0.1:6432/test?sslmode=disable"
-	DefaultRedisAddr    = "127.0.0.1:6379"
+	DefaultRedisAddr = "127.0.0.1:6379"
 	// DefaultDynamoDBEndpoint is dynalite, started by .ci/dynalite.sh.
 	DefaultDynamoDBEndpoint = "http://127.0.0.1:8000"
 )
@@ -34,20 +31,6 @@ const (
 // InCI reports whether the tests run in CI, where a missing server is a
 // failure rather than a reason to skip.
 func InCI() bool { return os.Getenv("CI") != "" }
-
-// PostgresURL returns the connection string of the PostgreSQL server for
-// tests, after checking that something listens at its address.
-func PostgresURL(t testing.TB) string {
-	t.Helper()
-	return requireURL(t, PostgresEnv, DefaultPostgresURL, "PostgreSQL")
-}
-
-// PgBouncerURL returns the connection string of a PgBouncer in transaction
-// pooling mode in front of the test PostgreSQL server.
-func PgBouncerURL(t testing.TB) string {
-	t.Helper()
-	return requireURL(t, PgBouncerEnv, DefaultPgBouncerURL, "PgBouncer (start it with: bash .ci/pgbouncer.sh)")
-}
 
 // RedisAddr returns the host:port of the Redis server for tests.
 func RedisAddr(t testing.TB) string {
@@ -76,21 +59,6 @@ func DynamoDBEndpoint(t testing.TB) string {
 		host = net.JoinHostPort(u.Hostname(), port)
 	}
 	require(t, host, DynamoDBEnv, "DynamoDB (start dynalite with: bash .ci/dynalite.sh)")
-	return raw
-}
-
-func requireURL(t testing.TB, env, def, what string) string {
-	t.Helper()
-	raw := lookup(env, def)
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		t.Fatalf("testenv: %s=%q is not a URL with a host: %v", env, raw, err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host = net.JoinHostPort(u.Hostname(), "5432")
-	}
-	require(t, host, env, what)
 	return raw
 }
 

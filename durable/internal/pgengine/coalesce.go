@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/ratekit/ratekit"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -315,6 +314,29 @@ func rolledBack(err error) bool {
 	return pgErr.Code == "57014"
 }
 
+// lockOrder compares x and y in the order a batch decides them, the lock
+// order: durability (table), prefix, key (a decision touches its
+// idempotency records only while it holds its key's lock), then decisions
+// with an idempotency key before those without.
+func lockOrder(x, y *decision) int {
+	if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(x.key, y.key); c != 0 {
+		return c
+	}
+	if (x.idem == nil) != (y.idem == nil) {
+		if x.idem == nil {
+			return 1
+		}
+		return -1
+	}
+	return bytes.Compare(x.idem, y.idem)
+}
+
 // sendBatch decides ds in one statement and returns their results in the
 // order of ds. Errors are the statement's: when it fails, no result is
 // valid.
@@ -323,28 +345,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 	for i := range order {
 		order[i] = i
 	}
-	// Lock order: durability (table), prefix, key (a decision touches its
-	// idempotency records only while it holds its key's lock), then
-	// decisions with an idempotency key before those without.
-	slices.SortStableFunc(order, func(a, b int) int {
-		x, y := ds[a], ds[b]
-		if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(x.key, y.key); c != 0 {
-			return c
-		}
-		if (x.idem == nil) != (y.idem == nil) {
-			if x.idem == nil {
-				return 1
-			}
-			return -1
-		}
-		return bytes.Compare(x.idem, y.idem)
-	})
+	slices.SortStableFunc(order, func(a, b int) int { return lockOrder(ds[a], ds[b]) })
 	// One commit for the batch: it waits for its flush unless no decision
 	// in it asks for that.
 	syncAll := false
@@ -370,18 +371,8 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 	for _, d := range cleaners {
 		a.add(d.c, opPeek, d.key, 1, 0, nil, d.cleanup, true)
 	}
-	var (
-		raw []byte
-		err error
-	)
-	for attempt := 0; ; attempt++ {
-		err = s.db.QueryRow(ctx, s.batchSQL, s.mode,
-			a.fn, a.op, a.prefix, a.key, a.cost, a.limit, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync,
-		).Scan(&raw)
-		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	raw, err := s.query(ctx, s.batchSQL, s.mode,
+		a.fn, a.op, a.prefix, a.key, a.cost, a.quota, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync)
 	if err != nil {
 		return nil, wrapErr(ctx, "batch", err)
 	}
@@ -400,7 +391,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, erro
 // function call.
 type batchArgs struct {
 	fn                                          []int32
-	op, cost, limit, window, lock, ttl, cleanup []int64
+	op, cost, quota, window, lock, ttl, cleanup []int64
 	prefix                                      []string
 	key, idem                                   [][]byte
 	sync                                        []bool
@@ -408,30 +399,24 @@ type batchArgs struct {
 
 func (a *batchArgs) grow(n int) {
 	a.fn = make([]int32, 0, n)
-	a.op, a.cost, a.limit, a.window = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	a.op, a.cost, a.quota, a.window = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.lock, a.ttl, a.cleanup = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.prefix, a.key, a.idem, a.sync = make([]string, 0, n), make([][]byte, 0, n), make([][]byte, 0, n), make([]bool, 0, n)
 }
 
 func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem []byte, cleanup int64, sync bool) {
-	a.fn = append(a.fn, functionIndex(c.cfg.Durability, c.cfg.Algorithm))
+	a.fn = append(a.fn, functionIndex(c.cfg.Durability, algName(c.cfg.Algorithm)))
 	a.op = append(a.op, op)
 	a.prefix = append(a.prefix, c.cfg.Prefix)
 	a.key = append(a.key, []byte(key))
 	a.cost = append(a.cost, cost)
-	a.limit = append(a.limit, c.quota)
+	a.quota = append(a.quota, c.quota)
 	a.window = append(a.window, c.windowUS)
 	a.lock = append(a.lock, lock)
 	a.idem = append(a.idem, idem)
 	a.ttl = append(a.ttl, c.ttlUS)
 	a.cleanup = append(a.cleanup, cleanup)
 	a.sync = append(a.sync, sync)
-}
-
-var batchAlgorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
-
-func functionIndex(d Durability, a ratekit.Algorithm) int32 {
-	return int32(d-Unlogged)*int32(len(batchAlgorithms)) + int32(a-ratekit.FixedWindow)
 }
 
 // batchSQL returns the statement that calls the schema's batch function:

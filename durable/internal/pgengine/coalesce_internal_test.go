@@ -3,14 +3,14 @@ package pgengine
 import (
 	"context"
 	"errors"
-	"github.com/ratekit/ratekit"
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
+
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 func TestParseBatchResult(t *testing.T) {
@@ -51,7 +51,7 @@ func TestParseBatchResult(t *testing.T) {
 func TestBatchRefusedAsAWhole(t *testing.T) {
 	for _, simple := range []bool{false, true} {
 		s, _, ctx := migratedStore(t, 2, simple)
-		c, err := s.Counter(CounterConfig{Prefix: pgtest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
+		c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 	}{
 		{"shorter key array", []int32{0, 0}, key, "22023"},
 		{"empty arrays", []int32{}, [][]byte{}, "22023"},
-		{"unknown function", []int32{int32(2 * len(batchAlgorithms))}, key, "20000"},
+		{"unknown function", []int32{99}, key, "20000"},
 	}
 	for _, tt := range tests {
 		n := len(tt.fn)
@@ -149,8 +149,8 @@ func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 // of conns connections, and a context that ends with the test.
 func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Pool, context.Context) {
 	t.Helper()
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), conns, "")
-	s, err := New(pool, Config{Schema: pgtest.Schema(), SimpleProtocol: simple})
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), conns, "")
+	s, err := New(pool, Config{Schema: pgstoretest.Schema(), SimpleProtocol: simple})
 	if err != nil {
 		t.Fatal(err)
 	}

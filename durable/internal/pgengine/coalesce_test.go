@@ -4,21 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratekit/ratekit"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
+
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
-func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, simple bool) (*pgengine.Store, *pgtest.BatchCounter) {
+func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, simple bool) (*pgengine.Store, *pgstoretest.BatchCounter) {
 	t.Helper()
-	tr := &pgtest.BatchCounter{}
-	s, err := pgengine.New(pgtest.TracedPool(t, url, conns, tr), pgengine.Config{Schema: pgtest.Schema(), MaxInFlight: maxInFlight, SimpleProtocol: simple})
+	tr := &pgstoretest.BatchCounter{}
+	s, err := pgengine.New(pgstoretest.TracedPool(t, url, conns, tr), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: maxInFlight, SimpleProtocol: simple})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func coalescingStore(t testing.TB, url string, conns int32, maxInFlight int, sim
 func TestCoalescedDecisionsAreExact(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
+			s, tr := coalescingStore(t, pgstoretest.PostgresURL(t), 4, 1, false)
 			ctx := ctxT(t)
 			var wg sync.WaitGroup
 			for g := 0; g < 48; g++ {
@@ -93,12 +93,12 @@ func TestCoalescedExactness(t *testing.T) {
 	for _, via := range []string{"postgres", "pgbouncer"} {
 		for _, simple := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/simple=%v", via, simple), func(t *testing.T) {
-				url := testenv.PostgresURL(t)
+				url := pgstoretest.PostgresURL(t)
 				if via == "pgbouncer" {
-					url = testenv.PgBouncerURL(t)
+					url = pgstoretest.PgBouncerURL(t)
 				}
 				var stores []*pgengine.Store
-				var trs []*pgtest.BatchCounter
+				var trs []*pgstoretest.BatchCounter
 				for i := 0; i < 4; i++ {
 					s, tr := coalescingStore(t, url, 4, 2, simple)
 					stores, trs = append(stores, s), append(trs, tr)
@@ -106,7 +106,7 @@ func TestCoalescedExactness(t *testing.T) {
 				ctx := ctxT(t)
 				for _, alg := range algorithms {
 					t.Run(alg.String(), func(t *testing.T) {
-						prefix := pgtest.Prefix(t)
+						prefix := pgstoretest.Prefix(t)
 						var before int64
 						for _, tr := range trs {
 							before += tr.Batches.Load()
@@ -170,8 +170,8 @@ func TestCoalescedExactness(t *testing.T) {
 func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
-			s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
+			pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
+			s, tr := coalescingStore(t, pgstoretest.PostgresURL(t), 4, 1, false)
 			ctx := ctxT(t)
 			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10, Durability: pgengine.Unlogged})
 			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
@@ -233,7 +233,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 // TestLoneDecisionsAreNotBatched: one caller at a time never waits for a
 // batch.
 func TestLoneDecisionsAreNotBatched(t *testing.T) {
-	s, tr := coalescingStore(t, testenv.PostgresURL(t), 4, 1, false)
+	s, tr := coalescingStore(t, pgstoretest.PostgresURL(t), 4, 1, false)
 	ctx := ctxT(t)
 	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 100, Durability: pgengine.Unlogged})
 	for i := 0; i < 20; i++ {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/ratekit/ratekit"
 )
 
@@ -29,8 +28,8 @@ type Composite struct {
 	query    string
 	algs     []int64
 	prefixes []string
-	limits   []int64
-	windows  []int64
+	quotas   []int64
+	windows  []int64 // each counter's window, or emission interval for a token bucket
 	ttls     []int64
 	idemTTL  int64
 	keepSync bool
@@ -108,7 +107,7 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 			logged = true
 			needSync = needSync || c.cfg.SynchronousCommit
 		}
-		alg := int64(c.cfg.Algorithm)
+		alg := algCode(c.cfg.Algorithm)
 		if !c.cfg.Period.IsZero() {
 			alg = algPeriod
 			m.periodic = true
@@ -116,7 +115,7 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 		m.algs = append(m.algs, alg)
 		m.periods = append(m.periods, c.cfg.Period)
 		m.prefixes = append(m.prefixes, c.cfg.Prefix)
-		m.limits = append(m.limits, c.quota)
+		m.quotas = append(m.quotas, c.quota)
 		m.windows = append(m.windows, c.windowUS)
 		m.ttls = append(m.ttls, c.keepUS)
 		m.idemTTL = max(m.idemTTL, c.ttlUS)
@@ -147,14 +146,10 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 	// names (letters, digits, '-', '_', '.', ':'), safe in a literal.
 	m.query = "SELECT " + m.store.quoted + "." + d.table("composite") + "($1, " +
 		intArray(m.algs) + ", " + textArray(m.prefixes) + ", $2, $3, " +
-		intArray(m.limits) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
+		intArray(m.quotas) + ", " + intArray(m.windows) + ", " + intArray(m.ttls) + ", $4, '" +
 		m.idemPrefix + "', $5, $6, " + strconv.FormatInt(m.idemTTL, 10) + ", $7, " + strconv.FormatBool(m.keepSync) + ", $8)"
 	return m, nil
 }
-
-// algPeriod is the composite function's algorithm number of a fixed
-// window over calendar periods.
-const algPeriod = 5
 
 // Op is an operation of [Composite.Decide].
 type Op int64
@@ -166,7 +161,8 @@ const (
 	OpRefund = Op(opRefund)
 )
 
-// Decide runs op (Take, Peek or Refund, with their rules and errors) with
+// Decide runs op (Take, Peek or Refund, with their rules and errors) on a
+// request that the caller has validated ([ratekit.Request.Validate]), with
 // the periods of the counters replaced by periods, one per counter (nil
 // keeps the counters' own; a zero Period where a counter has one is
 // refused). It is how a decision uses a key's own billing anchor without a
@@ -178,7 +174,7 @@ func (m *Composite) Decide(ctx context.Context, op Op, key string, cost int64, p
 	if op == OpPeek {
 		idempotencyKey = ""
 	}
-	return m.do(ctx, int64(op), key, cost, parts, idempotencyKey, periods)
+	return m.send(ctx, int64(op), key, cost, parts, idempotencyKey, periods)
 }
 
 // Counters returns the composite's counters, in order.
@@ -271,30 +267,20 @@ func (m *Composite) bounds(periods []ratekit.Period) ([]int64, error) {
 	return b, nil
 }
 
+// do validates the request and decides it.
 func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
 	req := ratekit.Request{Key: key, Cost: cost, IdempotencyKey: idem, Parts: parts}
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	n := len(m.counters)
-	if parts != nil && len(parts) != n {
-		return nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)
-	}
-	keys := make([][]byte, n)
-	costs := make([]int64, n)
-	locks := make([]int64, n)
-	for i, c := range m.counters {
-		k, n := key, cost
-		if parts != nil {
-			k, n = parts[i].Key, parts[i].Cost
-		}
-		if op != opRefund && n > c.quota {
-			return nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
-		}
-		keys[i], costs[i] = []byte(k), n
-		if c.cfg.Algorithm == ratekit.SlidingLog {
-			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
-		}
+	return m.send(ctx, op, key, cost, parts, idem, periods)
+}
+
+// send decides a valid request: one call of the composite function.
+func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
+	keys, costs, locks, err := m.parts(op, key, cost, parts)
+	if err != nil {
+		return nil, err
 	}
 	bounds, err := m.bounds(periods)
 	if err != nil {
@@ -305,35 +291,50 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
-		// 'T' for takes, 'R' for refunds (the function finds the other
-		// operation's record by adding or subtracting 2), then the
-		// composite's scope, then the caller's key.
-		idemArg = make([]byte, 0, 1+len(m.scope)+len(idem))
-		if op == opTake {
-			idemArg = append(idemArg, 'T')
-		} else {
-			idemArg = append(idemArg, 'R')
-		}
-		idemArg = append(idemArg, m.scope[:]...)
-		idemArg = append(idemArg, idem...)
+		idemArg = idempotencyRecord(op, tagCompositeTake, tagCompositeRefund, m.scope[:], idem)
 	}
 	var cleanup int64
 	if op != opPeek && m.cleanupP > 0 && rand.Float64() < m.cleanupP {
 		cleanup = m.batch
 	}
-	var raw []byte
-	for attempt := 0; ; attempt++ {
-		err = m.store.db.QueryRow(ctx, m.query, m.store.mode,
-			op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds,
-		).Scan(&raw)
-		// As in Counter.do: retry only what never reached the server.
-		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	raw, err := m.store.query(ctx, m.query, m.store.mode, op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds)
 	if err != nil {
 		return nil, wrapErr(ctx, "composite", err)
 	}
+	return m.outcomes(ctx, raw)
+}
+
+// parts returns each counter's key, cost and sliding-log lock of a request
+// (parts nil: key and cost for every counter), or an error for parts of
+// another length than the counters or a take or peek above a quota.
+func (m *Composite) parts(op int64, key string, cost int64, parts []ratekit.Part) (keys [][]byte, costs, locks []int64, err error) {
+	n := len(m.counters)
+	if parts != nil && len(parts) != n {
+		return nil, nil, nil, fmt.Errorf("%w: %d parts for a composite of %d policies", ratekit.ErrInvalidRequest, len(parts), n)
+	}
+	keys = make([][]byte, n)
+	costs = make([]int64, n)
+	locks = make([]int64, n)
+	for i, c := range m.counters {
+		k, n := key, cost
+		if parts != nil {
+			k, n = parts[i].Key, parts[i].Cost
+		}
+		if op != opRefund && n > c.quota {
+			return nil, nil, nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
+		}
+		keys[i], costs[i] = []byte(k), n
+		if c.cfg.Algorithm == ratekit.SlidingLog {
+			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)
+		}
+	}
+	return keys, costs, locks, nil
+}
+
+// outcomes parses the composite function's result, raw, into one Outcome
+// per counter.
+func (m *Composite) outcomes(ctx context.Context, raw []byte) ([]Outcome, error) {
+	n := len(m.counters)
 	out := make([]int64, 1+6*n)
 	if !parseInts(raw, out) {
 		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))

@@ -4,11 +4,10 @@
 // coalescing of concurrent decisions into one statement. Package pgstore's
 // documentation describes what it guarantees.
 //
-// Users never name this package. pgstore.New builds a [Store] and hands it
-// out inside a *pgstore.Store, which embeds a [Handle]; package durable
-// reads it back with [From]. The Handle's only method is unexported, so no
-// other package can read or forge one, and nothing is registered at
-// package initialisation or at run time.
+// Users never name this package. pgstore.Store is defined as this
+// package's [Store] (type Store pgengine.Store), so pgstore.New returns the
+// engine under pgstore's name and package durable converts it back; the
+// defined type has none of the engine's methods.
 //
 // The package imports neither pgstore nor durable: both import it.
 package pgengine

@@ -8,9 +8,8 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/extremes"
-	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // TestCounterExtremes feeds every numeric field of CounterConfig extreme
@@ -18,9 +17,9 @@ import (
 // matching ratekit.ErrInvalidConfig, never panics, and a counter it returns
 // answers Take, Peek and Refund on the test database without an error.
 func TestCounterExtremes(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	s := newStore(t, pool)
-	prefix := pgtest.Prefix(t)
+	prefix := pgstoretest.Prefix(t)
 	fields := map[string]func(*pgengine.CounterConfig, int64){
 		"Quota":        func(c *pgengine.CounterConfig, v int64) { c.Quota = v },
 		"Window":       func(c *pgengine.CounterConfig, v int64) { c.Window = time.Duration(v) },

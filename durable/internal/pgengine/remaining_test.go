@@ -11,8 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 const (
@@ -40,21 +39,21 @@ const (
 // (The sliding log serialises on an advisory lock the test cannot hold, so
 // it runs plain bursts only.)
 func TestRemainingExact(t *testing.T) {
-	admin := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	admin := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	for _, via := range []string{"postgres", "pgbouncer"} {
 		t.Run(via, func(t *testing.T) {
-			url := testenv.PostgresURL(t)
+			url := pgstoretest.PostgresURL(t)
 			if via == "pgbouncer" {
-				url = testenv.PgBouncerURL(t)
+				url = pgstoretest.PgBouncerURL(t)
 			}
 			var stores []*pgengine.Store
 			for i := 0; i < burstPools; i++ {
-				stores = append(stores, newStore(t, pgtest.Pool(t, url, burstConns, "")))
+				stores = append(stores, newStore(t, pgstoretest.Pool(t, url, burstConns, "")))
 			}
 			for _, alg := range algorithms {
 				t.Run(alg.String(), func(t *testing.T) {
 					ctx := ctxT(t)
-					prefix := pgtest.Prefix(t)
+					prefix := pgstoretest.Prefix(t)
 					var counters []*pgengine.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
@@ -77,7 +76,7 @@ func TestRemainingExact(t *testing.T) {
 							t.Fatal(err)
 						}
 						defer tx.Rollback(ctx)
-						if _, err := tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE "%s".counters_unlogged IN EXCLUSIVE MODE`, pgtest.Schema())); err != nil {
+						if _, err := tx.Exec(ctx, fmt.Sprintf(`LOCK TABLE "%s".counters_unlogged IN EXCLUSIVE MODE`, pgstoretest.Schema())); err != nil {
 							t.Fatal(err)
 						}
 						inTx := newCounter(t, newStore(t, tx), pgengine.CounterConfig{
@@ -195,7 +194,7 @@ func waitForLockWaiters(ctx context.Context, t *testing.T, admin *pgxpool.Pool) 
 	for {
 		var n int
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, pgtest.Schema()).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`, pgstoretest.Schema()).Scan(&n)
 		if err != nil {
 			t.Error(err)
 			return

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // pgBinDir holds the PostgreSQL server programs of the CI image (Debian's
@@ -118,7 +118,7 @@ func (c *throwawayCluster) url() string {
 // UNLOGGED counters start afresh, as the Durability documentation says.
 func TestServerCrashAndRestart(t *testing.T) {
 	cl := newThrowawayCluster(t)
-	pool := pgtest.Pool(t, cl.url(), 2, "")
+	pool := pgstoretest.Pool(t, cl.url(), 2, "")
 	s, err := pgengine.New(pool, pgengine.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 15
+const SchemaVersion = 16
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -60,7 +60,7 @@ func SchemaSQL(schema string) (string, error) {
 	var b bytes.Buffer
 	data := schemaData{Schema: `"` + schema + `"`, Version: SchemaVersion}
 	for _, d := range []Durability{Unlogged, Logged} {
-		data.Tables = append(data.Tables, tableData{
+		t := &tableData{
 			Unlogged:    d == Unlogged,
 			Counters:    data.Schema + "." + d.table("counters"),
 			CountersRaw: d.table("counters"),
@@ -68,18 +68,23 @@ func SchemaSQL(schema string) (string, error) {
 			LogRaw:      d.table("log"),
 			Idem:        data.Schema + "." + d.table("idempotency"),
 			IdemRaw:     d.table("idempotency"),
-			Fixed:       data.Schema + "." + d.function(ratekit.FixedWindow),
-			Sliding:     data.Schema + "." + d.function(ratekit.SlidingWindow),
-			Bucket:      data.Schema + "." + d.function(ratekit.TokenBucket),
-			SlidingLog:  data.Schema + "." + d.function(ratekit.SlidingLog),
 			Composite:   data.Schema + "." + d.table("composite"),
 			Reset:       data.Schema + "." + d.table("reset"),
 			Cleanup:     data.Schema + "." + d.table("cleanup"),
 			Usage:       data.Schema + "." + d.table("period_usage"),
-		})
-		for _, a := range batchAlgorithms {
-			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.function(a)})
 		}
+		for _, a := range singleAlgorithms {
+			span := "p_window_us"
+			if a == "token_bucket" {
+				span = "p_interval_us"
+			}
+			t.Singles = append(t.Singles, flowData{tableData: t, Alg: a, Function: data.Schema + "." + d.table(a), Span: span,
+				IdemPrefix: "p_prefix", IdemKey: "p_key", Admitted: "admits"})
+			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.table(a)})
+		}
+		t.CompositeFlow = flowData{tableData: t, InComposite: true, Algorithms: compositeAlgorithms,
+			IdemPrefix: "p_idem_prefix", IdemKey: "p_idem_key", Admitted: "all_admit", TagPrefix: "composite_"}
+		data.Tables = append(data.Tables, t)
 	}
 	tmpl, err := schemaTemplate()
 	if err != nil {
@@ -127,7 +132,7 @@ const migrationLockID = 8689334289248001880
 type schemaData struct {
 	Schema     string
 	Version    int
-	Tables     []tableData
+	Tables     []*tableData
 	BatchCases []batchCase
 }
 
@@ -139,25 +144,52 @@ type batchCase struct {
 	Function string
 }
 
+// functionIndex is the number that names the single-key function of
+// algorithm a (its name in sqlCodes) with d in the batch function's p_fn.
+func functionIndex(d Durability, a string) int32 {
+	return 10*int32(d) + int32(sqlCodes["alg"][a])
+}
+
 type tableData struct {
-	Unlogged                           bool
-	Counters, Log, Idem                string
-	CountersRaw, LogRaw, IdemRaw       string
-	Fixed, Sliding, Bucket, SlidingLog string
-	Composite, Reset, Cleanup          string
-	Usage                              string
+	Unlogged                     bool
+	Counters, Log, Idem          string
+	CountersRaw, LogRaw, IdemRaw string
+	Composite, Reset, Cleanup    string
+	Usage                        string
+	// Singles are the single-key decision functions, CompositeFlow the
+	// composite function.
+	Singles       []flowData
+	CompositeFlow flowData
+}
+
+// flowData is what the templates of a decision function read: its tables,
+// and the names its flow gives the parts that differ between a single-key
+// function and the composite.
+type flowData struct {
+	*tableData
+	Alg         string   // a single-key function's algorithm
+	Function    string   // a single-key function's qualified name
+	Span        string   // a single-key function's p_window_us or p_interval_us
+	InComposite bool     // the composite function
+	Algorithms  []string // the composite's algorithms, one CASE arm each
+	Phase       string   // the algorithms' block that "arms" runs
+	IdemPrefix  string   // where the idempotency records are kept: prefix
+	IdemKey     string   // and key
+	Admitted    string   // true when the decision admits
+	TagPrefix   string   // "" or "composite_": the idempotency tags' names
 }
 
 // schemaSource is schema.sql: a text/template of the schema SQL, executed
-// with a schemaData. The decision functions it creates share one signature:
+// with a schemaData. The single-key decision functions share one signature:
 //
-//	p_op       0 take, 1 peek, 2 refund
+//	p_op       the operation: the code of take, peek or refund (codes.go)
 //	p_prefix   limiter prefix (text, validated by the caller)
 //	p_key      request key (bytea: any bytes)
 //	p_cost     units to take, test or give back
 //	p_quota    quota per window (windows, log) or burst (bucket)
-//	p_window_us window length in microseconds; for the token bucket, the
-//	           window of one unit, its emission interval
+//	p_window_us window length in microseconds; for the token bucket
+//	           p_interval_us, its emission interval: the time one unit takes
+//	           to come back
 //	p_lock     advisory lock key of (prefix, key) (sliding log only)
 //	p_idem     idempotency key or NULL
 //	p_idem_ttl_us how long an idempotency key is remembered
@@ -173,6 +205,12 @@ type tableData struct {
 // it has read the state, so that no decision sees the effect of one that
 // read a later time.
 //
+// Each algorithm's rules are written once, as the template blocks
+// "<algorithm>.roll", ".take", ".refund" and ".report", which both the
+// algorithm's single-key function and the composite function run; they
+// are templates rather than functions of their own so that a decision
+// makes no extra function call.
+//
 //go:embed schema.sql
 var schemaSource string
 
@@ -186,7 +224,39 @@ var (
 // first use: importing the package does no work.
 func schemaTemplate() (*template.Template, error) {
 	schemaOnce.Do(func() {
-		schemaTmpl, schemaTmplErr = template.New("schema").Parse(schemaSource)
+		var t *template.Template
+		code := func(kind string) func(string) (int64, error) {
+			return func(name string) (int64, error) {
+				c, ok := sqlCodes[kind][name]
+				if !ok {
+					return 0, fmt.Errorf("no %s code named %q", kind, name)
+				}
+				return c, nil
+			}
+		}
+		funcs := template.FuncMap{
+			"op":  code("op"),
+			"alg": code("alg"),
+			"tag": code("tag"),
+			// include runs the template named name, which may be computed.
+			"include": func(name string, data any) (string, error) {
+				var b strings.Builder
+				err := t.ExecuteTemplate(&b, name, data)
+				return b.String(), err
+			},
+			// indent indents every line of s by n tabs.
+			"indent": func(n int, s string) string {
+				tabs := strings.Repeat("\t", n)
+				return tabs + strings.ReplaceAll(s, "\n", "\n"+tabs)
+			},
+			// phase returns f for the phase's "arms".
+			"phase": func(phase string, f flowData) flowData {
+				f.Phase = phase
+				return f
+			},
+		}
+		t, schemaTmplErr = template.New("schema").Funcs(funcs).Parse(schemaSource)
+		schemaTmpl = t
 	})
 	return schemaTmpl, schemaTmplErr
 }

@@ -19,413 +19,102 @@ Nothing of this comment reaches the output.
 CREATE SCHEMA IF NOT EXISTS {{.Schema}};
 {{range .Tables}}
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Counters}} (
-	prefix          text   NOT NULL,
-	key             bytea  NOT NULL,
-	window_start_us bigint NOT NULL DEFAULT 0,
-	count           bigint NOT NULL DEFAULT 0,
-	prev_count      bigint NOT NULL DEFAULT 0,
-	tat_us          bigint NOT NULL DEFAULT 0,
-	expires_at_us   bigint NOT NULL,
+	prefix text NOT NULL, key bytea NOT NULL,
+	window_start_us bigint NOT NULL DEFAULT 0, count bigint NOT NULL DEFAULT 0, prev_count bigint NOT NULL DEFAULT 0,
+	tat_us bigint NOT NULL DEFAULT 0,
+	expires_at_us bigint NOT NULL,
 	PRIMARY KEY (prefix, key)
 ) WITH (fillfactor = 70);
 CREATE INDEX IF NOT EXISTS {{.CountersRaw}}_expiry ON {{.Counters}} (prefix, expires_at_us);
 
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Log}} (
-	prefix        text   NOT NULL,
-	key           bytea  NOT NULL,
-	at_us         bigint NOT NULL,
-	cost          bigint NOT NULL,
-	expires_at_us bigint NOT NULL
+	prefix text NOT NULL, key bytea NOT NULL,
+	at_us bigint NOT NULL, cost bigint NOT NULL, expires_at_us bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {{.LogRaw}}_key ON {{.Log}} (prefix, key, expires_at_us);
 CREATE INDEX IF NOT EXISTS {{.LogRaw}}_expiry ON {{.Log}} (prefix, expires_at_us);
 
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Idem}} (
-	prefix          text   NOT NULL,
-	key             bytea  NOT NULL,
-	idempotency_key bytea  NOT NULL,
-	expires_at_us   bigint NOT NULL,
+	prefix text NOT NULL, key bytea NOT NULL, idempotency_key bytea NOT NULL,
+	expires_at_us bigint NOT NULL,
 	PRIMARY KEY (prefix, key, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS {{.IdemRaw}}_expiry ON {{.Idem}} (prefix, expires_at_us);
 
 -- The units each key used in each ended period of a calendar-period policy
--- (composite algorithm 5), moved here from the counter row, in the
+-- (the composite function's period algorithm), moved here from the counter row, in the
 -- transaction that starts the key's next period: a period's usage is in
 -- the counter row while it is the row's period and here after, never in
 -- both, so one statement that reads both is exact. Nothing deletes these
 -- rows: they are billing records.
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Usage}} (
-	prefix          text   NOT NULL,
-	key             bytea  NOT NULL,
-	period_start_us bigint NOT NULL,
-	period_end_us   bigint NOT NULL,
-	used            bigint NOT NULL,
+	prefix text NOT NULL, key bytea NOT NULL,
+	period_start_us bigint NOT NULL, period_end_us bigint NOT NULL, used bigint NOT NULL,
 	PRIMARY KEY (prefix, period_start_us, key)
 );
 
--- Cleanup: delete up to p_quota rows of each table under p_prefix that
+-- Cleanup: delete up to p_max_rows rows of each table under p_prefix that
 -- expired before p_before, skipping rows locked by others, and return how
 -- many of each (counters, log entries, idempotency records), found through
 -- the expiry indexes (see enable_seqscan above).
 DROP FUNCTION IF EXISTS {{.Cleanup}}(text, bigint, bigint);
-CREATE OR REPLACE FUNCTION {{.Cleanup}}(p_prefix text, p_before bigint, p_quota bigint)
+CREATE OR REPLACE FUNCTION {{.Cleanup}}(p_prefix text, p_before bigint, p_max_rows bigint)
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
-	a bigint;
-	b bigint;
-	c bigint;
+	counters_deleted bigint;
+	log_deleted bigint;
+	records_deleted bigint;
 BEGIN
 	DELETE FROM {{.Counters}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Counters}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_quota FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS a = ROW_COUNT;
+		LIMIT p_max_rows FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS counters_deleted = ROW_COUNT;
 	DELETE FROM {{.Log}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Log}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_quota FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS b = ROW_COUNT;
+		LIMIT p_max_rows FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS log_deleted = ROW_COUNT;
 	DELETE FROM {{.Idem}} AS x WHERE x.ctid = ANY (ARRAY(
 		SELECT e.ctid FROM {{.Idem}} AS e WHERE e.prefix = p_prefix AND e.expires_at_us < p_before
-		LIMIT p_quota FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS c = ROW_COUNT;
-	RETURN ARRAY[a, b, c];
+		LIMIT p_max_rows FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS records_deleted = ROW_COUNT;
+	RETURN ARRAY[counters_deleted, log_deleted, records_deleted];
 END
 $fn$;
-
--- Fixed window: windows aligned to the epoch; count is the units taken in
--- the window that starts at window_start_us. A take decides on the state
--- that lockrow read under the lock and writes the row by its ctid only when
--- it admits: no upsert after the lock, and no second look-up of the key.
-DROP FUNCTION IF EXISTS {{.Fixed}}({{template "args"}});
-CREATE OR REPLACE FUNCTION {{.Fixed}}(
-{{template "signature"}}
-	now_us bigint;
-	ws bigint;
-	v_ws bigint;
-	v_count bigint;
-	v_found boolean := false;
-BEGIN
-{{template "lockrow" .}}
-	ws := now_us - now_us % p_window_us;
-{{template "prologue" .}}
-	IF p_op = 0 AND NOT duplicate THEN
-		v_ws := l_ws;
-		v_count := l_count;
-		IF v_ws < ws THEN
-			v_ws := ws;
-			v_count := 0;
-		END IF;
-		allowed := v_count + p_cost <= p_quota;
-		IF allowed THEN
-			v_count := v_count + p_cost;
-			UPDATE {{.Counters}} AS c SET window_start_us = v_ws, count = v_count,
-				expires_at_us = GREATEST(c.expires_at_us, v_ws + p_window_us)
-			WHERE c.ctid = l_id;
-		END IF;
-		v_found := true;
-	ELSIF p_op = 2 AND NOT duplicate THEN
-		-- A refund changes only a row that lockrow locked; without one the
-		-- key is full as of that look-up, and a row another decision
-		-- committed since must be neither changed nor read here (its clock
-		-- may be later than this one's).
-		IF l_id IS NOT NULL THEN
-			UPDATE {{.Counters}} AS c SET count = GREATEST(c.count - p_cost, 0)
-			WHERE c.ctid = l_id AND c.window_start_us >= ws
-			RETURNING c.window_start_us, c.count INTO v_ws, v_count;
-			v_found := FOUND;
-		END IF;
-		IF NOT v_found THEN
-			v_ws := ws;
-			v_count := 0;
-			v_found := true;
-		END IF;
-		allowed := true;
-	END IF;
-	IF NOT v_found THEN
-		SELECT c.window_start_us, c.count INTO v_ws, v_count
-		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
-{{template "peekclock"}}
-		ws := now_us - now_us % p_window_us;
-		IF NOT FOUND OR v_ws < ws THEN
-			v_ws := ws;
-			v_count := 0;
-		END IF;
-	END IF;
-	IF p_op = 1 OR duplicate THEN
-		allowed := v_count + p_cost <= p_quota OR duplicate;
-	END IF;
-	remaining := GREATEST(p_quota - v_count, 0);
-	reset_after_us := GREATEST(v_ws + p_window_us - now_us, 0);
-	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
-{{template "cleanup" .}}
-	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
-END
-$fn$;
-
--- Sliding window: the two-window weighted count. The estimate of the units
--- in the rolling window is prev_count * (window - elapsed) / window + count;
--- the comparison is done in numeric so it is exact. A take decides on the
--- state lockrow read, as the fixed window does.
-DROP FUNCTION IF EXISTS {{.Sliding}}({{template "args"}});
-CREATE OR REPLACE FUNCTION {{.Sliding}}(
-{{template "signature"}}
-	now_us bigint;
-	ws bigint;
-	v_ws bigint;
-	v_cur bigint;
-	v_prev bigint;
-	v_elapsed bigint;
-	v_room numeric;
-	v_found boolean := false;
-BEGIN
-{{template "lockrow" .}}
-	ws := now_us - now_us % p_window_us;
-{{template "prologue" .}}
-	IF p_op = 0 AND NOT duplicate THEN
-		-- The state lockrow read under the lock decides, once rolled
-		-- forward below; the row is written by its ctid only when the take
-		-- admits.
-		v_ws := l_ws;
-		v_cur := l_count;
-		v_prev := l_prev;
-		v_found := true;
-	ELSIF p_op = 2 AND NOT duplicate THEN
-		-- Only a row that lockrow locked (see the fixed window).
-		IF l_id IS NOT NULL THEN
-			UPDATE {{.Counters}} AS c SET
-				count = GREATEST(c.count - p_cost, 0),
-				prev_count = CASE WHEN c.window_start_us >= ws THEN GREATEST(c.prev_count - GREATEST(p_cost - c.count, 0), 0) ELSE c.prev_count END
-			WHERE c.ctid = l_id AND c.window_start_us >= ws - p_window_us
-			RETURNING c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev;
-			v_found := FOUND;
-		END IF;
-		IF NOT v_found THEN
-			v_ws := ws; v_cur := 0; v_prev := 0;
-			v_found := true;
-		END IF;
-		allowed := true;
-	END IF;
-	IF NOT v_found THEN
-		SELECT c.window_start_us, c.count, c.prev_count INTO v_ws, v_cur, v_prev
-		FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
-{{template "peekclock"}}
-		ws := now_us - now_us % p_window_us;
-		IF NOT FOUND THEN
-			v_ws := ws; v_cur := 0; v_prev := 0;
-		END IF;
-	END IF;
-	-- Roll the state read from the row forward to the current window.
-	IF v_ws < ws THEN
-		IF v_ws = ws - p_window_us THEN
-			v_prev := v_cur;
-		ELSE
-			v_prev := 0;
-		END IF;
-		v_cur := 0;
-		v_ws := ws;
-	END IF;
-	v_elapsed := GREATEST(now_us - v_ws, 0);
-	-- v_room is (limit - estimate) * window, exact in numeric.
-	v_room := p_quota::numeric * p_window_us - v_prev::numeric * (p_window_us - v_elapsed) - v_cur::numeric * p_window_us;
-	IF p_op = 0 AND NOT duplicate THEN
-		allowed := v_room >= p_cost::numeric * p_window_us;
-		IF allowed THEN
-			v_cur := v_cur + p_cost;
-			v_room := v_room - p_cost::numeric * p_window_us;
-			UPDATE {{.Counters}} AS c SET window_start_us = v_ws, count = v_cur, prev_count = v_prev,
-				expires_at_us = GREATEST(c.expires_at_us, v_ws + 2 * p_window_us)
-			WHERE c.ctid = l_id;
-		END IF;
-	ELSIF p_op = 1 OR duplicate THEN
-		allowed := v_room >= p_cost::numeric * p_window_us OR duplicate;
-	END IF;
-	remaining := GREATEST(div(v_room, p_window_us), 0)::bigint;
-	reset_after_us := CASE
-		WHEN v_cur > 0 THEN v_ws + 2 * p_window_us - now_us
-		WHEN v_prev > 0 THEN v_ws + p_window_us - now_us
-		ELSE 0 END;
-	IF allowed THEN
-		retry_after_us := 0;
-	ELSIF v_cur + p_cost <= p_quota THEN
-		-- Wait until the previous window's weight has decayed enough:
-		-- v_prev * (window - x) / window <= limit - cur - cost.
-		retry_after_us := GREATEST(ceil(p_window_us - (p_quota - v_cur - p_cost)::numeric * p_window_us / v_prev)::bigint - v_elapsed, 1);
-	ELSE
-		-- Wait for the next window, where this window's count becomes the
-		-- previous one: v_cur * (window - x) / window <= limit - cost.
-		retry_after_us := (v_ws + p_window_us - now_us)
-			+ GREATEST(ceil(p_window_us - (p_quota - p_cost)::numeric * p_window_us / v_cur)::bigint, 0);
-	END IF;
-{{template "cleanup" .}}
-	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
-END
-$fn$;
-
--- Token bucket as the generic cell rate algorithm (GCRA, ITU-T I.371):
--- tat_us is the theoretical arrival time; p_window_us is the emission
--- interval (time per unit) and the bucket holds p_quota units.
-DROP FUNCTION IF EXISTS {{.Bucket}}({{template "args"}});
-CREATE OR REPLACE FUNCTION {{.Bucket}}(
-{{template "signature"}}
-	now_us bigint;
-	tau bigint := p_quota * p_window_us;
-	v_tat bigint;
-	v_found boolean := false;
-BEGIN
-{{template "lockrow" .}}
-{{template "prologue" .}}
-	IF p_op = 0 AND NOT duplicate THEN
-		-- The state lockrow read under the lock decides; the row is
-		-- written by its ctid only when the take admits. expires_at_us is
-		-- tat rounded up to a multiple of tau, so that it changes about
-		-- once per tau and most updates stay HOT.
-		v_tat := GREATEST(l_tat, now_us);
-		allowed := v_tat + p_cost * p_window_us - now_us <= tau;
-		IF allowed THEN
-			v_tat := v_tat + p_cost * p_window_us;
-			UPDATE {{.Counters}} AS c SET tat_us = v_tat,
-				expires_at_us = GREATEST(c.expires_at_us, (v_tat / tau + 1) * tau)
-			WHERE c.ctid = l_id;
-		END IF;
-		v_found := true;
-	ELSIF p_op = 2 AND NOT duplicate THEN
-		-- Only a row that lockrow locked (see the fixed window).
-		IF l_id IS NOT NULL THEN
-			UPDATE {{.Counters}} AS c SET tat_us = GREATEST(c.tat_us - p_cost * p_window_us, now_us)
-			WHERE c.ctid = l_id AND c.tat_us > now_us
-			RETURNING c.tat_us INTO v_tat;
-			v_found := FOUND;
-		END IF;
-		IF NOT v_found THEN
-			v_tat := now_us;
-			v_found := true;
-		END IF;
-		allowed := true;
-	END IF;
-	IF NOT v_found THEN
-		SELECT c.tat_us INTO v_tat FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key;
-{{template "peekclock"}}
-		IF NOT FOUND THEN
-			v_tat := now_us;
-		END IF;
-	END IF;
-	v_tat := GREATEST(v_tat, now_us);
-	IF p_op = 1 OR duplicate THEN
-		allowed := v_tat + p_cost * p_window_us - now_us <= tau OR duplicate;
-	END IF;
-	remaining := GREATEST((tau - (v_tat - now_us)) / p_window_us, 0);
-	reset_after_us := v_tat - now_us;
-	retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(v_tat + p_cost * p_window_us - tau - now_us, 1) END;
-{{template "cleanup" .}}
-	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
-END
-$fn$;
-
--- Sliding log: one row per admitted request. The transaction-level advisory
--- lock p_lock serialises the decisions of one (prefix, key); the clock is
--- read after it is granted, so every decision sees all earlier ones.
-DROP FUNCTION IF EXISTS {{.SlidingLog}}({{template "args"}});
-CREATE OR REPLACE FUNCTION {{.SlidingLog}}(
-{{template "signature"}}
-	now_us bigint;
-	v_used bigint;
-	v_last bigint;
-	v_left bigint;
-	v_free bigint;
-	r record;
-BEGIN
-	IF p_op <> 1 THEN
-		PERFORM pg_advisory_xact_lock(p_lock);
-	END IF;
-	now_us := {{template "clock"}};
-{{template "prologue" .}}
-	-- Per-key conditions on expires_at_us are written "+ 0" so that the
-	-- planner cannot use the (prefix, expires_at_us) cleanup index for them:
-	-- on a fresh table without statistics it otherwise prefers that index
-	-- and scans every row of the prefix.
-	IF p_op <> 1 THEN
-		DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 <= now_us;
-	END IF;
-	SELECT COALESCE(sum(l.cost), 0), max(l.expires_at_us) INTO v_used, v_last
-	FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us;
-	IF p_op = 0 AND NOT duplicate THEN
-		allowed := v_used + p_cost <= p_quota;
-		IF allowed THEN
-			INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
-			VALUES (p_prefix, p_key, now_us, p_cost, now_us + p_window_us);
-			v_used := v_used + p_cost;
-			v_last := now_us + p_window_us;
-		END IF;
-	ELSIF p_op = 2 AND NOT duplicate THEN
-		-- Give back the most recent admissions first.
-		v_left := p_cost;
-		FOR r IN SELECT l.ctid AS id, l.cost FROM {{.Log}} AS l
-			WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us
-			ORDER BY l.at_us DESC LOOP
-			EXIT WHEN v_left = 0;
-			IF r.cost <= v_left THEN
-				DELETE FROM {{.Log}} AS l WHERE l.ctid = r.id;
-				v_left := v_left - r.cost;
-				v_used := v_used - r.cost;
-			ELSE
-				UPDATE {{.Log}} AS l SET cost = l.cost - v_left WHERE l.ctid = r.id;
-				v_used := v_used - v_left;
-				v_left := 0;
-			END IF;
-		END LOOP;
-		allowed := true;
-	ELSE
-		allowed := v_used + p_cost <= p_quota OR duplicate;
-	END IF;
-	remaining := GREATEST(p_quota - v_used, 0);
-	reset_after_us := CASE WHEN v_used > 0 THEN GREATEST(v_last - now_us, 0) ELSE 0 END;
-	IF allowed THEN
-		retry_after_us := 0;
-	ELSE
-		-- The earliest expiry after which enough units have left the window.
-		SELECT x.expires_at_us INTO v_free FROM (
-			SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
-			FROM {{.Log}} AS l WHERE l.prefix = p_prefix AND l.key = p_key AND l.expires_at_us + 0 > now_us
-		) AS x WHERE v_used - x.freed + p_cost <= p_quota ORDER BY x.expires_at_us LIMIT 1;
-		retry_after_us := GREATEST(COALESCE(v_free, v_last) - now_us, 1);
-	END IF;
-{{template "cleanup" .}}
-	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
-END
-$fn$;
-{{end}}
-{{range .Tables}}
+{{range .Singles}}{{template "single" .}}{{end}}
+{{with .CompositeFlow}}
 -- Composite: several policies over one table set, one decision. Element i
--- of the arrays is policy i (algorithm 1 fixed window, 2 sliding window, 3
--- token bucket, 4 sliding log; the other arguments as for the functions
--- above, p_ttls holding each policy's window). A take or refund first locks
--- every policy's key in one fixed order, by prefix (byte order) and key, so
--- that two composites over the same keys never deadlock: the counter row
--- (created when missing, as lockrow does) or, for the sliding log, the
--- advisory lock. Only then does it read the clock. A take admits only when
--- every policy admits, and then takes from every policy; otherwise it
--- writes nothing. A peek locks nothing and reads the clock after the
--- counters. The idempotency record (p_idem_prefix, p_idem_key, p_idem)
--- covers the whole decision.
+-- of the arrays is policy i: p_algs[i] its algorithm's code (see "Codes"
+-- in schema.go), p_windows[i] its window or, for the token bucket, its
+-- emission interval, p_ttls[i] how long its rows are kept after they
+-- expire; the other arguments as for the single-key functions. A take or
+-- refund first locks every policy's key in one fixed order, by prefix
+-- (byte order) and key, so that two composites over the same keys never
+-- deadlock: the counter row (created when missing, as a single-key take
+-- creates it) or, for the sliding log, the advisory lock. Only then does it
+-- read the clock. A take admits only when every policy admits, and then
+-- takes from every policy; otherwise it writes nothing. A peek locks
+-- nothing and reads the clock after the counters. The idempotency record
+-- (p_idem_prefix, p_idem_key, p_idem) covers the whole decision.
 --
--- Algorithm 5 is a fixed window over calendar periods. The client computes
--- them with its own clock and passes, in p_bounds[4i-3 .. 4i], four
--- boundaries b0 < b1 < b2 < b3 (microseconds since the epoch): the period
--- that contains its now and its two neighbours. The function picks the one
--- that contains the database's now, so that decisions use one clock, the
--- database's, and calendar arithmetic lives in one place, the client; a
--- database now outside [b0, b3) (clocks more than a period apart) raises
--- SQLSTATE RK001 and decides nothing. The counter row holds the period's
--- start in window_start_us and its end in expires_at_us; a take that
--- starts a new period moves the ended period's count to the usage table.
--- A refund whose idempotency key names a take of this scope gives nothing
--- back to a period that started after that take (the take's time is its
--- record's expiry less p_idem_ttl_us).
+-- The period algorithm is a fixed window over calendar periods. The client
+-- computes them with its own clock and passes, in p_bounds[4i-3 .. 4i],
+-- four boundaries b0 < b1 < b2 < b3 (microseconds since the epoch): the
+-- period that contains its now and its two neighbours. The function picks
+-- the one that contains the database's now, so that decisions use one
+-- clock, the database's, and calendar arithmetic lives in one place, the
+-- client; a database now outside [b0, b3) (clocks more than a period apart)
+-- raises SQLSTATE RK001 and decides nothing. The counter row holds the
+-- period's start in window_start_us and its end in expires_at_us; a take
+-- that starts a new period moves the ended period's count to the usage
+-- table. A refund whose idempotency key names a take of this scope gives
+-- nothing back to a period that started after that take (the take's time is
+-- its record's expiry less p_idem_ttl_us).
 --
 -- Returns ARRAY[duplicate, then for each policy allowed, remaining,
 -- retry_after_us, reset_after_us, period_us (the length of the period
 -- counted in, 0 for the other algorithms), used (the units counted in the
--- window or period; quota - remaining for algorithms 2 and 3)].
+-- window or period; quota - remaining for the sliding window and the token
+-- bucket)].
 DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean);
 DROP FUNCTION IF EXISTS {{.Composite}}(bigint, bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], text, bytea, bytea, bigint, bigint, boolean, bigint[]);
 CREATE OR REPLACE FUNCTION {{.Composite}}(
@@ -436,74 +125,60 @@ CREATE OR REPLACE FUNCTION {{.Composite}}(
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
 	n int := cardinality(p_keys);
-	now_us bigint;
 	i int;
 	j int;
-	ord int[];
-	w bigint;
-	lim bigint;
-	cst bigint;
-	ws bigint;
-	tau bigint;
-	s_ws bigint[];
-	s_a bigint[]; -- count, tat or logged units
-	s_b bigint[]; -- prev_count or last log expiry
-	s_id tid[]; -- the locked counter row, written by ctid
-	s_we bigint[]; -- algorithm 5: the end of the period counted in
-	s_pl bigint[]; -- algorithm 5: the length of that period
-	s_ows bigint[]; -- algorithm 5: the row's period start and count as read
-	s_oa bigint[];
-	s_oe bigint[]; -- the row's expires_at_us as locked
-	v_id tid;
-	v_exp bigint;
-	v_pe bigint;
-	v_charge bigint;
-	b int;
-	used bigint;
-	ok boolean[];
-	all_ok boolean := true;
-	allowed boolean;
-	duplicate boolean := false;
-	v_ws bigint;
-	v_a bigint;
-	v_b bigint;
-	v_room numeric;
-	v_elapsed bigint;
-	v_left bigint;
-	v_free bigint;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	r record;
-	o bigint[];
+	lock_order int[];
+	quota bigint;
+	cost bigint;
+	window_us bigint;
+	interval_us bigint;
+	policy_prefix text;
+	policy_key bytea;
+{{- template "locals"}}
+	-- Each policy's state, kept between the pass that reads and rolls it
+	-- and the pass that writes and reports it.
+	row_ids tid[];
+	starts bigint[];
+	useds bigint[];
+	prev_useds bigint[];
+	tats bigint[];
+	last_expiries bigint[];
+	read_starts bigint[];
+	read_useds bigint[];
+	read_expiries bigint[];
+	period_starts bigint[];
+	period_ends bigint[];
+	admitted boolean[];
+	all_admit boolean := true;
+	charged_at bigint;
+	result bigint[];
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_algs) <> n OR cardinality(p_prefixes) <> n OR cardinality(p_costs) <> n
 		OR cardinality(p_quotas) <> n OR cardinality(p_windows) <> n OR cardinality(p_ttls) <> n OR cardinality(p_locks) <> n
 		OR cardinality(p_bounds) IS DISTINCT FROM 4 * n THEN
 		RAISE EXCEPTION 'ratekit: composite arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;
-	IF p_op <> 1 AND NOT p_sync THEN
+	IF p_op <> {{op "peek"}} AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
-	s_ws := array_fill(0::bigint, ARRAY[n]);
-	s_a := s_ws;
-	s_b := s_ws;
-	s_id := array_fill(NULL::tid, ARRAY[n]);
-	s_we := s_ws; s_pl := s_ws; s_ows := s_ws; s_oa := s_ws; s_oe := s_ws;
-	ok := array_fill(true, ARRAY[n]);
-	IF p_op <> 1 THEN
+	starts := array_fill(0::bigint, ARRAY[n]);
+	useds := starts; prev_useds := starts; tats := starts; last_expiries := starts;
+	read_starts := starts; read_useds := starts; read_expiries := starts; period_starts := starts; period_ends := starts;
+	row_ids := array_fill(NULL::tid, ARRAY[n]);
+	admitted := array_fill(true, ARRAY[n]);
+	IF p_op <> {{op "peek"}} THEN
 		-- The lock order: by prefix in byte order, then key (an insertion
 		-- sort; composites are small).
-		ord := ARRAY[1];
+		lock_order := ARRAY[1];
 		FOR i IN 2..n LOOP
 			j := i - 1;
-			ord := ord || i;
-			WHILE j >= 1 AND (p_prefixes[ord[j]] COLLATE "C" > p_prefixes[i] COLLATE "C"
-				OR p_prefixes[ord[j]] = p_prefixes[i] AND p_keys[ord[j]] > p_keys[i]) LOOP
-				ord[j + 1] := ord[j];
+			lock_order := lock_order || i;
+			WHILE j >= 1 AND (p_prefixes[lock_order[j]] COLLATE "C" > p_prefixes[i] COLLATE "C"
+				OR p_prefixes[lock_order[j]] = p_prefixes[i] AND p_keys[lock_order[j]] > p_keys[i]) LOOP
+				lock_order[j + 1] := lock_order[j];
 				j := j - 1;
 			END LOOP;
-			ord[j + 1] := i;
+			lock_order[j + 1] := i;
 		END LOOP;
 		-- Lock each key and read its state under the lock; a take or a
 		-- refund creates a missing row in a state that means the same as no
@@ -512,25 +187,14 @@ BEGIN
 		-- row and not yet another's would refund only part of it), and
 		-- idempotency records are touched only under the key's lock (see
 		-- the reset function).
-		FOREACH i IN ARRAY ord LOOP
-			IF p_algs[i] = 4 THEN
+		FOREACH i IN ARRAY lock_order LOOP
+			IF p_algs[i] = {{alg "sliding_log"}} THEN
 				PERFORM pg_advisory_xact_lock(p_locks[i]);
 			ELSE
-				LOOP
-					SELECT c.ctid, c.window_start_us, CASE WHEN p_algs[i] = 3 THEN c.tat_us ELSE c.count END, c.prev_count, c.expires_at_us
-					INTO v_id, v_ws, v_a, v_b, v_exp
-					FROM {{.Counters}} AS c WHERE c.prefix = p_prefixes[i] AND c.key = p_keys[i] FOR UPDATE;
-					IF FOUND THEN
-						s_id[i] := v_id; s_ws[i] := v_ws; s_a[i] := v_a; s_b[i] := v_b; s_oe[i] := v_exp;
-						EXIT;
-					END IF;
-					INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefixes[i], p_keys[i], 0)
-					ON CONFLICT (prefix, key) DO NOTHING RETURNING ctid INTO v_id;
-					IF FOUND THEN
-						s_id[i] := v_id;
-						EXIT;
-					END IF;
-				END LOOP;
+				policy_prefix := p_prefixes[i]; policy_key := p_keys[i];
+{{include "lockrow" . | indent 3}}
+				row_ids[i] := row_id; starts[i] := window_start; useds[i] := used; prev_useds[i] := prev_used;
+				tats[i] := tat; read_expiries[i] := read_expiry;
 			END IF;
 		END LOOP;
 		now_us := {{template "clock"}};
@@ -541,18 +205,19 @@ BEGIN
 		-- never was. The clock is read after the snapshot is taken, so
 		-- every decision the peek sees read its clock no later; the logs
 		-- are summed at that clock.
-		SELECT min(x.now_us), array_agg(x.ws ORDER BY x.i), array_agg(x.a ORDER BY x.i), array_agg(x.b ORDER BY x.i)
-		INTO now_us, s_ws, s_a, s_b
+		SELECT min(x.now_us), array_agg(x.window_start ORDER BY x.i), array_agg(x.used ORDER BY x.i),
+			array_agg(x.prev_used ORDER BY x.i), array_agg(x.tat ORDER BY x.i), array_agg(x.last_expiry ORDER BY x.i)
+		INTO now_us, starts, useds, prev_useds, tats, last_expiries
 		FROM (
-			SELECT u.i, t.now_us, COALESCE(c.window_start_us, 0) AS ws,
-				CASE u.alg WHEN 4 THEN COALESCE(l.used, 0) WHEN 3 THEN COALESCE(c.tat_us, 0) ELSE COALESCE(c.count, 0) END AS a,
-				CASE u.alg WHEN 4 THEN COALESCE(l.last, 0) ELSE COALESCE(c.prev_count, 0) END AS b
+			SELECT u.i, t.now_us, COALESCE(c.window_start_us, 0) AS window_start,
+				CASE WHEN u.alg = {{alg "sliding_log"}} THEN COALESCE(l.used, 0) ELSE COALESCE(c.count, 0) END AS used,
+				COALESCE(c.prev_count, 0) AS prev_used, COALESCE(c.tat_us, 0) AS tat, COALESCE(l.last, 0) AS last_expiry
 			FROM unnest(p_prefixes, p_keys, p_algs) WITH ORDINALITY AS u(prefix, key, alg, i)
 			CROSS JOIN (SELECT {{template "clock"}} AS now_us OFFSET 0) AS t
-			LEFT JOIN {{.Counters}} AS c ON u.alg <> 4 AND c.prefix = u.prefix AND c.key = u.key
+			LEFT JOIN {{.Counters}} AS c ON u.alg <> {{alg "sliding_log"}} AND c.prefix = u.prefix AND c.key = u.key
 			LEFT JOIN LATERAL (
 				SELECT sum(g.cost)::bigint AS used, max(g.expires_at_us) AS last FROM {{.Log}} AS g
-				WHERE u.alg = 4 AND g.prefix = u.prefix AND g.key = u.key AND g.expires_at_us + 0 > t.now_us
+				WHERE u.alg = {{alg "sliding_log"}} AND g.prefix = u.prefix AND g.key = u.key AND g.expires_at_us + 0 > t.now_us
 			) AS l ON true
 		) AS x;
 	END IF;
@@ -560,249 +225,72 @@ BEGIN
 	-- zeros, which means the same as no row) and ask whether it would
 	-- admit its cost.
 	FOR i IN 1..n LOOP
-		w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
-		IF p_op = 0 AND (cst < 1 OR cst > lim) THEN
-			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', cst, i, lim USING ERRCODE = '22023';
+{{template "load"}}
+		IF p_op = {{op "take"}} AND (cost < 1 OR cost > quota) THEN
+			RAISE EXCEPTION 'ratekit: cost % of policy % is outside 1..%', cost, i, quota USING ERRCODE = '22023';
 		END IF;
-		CASE p_algs[i]
-		WHEN 1 THEN
-			ws := now_us - now_us % w;
-			IF s_ws[i] < ws THEN
-				s_ws[i] := ws; s_a[i] := 0;
-			END IF;
-			ok[i] := s_a[i] + cst <= lim;
-		WHEN 5 THEN
-			b := 4 * (i - 1);
-			IF now_us >= p_bounds[b + 1] AND now_us < p_bounds[b + 2] THEN
-				ws := p_bounds[b + 1]; v_pe := p_bounds[b + 2];
-			ELSIF now_us >= p_bounds[b + 2] AND now_us < p_bounds[b + 3] THEN
-				ws := p_bounds[b + 2]; v_pe := p_bounds[b + 3];
-			ELSIF now_us >= p_bounds[b + 3] AND now_us < p_bounds[b + 4] THEN
-				ws := p_bounds[b + 3]; v_pe := p_bounds[b + 4];
-			ELSE
-				RAISE EXCEPTION 'ratekit: clock skew: the database clock (% µs since the Unix epoch) is outside the periods [%, %) that the client computed for policy %: the clocks differ by more than a period',
-					now_us, p_bounds[b + 1], p_bounds[b + 4], p_prefixes[i] USING ERRCODE = 'RK001';
-			END IF;
-			s_ows[i] := s_ws[i]; s_oa[i] := s_a[i];
-			s_we[i] := v_pe; s_pl[i] := v_pe - ws;
-			-- A row of an earlier period counts from zero; a row whose
-			-- period started later (the key's anchor moved back) keeps its
-			-- count: a change of period never grants a fresh one.
-			IF s_ws[i] < ws THEN
-				s_ws[i] := ws; s_a[i] := 0;
-			END IF;
-			ok[i] := s_a[i] + cst <= lim;
-		WHEN 2 THEN
-			ws := now_us - now_us % w;
-			IF s_ws[i] < ws THEN
-				s_b[i] := CASE WHEN s_ws[i] = ws - w THEN s_a[i] ELSE 0 END;
-				s_a[i] := 0;
-				s_ws[i] := ws;
-			END IF;
-			ok[i] := lim::numeric * w - s_b[i]::numeric * (w - GREATEST(now_us - s_ws[i], 0)) - s_a[i]::numeric * w >= cst::numeric * w;
-		WHEN 3 THEN
-			s_a[i] := GREATEST(s_a[i], now_us);
-			ok[i] := s_a[i] + cst * w - now_us <= lim * w;
-		ELSE
-			IF p_op <> 1 THEN
-				DELETE FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 <= now_us;
-				SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO v_a, v_b
-				FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us;
-				s_a[i] := v_a; s_b[i] := v_b;
-			END IF;
-			ok[i] := s_a[i] + cst <= lim;
-		END CASE;
-		all_ok := all_ok AND ok[i];
+{{include "arms" (phase "roll" .) | indent 2}}
+		starts[i] := window_start; useds[i] := used; prev_useds[i] := prev_used; tats[i] := tat; last_expiries[i] := last_expiry;
+		admitted[i] := admits;
+		all_admit := all_admit AND admits;
 	END LOOP;
-	IF p_op <> 1 AND p_idem IS NOT NULL THEN
-		INSERT INTO {{.Idem}} AS x (prefix, key, idempotency_key, expires_at_us)
-		VALUES (p_idem_prefix, p_idem_key, p_idem, now_us + p_idem_ttl_us)
-		ON CONFLICT (prefix, key, idempotency_key) DO UPDATE SET expires_at_us = EXCLUDED.expires_at_us
-		WHERE x.expires_at_us <= now_us;
-		duplicate := NOT FOUND;
-	END IF;
-	IF p_op = 2 AND p_idem IS NOT NULL AND NOT duplicate THEN
+{{template "remember" .}}
+	IF p_op = {{op "refund"}} AND p_idem IS NOT NULL AND NOT duplicate THEN
 		-- When the take this refund undoes is on record, its time.
-		SELECT x.expires_at_us - p_idem_ttl_us INTO v_charge FROM {{.Idem}} AS x
+		SELECT x.expires_at_us - p_idem_ttl_us INTO charged_at FROM {{.Idem}} AS x
 		WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key
-			AND x.idempotency_key = set_byte(p_idem, 0, get_byte(p_idem, 0) + 2) AND x.expires_at_us > now_us;
+			AND x.idempotency_key = set_byte(p_idem, 0, {{tag "composite_take"}}) AND x.expires_at_us > now_us;
 	END IF;
-	IF p_op = 0 AND NOT duplicate AND all_ok THEN
-		FOR i IN 1..n LOOP
-			w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
-			CASE p_algs[i]
-			WHEN 1 THEN
-				s_a[i] := s_a[i] + cst;
-				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
-					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + w)
-				WHERE c.ctid = s_id[i];
-			WHEN 5 THEN
-				s_a[i] := s_a[i] + cst;
-				IF s_ows[i] < s_ws[i] AND s_oa[i] > 0 THEN
-					INSERT INTO {{.Usage}} AS u (prefix, key, period_start_us, period_end_us, used)
-					VALUES (p_prefixes[i], p_keys[i], s_ows[i], s_oe[i], s_oa[i])
-					ON CONFLICT (prefix, period_start_us, key) DO UPDATE SET used = u.used + EXCLUDED.used,
-						period_end_us = GREATEST(u.period_end_us, EXCLUDED.period_end_us);
-				END IF;
-				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i],
-					expires_at_us = GREATEST(c.expires_at_us, s_we[i])
-				WHERE c.ctid = s_id[i];
-			WHEN 2 THEN
-				s_a[i] := s_a[i] + cst;
-				UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i],
-					expires_at_us = GREATEST(c.expires_at_us, s_ws[i] + 2 * w)
-				WHERE c.ctid = s_id[i];
-			WHEN 3 THEN
-				tau := lim * w;
-				s_a[i] := s_a[i] + cst * w;
-				UPDATE {{.Counters}} AS c SET tat_us = s_a[i],
-					expires_at_us = GREATEST(c.expires_at_us, (s_a[i] / tau + 1) * tau)
-				WHERE c.ctid = s_id[i];
-			ELSE
-				INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
-				VALUES (p_prefixes[i], p_keys[i], now_us, cst, now_us + w);
-				s_a[i] := s_a[i] + cst;
-				s_b[i] := GREATEST(s_b[i], now_us + w);
-			END CASE;
-		END LOOP;
-	ELSIF p_op = 2 AND NOT duplicate THEN
-		FOR i IN 1..n LOOP
-			w := p_windows[i]; cst := p_costs[i];
-			CASE p_algs[i]
-			WHEN 1 THEN
-				IF s_a[i] > 0 THEN
-					s_a[i] := GREATEST(s_a[i] - cst, 0);
-					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.ctid = s_id[i];
-				END IF;
-			WHEN 5 THEN
-				IF s_a[i] > 0 AND (v_charge IS NULL OR v_charge >= s_ws[i]) THEN
-					s_a[i] := GREATEST(s_a[i] - cst, 0);
-					UPDATE {{.Counters}} AS c SET count = s_a[i] WHERE c.ctid = s_id[i];
-				END IF;
-			WHEN 2 THEN
-				IF s_a[i] > 0 OR s_b[i] > 0 THEN
-					s_b[i] := GREATEST(s_b[i] - GREATEST(cst - s_a[i], 0), 0);
-					s_a[i] := GREATEST(s_a[i] - cst, 0);
-					UPDATE {{.Counters}} AS c SET window_start_us = s_ws[i], count = s_a[i], prev_count = s_b[i]
-					WHERE c.ctid = s_id[i];
-				END IF;
-			WHEN 3 THEN
-				IF s_a[i] > now_us THEN
-					s_a[i] := GREATEST(s_a[i] - cst * w, now_us);
-					UPDATE {{.Counters}} AS c SET tat_us = s_a[i] WHERE c.ctid = s_id[i];
-				END IF;
-			ELSE
-				-- Give back the most recent admissions first.
-				v_left := cst;
-				FOR r IN SELECT l.ctid AS id, l.cost FROM {{.Log}} AS l
-					WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us
-					ORDER BY l.at_us DESC LOOP
-					EXIT WHEN v_left = 0;
-					IF r.cost <= v_left THEN
-						DELETE FROM {{.Log}} AS l WHERE l.ctid = r.id;
-						v_left := v_left - r.cost;
-						s_a[i] := s_a[i] - r.cost;
-					ELSE
-						UPDATE {{.Log}} AS l SET cost = l.cost - v_left WHERE l.ctid = r.id;
-						s_a[i] := s_a[i] - v_left;
-						v_left := 0;
-					END IF;
-				END LOOP;
-			END CASE;
-		END LOOP;
-	END IF;
-	o := ARRAY[duplicate::int::bigint];
+	-- Take from every policy (when all admit) or refund to every policy,
+	-- and report each.
+	result := ARRAY[duplicate::int::bigint];
 	FOR i IN 1..n LOOP
-		w := p_windows[i]; lim := p_quotas[i]; cst := p_costs[i];
-		allowed := p_op = 2 OR duplicate OR ok[i];
-		CASE p_algs[i]
-		WHEN 1 THEN
-			remaining := GREATEST(lim - s_a[i], 0);
-			reset_after_us := GREATEST(s_ws[i] + w - now_us, 0);
-			retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
-		WHEN 5 THEN
-			remaining := GREATEST(lim - s_a[i], 0);
-			reset_after_us := GREATEST(s_we[i] - now_us, 0);
-			retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;
-		WHEN 2 THEN
-			v_ws := s_ws[i]; v_a := s_a[i]; v_b := s_b[i];
-			v_elapsed := GREATEST(now_us - v_ws, 0);
-			v_room := lim::numeric * w - v_b::numeric * (w - v_elapsed) - v_a::numeric * w;
-			remaining := GREATEST(div(v_room, w), 0)::bigint;
-			reset_after_us := CASE
-				WHEN v_a > 0 THEN v_ws + 2 * w - now_us
-				WHEN v_b > 0 THEN v_ws + w - now_us
-				ELSE 0 END;
-			IF allowed THEN
-				retry_after_us := 0;
-			ELSIF v_a + cst <= lim THEN
-				retry_after_us := GREATEST(ceil(w - (lim - v_a - cst)::numeric * w / v_b)::bigint - v_elapsed, 1);
-			ELSE
-				retry_after_us := (v_ws + w - now_us) + GREATEST(ceil(w - (lim - cst)::numeric * w / v_a)::bigint, 0);
-			END IF;
-		WHEN 3 THEN
-			tau := lim * w;
-			remaining := GREATEST((tau - (s_a[i] - now_us)) / w, 0);
-			reset_after_us := s_a[i] - now_us;
-			retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(s_a[i] + cst * w - tau - now_us, 1) END;
-		ELSE
-			remaining := GREATEST(lim - s_a[i], 0);
-			reset_after_us := CASE WHEN s_a[i] > 0 THEN GREATEST(s_b[i] - now_us, 0) ELSE 0 END;
-			IF allowed THEN
-				retry_after_us := 0;
-			ELSE
-				v_free := NULL;
-				SELECT x.expires_at_us INTO v_free FROM (
-					SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
-					FROM {{.Log}} AS l WHERE l.prefix = p_prefixes[i] AND l.key = p_keys[i] AND l.expires_at_us + 0 > now_us
-				) AS x WHERE s_a[i] - x.freed + cst <= lim ORDER BY x.expires_at_us LIMIT 1;
-				retry_after_us := GREATEST(COALESCE(v_free, s_b[i]) - now_us, 1);
-			END IF;
-		END CASE;
-		used := CASE WHEN p_algs[i] IN (2, 3) THEN lim - remaining ELSE s_a[i] END;
-		o := o || ARRAY[allowed::int::bigint, remaining, retry_after_us, reset_after_us, s_pl[i], used];
+{{template "load"}}
+		row_id := row_ids[i]; read_start := read_starts[i]; read_used := read_useds[i]; read_expiry := read_expiries[i];
+		period_start := period_starts[i]; period_end := period_ends[i];
+		allowed := p_op = {{op "refund"}} OR duplicate OR admitted[i];
+		IF p_op = {{op "take"}} AND NOT duplicate AND all_admit THEN
+{{include "arms" (phase "take" .) | indent 3}}
+		ELSIF p_op = {{op "refund"}} AND NOT duplicate THEN
+{{include "arms" (phase "refund" .) | indent 3}}
+		END IF;
+{{include "arms" (phase "report" .) | indent 2}}
+		result := result || ARRAY[allowed::int::bigint, remaining, retry_after_us, reset_after_us,
+			period_end - period_start,
+			CASE WHEN p_algs[i] IN ({{alg "sliding_window"}}, {{alg "token_bucket"}}) THEN quota - remaining ELSE used END];
 	END LOOP;
-	IF p_op = 0 AND p_idem IS NOT NULL AND NOT duplicate AND NOT all_ok THEN
-		-- A denied request consumed nothing; forget its idempotency key so a
-		-- retry is judged afresh.
-		DELETE FROM {{.Idem}} AS x WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key AND x.idempotency_key = p_idem;
-	ELSIF p_op <> 1 AND p_idem IS NOT NULL AND NOT duplicate THEN
-		-- A fresh charge ends the refund record of the same idempotency key
-		-- and a fresh refund the charge record (their first bytes differ).
-		DELETE FROM {{.Idem}} AS x WHERE x.prefix = p_idem_prefix AND x.key = p_idem_key
-			AND x.idempotency_key = set_byte(p_idem, 0, CASE WHEN p_op = 0 THEN get_byte(p_idem, 0) - 2 ELSE get_byte(p_idem, 0) + 2 END);
-	END IF;
+{{template "forget" .}}
 	IF p_cleanup > 0 THEN
 		FOR i IN 1..n LOOP
 			PERFORM {{.Cleanup}}(p_prefixes[i], now_us - p_ttls[i], p_cleanup);
 		END LOOP;
 	END IF;
-	RETURN o;
+	RETURN result;
 END
 $fn$;
-
+{{end}}
 -- Reset: forget p_key under each of p_prefixes (counter rows, log entries,
 -- idempotency records). It first takes the locks a take of the same keys
 -- takes, in the same order (prefix in byte order; the advisory lock for a
--- sliding log, p_algs[i] = 4, the counter row otherwise), and deletes only
--- then: every transaction that locks more than one of these rows locks them
--- in that order, so a reset racing takes and refunds of its key cannot
--- deadlock with them. It returns the rows deleted.
+-- sliding log, the counter row otherwise), and deletes only then: every
+-- transaction that locks more than one of these rows locks them in that
+-- order, so a reset racing takes and refunds of its key cannot deadlock
+-- with them. It returns the rows deleted.
 DROP FUNCTION IF EXISTS {{.Reset}}(text[], bytea, bigint[], bigint[]);
 CREATE OR REPLACE FUNCTION {{.Reset}}(p_prefixes text[], p_key bytea, p_algs bigint[], p_locks bigint[])
 RETURNS bigint LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
 	i bigint;
-	a bigint;
-	b bigint;
-	c bigint;
+	counters_deleted bigint;
+	log_deleted bigint;
+	records_deleted bigint;
 BEGIN
 	IF coalesce(cardinality(p_prefixes), 0) < 1 OR cardinality(p_algs) IS DISTINCT FROM cardinality(p_prefixes)
 		OR cardinality(p_locks) IS DISTINCT FROM cardinality(p_prefixes) THEN
 		RAISE EXCEPTION 'ratekit: reset arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;
 	FOR i IN SELECT u.o FROM unnest(p_prefixes) WITH ORDINALITY AS u(p, o) ORDER BY u.p COLLATE "C", u.o LOOP
-		IF p_algs[i] = 4 THEN
+		IF p_algs[i] = {{alg "sliding_log"}} THEN
 			PERFORM pg_advisory_xact_lock(p_locks[i]);
 		ELSE
 			-- A missing row is created, as a take creates it, so that a take
@@ -818,29 +306,31 @@ BEGIN
 		END IF;
 	END LOOP;
 	DELETE FROM {{.Counters}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
-	GET DIAGNOSTICS a = ROW_COUNT;
+	GET DIAGNOSTICS counters_deleted = ROW_COUNT;
 	DELETE FROM {{.Log}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
-	GET DIAGNOSTICS b = ROW_COUNT;
+	GET DIAGNOSTICS log_deleted = ROW_COUNT;
 	DELETE FROM {{.Idem}} AS x WHERE x.prefix = ANY (p_prefixes) AND x.key = p_key;
-	GET DIAGNOSTICS c = ROW_COUNT;
-	RETURN a + b + c;
+	GET DIAGNOSTICS records_deleted = ROW_COUNT;
+	RETURN counters_deleted + log_deleted + records_deleted;
 END
 $fn$;
 {{end}}
 -- Batch: the decisions of several callers in one statement, one round trip
--- and one commit. Element i of the arrays is one call of a decision function
--- above: p_fn[i] names it (see BatchCases in schema.go) and the other
--- arrays hold its arguments. The calls run in array order, which the caller
--- sorts into the lock order; each sees every earlier one, as it would
--- alone. A statement that calls this one function costs the server little
--- to plan; one that called the decision functions itself would cost much
--- more, at every round trip, since exec mode and a transaction-mode pooler
--- leave every statement unprepared. Returns the calls' results as a
--- two-dimensional array, one row per element, in array order.
+-- and one commit. Element i of the arrays is one call of a single-key
+-- decision function above: p_fn[i] names it (see BatchCases in schema.go)
+-- and the other arrays hold its arguments (p_window_or_interval_us[i] is
+-- the window, or the token bucket's emission interval). The calls run in
+-- array order, which the caller sorts into the lock order; each sees every
+-- earlier one, as it would alone. A statement that calls this one function
+-- costs the server little to plan; one that called the decision functions
+-- itself would cost much more, at every round trip, since exec mode and a
+-- transaction-mode pooler leave every statement unprepared. Returns the
+-- calls' results as a two-dimensional array, one row per element, in array
+-- order.
 DROP FUNCTION IF EXISTS {{.Schema}}.batch(int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bytea[], bigint[], bigint[], boolean[]);
 CREATE OR REPLACE FUNCTION {{.Schema}}.batch(
 	p_fn int[], p_op bigint[], p_prefix text[], p_key bytea[], p_cost bigint[], p_quota bigint[],
-	p_window_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[])
+	p_window_or_interval_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[])
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE
 	n int := cardinality(p_fn);
@@ -848,7 +338,7 @@ DECLARE
 	res bigint[] := '{}';
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_op) <> n OR cardinality(p_prefix) <> n OR cardinality(p_key) <> n
-		OR cardinality(p_cost) <> n OR cardinality(p_quota) <> n OR cardinality(p_window_us) <> n
+		OR cardinality(p_cost) <> n OR cardinality(p_quota) <> n OR cardinality(p_window_or_interval_us) <> n
 		OR cardinality(p_lock) <> n OR cardinality(p_idem) <> n OR cardinality(p_idem_ttl_us) <> n
 		OR cardinality(p_cleanup) <> n OR cardinality(p_sync) <> n THEN
 		RAISE EXCEPTION 'ratekit: batch arrays must be non-empty and of equal length' USING ERRCODE = '22023';
@@ -857,7 +347,7 @@ BEGIN
 		CASE p_fn[i]
 {{- range .BatchCases}}
 		WHEN {{.Index}} THEN
-			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_quota[i], p_window_us[i],
+			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_quota[i], p_window_or_interval_us[i],
 				p_lock[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i], p_sync[i]);
 {{- end}}
 		END CASE;
@@ -871,76 +361,357 @@ $fn$;
 -- when it exists.
 CREATE OR REPLACE FUNCTION {{.Schema}}.ratekit_schema_v{{.Version}}() RETURNS integer
 LANGUAGE sql IMMUTABLE AS 'SELECT {{.Version}}';
-{{define "clock"}}(extract(epoch FROM clock_timestamp()) * 1000000)::bigint{{end}}
-{{define "lockrow"}}	-- Lock the key's row first and read the clock only then, so that a
-	-- decision that waited for the lock never sees a state written by a
-	-- decision with a later clock. A take creates a missing row in a state
-	-- that means the same as no row (every time 0), so that concurrent
-	-- first takes queue on it too; so does a refund with an idempotency
-	-- key, so that every transaction touches a key's idempotency records
-	-- only while it holds the key's lock (two that locked two records in
-	-- opposite orders would deadlock). The row's ctid and state as locked
-	-- go to l_id, l_ws, l_count, l_prev and l_tat, for a take to decide on.
-	IF p_op <> 1 THEN
-		LOOP
-			SELECT c.ctid, c.window_start_us, c.count, c.prev_count, c.tat_us INTO l_id, l_ws, l_count, l_prev, l_tat
-			FROM {{.Counters}} AS c WHERE c.prefix = p_prefix AND c.key = p_key FOR UPDATE;
-			EXIT WHEN FOUND OR p_op <> 0 AND p_idem IS NULL;
-			INSERT INTO {{.Counters}} (prefix, key, expires_at_us) VALUES (p_prefix, p_key, 0)
-			ON CONFLICT (prefix, key) DO NOTHING
-			RETURNING ctid, window_start_us, count, prev_count, tat_us INTO l_id, l_ws, l_count, l_prev, l_tat;
-			EXIT WHEN FOUND;
-		END LOOP;
-		now_us := {{template "clock"}};
-	END IF;{{end}}
-{{define "peekclock"}}		IF p_op = 1 THEN
-			-- A peek locks nothing: it reads the clock after the state, so
-			-- every decision it sees read its clock no later.
-			now_us := {{template "clock"}};
-		END IF;{{end}}
-{{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}
-{{define "signature"}}	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_quota bigint, p_window_us bigint,
+{{- /*
+The single-key decision function of one algorithm. Each algorithm's rules
+are written once, in the blocks named after it below (roll, take, refund,
+report), which this function and the composite both run on the same
+locals.
+*/ -}}
+{{define "single"}}
+{{- if eq .Alg "fixed_window"}}
+-- Fixed window: windows aligned to the epoch; the row counts the units
+-- taken in the window that starts at window_start_us.
+{{- else if eq .Alg "sliding_window"}}
+-- Sliding window: the two-window weighted count. The estimate of the units
+-- in the rolling window is prev_count * (window - elapsed) / window + count;
+-- the comparison is done in numeric so it is exact.
+{{- else if eq .Alg "token_bucket"}}
+-- Token bucket as the generic cell rate algorithm (GCRA, ITU-T I.371):
+-- tat_us is the theoretical arrival time, p_interval_us the emission
+-- interval (the time one unit takes to come back), and the bucket holds
+-- p_quota units.
+{{- else}}
+-- Sliding log: one row per admitted request. The transaction-level advisory
+-- lock p_lock serialises the decisions of one (prefix, key); the clock is
+-- read after it is granted, so every decision sees all earlier ones.
+{{- end}}
+-- A take decides on the state read under the key's lock and writes only
+-- when it admits.
+DROP FUNCTION IF EXISTS {{.Function}}({{template "args"}});
+CREATE OR REPLACE FUNCTION {{.Function}}(
+	p_op bigint, p_prefix text, p_key bytea, p_cost bigint, p_quota bigint, {{.Span}} bigint,
 	p_lock bigint, p_idem bytea, p_idem_ttl_us bigint, p_cleanup bigint, p_sync boolean)
 RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
 DECLARE
-	allowed boolean;
-	remaining bigint;
-	retry_after_us bigint;
-	reset_after_us bigint;
-	duplicate boolean;
-	l_id tid;
-	l_ws bigint;
-	l_count bigint;
-	l_prev bigint;
-	l_tat bigint;{{end}}{{define "prologue"}}	duplicate := false;
-	IF p_op <> 1 AND NOT p_sync THEN
+	policy_prefix ALIAS FOR p_prefix;
+	policy_key ALIAS FOR p_key;
+	cost ALIAS FOR p_cost;
+	quota ALIAS FOR p_quota;
+	{{if eq .Alg "token_bucket"}}interval_us ALIAS FOR p_interval_us{{else}}window_us ALIAS FOR p_window_us{{end}};
+{{- template "locals"}}
+BEGIN
+	IF p_op = {{op "take"}} AND (cost < 1 OR cost > quota) THEN
+		RAISE EXCEPTION 'ratekit: cost % is outside 1..%', cost, quota USING ERRCODE = '22023';
+	END IF;
+	IF p_op <> {{op "peek"}} AND NOT p_sync THEN
 		PERFORM set_config('synchronous_commit', 'off', true);
 	END IF;
-	IF p_op = 0 AND (p_cost < 1 OR p_cost > p_quota) THEN
-		RAISE EXCEPTION 'ratekit: cost % is outside 1..%', p_cost, p_quota USING ERRCODE = '22023';
+	IF p_op = {{op "peek"}} THEN
+{{- if eq .Alg "sliding_log"}}
+		now_us := {{template "clock"}};
+		SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO used, last_expiry
+		FROM {{.Log}} AS l WHERE l.prefix = policy_prefix AND l.key = policy_key AND l.expires_at_us + 0 > now_us;
+{{- else}}
+		-- A peek locks nothing: it reads the clock after the state, so
+		-- every decision it sees read its clock no later.
+		SELECT c.window_start_us, c.count, c.prev_count, c.tat_us INTO window_start, used, prev_used, tat
+		FROM {{.Counters}} AS c WHERE c.prefix = policy_prefix AND c.key = policy_key;
+		IF NOT FOUND THEN
+			window_start := 0; used := 0; prev_used := 0; tat := 0;
+		END IF;
+		now_us := {{template "clock"}};
+{{- end}}
+	ELSE
+{{- if eq .Alg "sliding_log"}}
+		PERFORM pg_advisory_xact_lock(p_lock);
+{{- else}}
+{{include "lockrow" . | indent 1}}
+{{- end}}
+		now_us := {{template "clock"}};
+{{include "remember" . | indent 1}}
 	END IF;
-	IF p_op <> 1 AND p_idem IS NOT NULL THEN
-		INSERT INTO {{.Idem}} AS i (prefix, key, idempotency_key, expires_at_us)
-		VALUES (p_prefix, p_key, p_idem, now_us + p_idem_ttl_us)
-		ON CONFLICT (prefix, key, idempotency_key) DO UPDATE SET expires_at_us = EXCLUDED.expires_at_us
-		WHERE i.expires_at_us <= now_us;
-		duplicate := NOT FOUND;
-	END IF;{{end}}
-{{define "cleanup"}}	IF p_op = 0 AND p_idem IS NOT NULL AND NOT allowed THEN
-		-- A denied request consumed nothing; forget its idempotency key so a
-		-- retry is judged afresh.
-		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key AND i.idempotency_key = p_idem;
-	ELSIF p_op <> 1 AND p_idem IS NOT NULL AND NOT duplicate THEN
-		-- A fresh charge or refund of an idempotency key ends the other
-		-- operation's record for it (the records are 't' or 'r' followed by
-		-- the caller's key): a retry after a refunded failure is charged
-		-- again, and a refund after that charge is not taken for a duplicate.
-		DELETE FROM {{.Idem}} AS i WHERE i.prefix = p_prefix AND i.key = p_key
-			AND i.idempotency_key = (CASE WHEN p_op = 0 THEN '\x72'::bytea ELSE '\x74'::bytea END) || substring(p_idem FROM 2);
+{{include (print .Alg ".roll") .}}
+	IF p_op = {{op "take"}} AND NOT duplicate THEN
+		allowed := admits;
+		IF allowed THEN
+{{include (print .Alg ".take") . | indent 2}}
+		END IF;
+	ELSIF p_op = {{op "refund"}} AND NOT duplicate THEN
+{{include (print .Alg ".refund") . | indent 1}}
+		allowed := true;
+	ELSE
+		allowed := admits OR duplicate;
 	END IF;
+{{include (print .Alg ".report") .}}
+{{template "forget" .}}
 	IF p_cleanup > 0 THEN
 		-- Only rows that expired more than one window (p_idem_ttl_us) ago:
 		-- the row of a key in use is updated in place rather than deleted
 		-- and created again at every window.
 		PERFORM {{.Cleanup}}(p_prefix, now_us - p_idem_ttl_us, p_cleanup);
+	END IF;
+	RETURN ARRAY[allowed::int, remaining, retry_after_us, reset_after_us, duplicate::int];
+END
+$fn$;
+{{end}}
+
+{{- /* The locals of a decision, beside a policy's quota, cost, window_us or
+interval_us, policy_prefix and policy_key. */ -}}
+{{define "locals"}}
+	now_us bigint;
+	row_id tid; -- the key's counter row as locked, written by its ctid
+	window_start bigint; -- the start of the window (or period) the row counts
+	used bigint; -- units counted in that window, or in the log
+	prev_used bigint; -- units counted in the window before it
+	tat bigint; -- the token bucket's theoretical arrival time
+	last_expiry bigint; -- the latest expiry of a log entry
+	read_start bigint; -- a period row's start, count and end as read,
+	read_used bigint; -- before it was rolled forward
+	read_expiry bigint;
+	aligned_start bigint; -- the start of the aligned window that holds now
+	period_start bigint;
+	period_end bigint;
+	elapsed_us bigint;
+	room numeric;
+	units_left bigint;
+	free_at bigint;
+	entry record;
+	admits boolean; -- whether the policy has room for the cost
+	allowed boolean;
+	duplicate boolean := false;
+	remaining bigint;
+	retry_after_us bigint;
+	reset_after_us bigint;
+{{- end}}
+
+{{- /* The composite's pass over policy i starts by loading its arguments and
+state into the locals. */ -}}
+{{define "load"}}		quota := p_quotas[i]; cost := p_costs[i]; window_us := p_windows[i]; interval_us := window_us;
+		policy_prefix := p_prefixes[i]; policy_key := p_keys[i];
+		window_start := starts[i]; used := useds[i]; prev_used := prev_useds[i]; tat := tats[i];
+		last_expiry := last_expiries[i];{{end}}
+
+{{- /* One phase of every algorithm, as the arms of a CASE on policy i's
+algorithm: an unknown code raises CASE_NOT_FOUND. */ -}}
+{{define "arms"}}CASE p_algs[i]
+{{- range .Algorithms}}
+WHEN {{alg .}} THEN
+{{include (print . "." $.Phase) $}}
+{{- end}}
+END CASE;{{end}}
+
+{{- /* Lock the key's row and read it, then read the clock (by the caller):
+a decision that waited for the lock never sees a state written by a
+decision with a later clock. A take creates a missing row in a state that
+means the same as no row (every time 0), so that concurrent first takes
+queue on it too; so does a refund of a composite or with an idempotency
+key, so that every transaction touches a key's idempotency records only
+while it holds the key's lock (two that locked two records in opposite
+orders would deadlock). A row neither found nor created reads as zeros. */ -}}
+{{define "lockrow"}}	LOOP
+		SELECT c.ctid, c.window_start_us, c.count, c.prev_count, c.tat_us, c.expires_at_us
+		INTO row_id, window_start, used, prev_used, tat, read_expiry
+		FROM {{.Counters}} AS c WHERE c.prefix = policy_prefix AND c.key = policy_key FOR UPDATE;
+		EXIT WHEN FOUND{{if not .InComposite}} OR p_op <> {{op "take"}} AND p_idem IS NULL{{end}};
+		INSERT INTO {{.Counters}} AS c (prefix, key, expires_at_us) VALUES (policy_prefix, policy_key, 0)
+		ON CONFLICT (prefix, key) DO NOTHING
+		RETURNING c.ctid, c.window_start_us, c.count, c.prev_count, c.tat_us, c.expires_at_us
+		INTO row_id, window_start, used, prev_used, tat, read_expiry;
+		EXIT WHEN FOUND;
+	END LOOP;
+	IF row_id IS NULL THEN
+		window_start := 0; used := 0; prev_used := 0; tat := 0; read_expiry := 0;
 	END IF;{{end}}
+
+{{- /* Record the idempotency key of a take or refund; duplicate when a live
+record exists. */ -}}
+{{define "remember"}}	IF p_op <> {{op "peek"}} AND p_idem IS NOT NULL THEN
+		INSERT INTO {{.Idem}} AS x (prefix, key, idempotency_key, expires_at_us)
+		VALUES ({{.IdemPrefix}}, {{.IdemKey}}, p_idem, now_us + p_idem_ttl_us)
+		ON CONFLICT (prefix, key, idempotency_key) DO UPDATE SET expires_at_us = EXCLUDED.expires_at_us
+		WHERE x.expires_at_us <= now_us;
+		duplicate := NOT FOUND;
+	END IF;{{end}}
+
+{{- /* After the decision: a denied take consumed nothing, so its
+idempotency record goes and a retry is judged afresh. A fresh take or
+refund ends the other operation's record for the same idempotency key (the
+records differ in their first byte, the tag): a retry after a refunded
+failure is charged again, and a refund after that charge is not taken for
+a duplicate. */ -}}
+{{define "forget"}}	IF p_op = {{op "take"}} AND p_idem IS NOT NULL AND NOT duplicate AND NOT {{.Admitted}} THEN
+		DELETE FROM {{.Idem}} AS x WHERE x.prefix = {{.IdemPrefix}} AND x.key = {{.IdemKey}} AND x.idempotency_key = p_idem;
+	ELSIF p_op <> {{op "peek"}} AND p_idem IS NOT NULL AND NOT duplicate THEN
+		DELETE FROM {{.Idem}} AS x WHERE x.prefix = {{.IdemPrefix}} AND x.key = {{.IdemKey}}
+			AND x.idempotency_key = set_byte(p_idem, 0,
+				CASE WHEN p_op = {{op "take"}} THEN {{tag (print .TagPrefix "refund")}} ELSE {{tag (print .TagPrefix "take")}} END);
+	END IF;{{end}}
+
+{{- /* Fixed window: windows aligned to the epoch. */ -}}
+{{define "fixed_window.roll"}}	aligned_start := now_us - now_us % window_us;
+{{template "fixed_window.count"}}{{end}}
+{{define "fixed_window.count"}}	-- A row of an earlier window counts from zero.
+	IF window_start < aligned_start THEN
+		window_start := aligned_start;
+		used := 0;
+	END IF;
+	admits := used + cost <= quota;{{end}}
+{{define "fixed_window.take"}}	used := used + cost;
+	UPDATE {{.Counters}} AS c SET window_start_us = window_start, count = used,
+		expires_at_us = GREATEST(c.expires_at_us, window_start + window_us)
+	WHERE c.ctid = row_id;{{end}}
+{{define "fixed_window.refund"}}	IF used > 0 THEN
+		used := GREATEST(used - cost, 0);
+		UPDATE {{.Counters}} AS c SET count = used WHERE c.ctid = row_id;
+	END IF;{{end}}
+{{define "fixed_window.report"}}	remaining := GREATEST(quota - used, 0);
+	reset_after_us := GREATEST(window_start + window_us - now_us, 0);
+	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;{{end}}
+
+{{- /* Period: a fixed window over the calendar periods the client sent
+(composite only; see the composite function). */ -}}
+{{define "period.roll"}}	j := 4 * (i - 1);
+	IF now_us >= p_bounds[j + 1] AND now_us < p_bounds[j + 2] THEN
+		period_start := p_bounds[j + 1]; period_end := p_bounds[j + 2];
+	ELSIF now_us >= p_bounds[j + 2] AND now_us < p_bounds[j + 3] THEN
+		period_start := p_bounds[j + 2]; period_end := p_bounds[j + 3];
+	ELSIF now_us >= p_bounds[j + 3] AND now_us < p_bounds[j + 4] THEN
+		period_start := p_bounds[j + 3]; period_end := p_bounds[j + 4];
+	ELSE
+		RAISE EXCEPTION 'ratekit: clock skew: the database clock (% µs since the Unix epoch) is outside the periods [%, %) that the client computed for policy %: the clocks differ by more than a period',
+			now_us, p_bounds[j + 1], p_bounds[j + 4], policy_prefix USING ERRCODE = 'RK001';
+	END IF;
+	read_start := window_start; read_used := used;
+	-- A row whose period started later (the key's anchor moved back) keeps
+	-- its count: a change of period never grants a fresh one.
+	aligned_start := period_start;
+{{template "fixed_window.count"}}
+	-- Kept for the composite's second pass, which the other algorithms
+	-- need not.
+	period_starts[i] := period_start; period_ends[i] := period_end;
+	read_starts[i] := read_start; read_useds[i] := read_used;{{end}}
+{{define "period.take"}}	used := used + cost;
+	IF read_start < window_start AND read_used > 0 THEN
+		INSERT INTO {{.Usage}} AS u (prefix, key, period_start_us, period_end_us, used)
+		VALUES (policy_prefix, policy_key, read_start, read_expiry, read_used)
+		ON CONFLICT (prefix, period_start_us, key) DO UPDATE SET used = u.used + EXCLUDED.used,
+			period_end_us = GREATEST(u.period_end_us, EXCLUDED.period_end_us);
+	END IF;
+	UPDATE {{.Counters}} AS c SET window_start_us = window_start, count = used,
+		expires_at_us = GREATEST(c.expires_at_us, period_end)
+	WHERE c.ctid = row_id;{{end}}
+{{define "period.refund"}}	IF used > 0 AND (charged_at IS NULL OR charged_at >= window_start) THEN
+		used := GREATEST(used - cost, 0);
+		UPDATE {{.Counters}} AS c SET count = used WHERE c.ctid = row_id;
+	END IF;{{end}}
+{{define "period.report"}}	remaining := GREATEST(quota - used, 0);
+	reset_after_us := GREATEST(period_end - now_us, 0);
+	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;{{end}}
+
+{{- /* Sliding window: the units of the previous aligned window weigh by the
+part of the rolling window that still overlaps it. */ -}}
+{{define "sliding_window.roll"}}	aligned_start := now_us - now_us % window_us;
+	IF window_start < aligned_start THEN
+		prev_used := CASE WHEN window_start = aligned_start - window_us THEN used ELSE 0 END;
+		used := 0;
+		window_start := aligned_start;
+	END IF;
+{{template "sliding_window.room"}}
+	admits := room >= cost::numeric * window_us;{{end}}
+{{define "sliding_window.room"}}	-- room is (quota - estimate) * window, exact in numeric.
+	elapsed_us := GREATEST(now_us - window_start, 0);
+	room := quota::numeric * window_us - prev_used::numeric * (window_us - elapsed_us) - used::numeric * window_us;{{end}}
+{{define "sliding_window.take"}}	used := used + cost;
+	UPDATE {{.Counters}} AS c SET window_start_us = window_start, count = used, prev_count = prev_used,
+		expires_at_us = GREATEST(c.expires_at_us, window_start + 2 * window_us)
+	WHERE c.ctid = row_id;{{end}}
+{{define "sliding_window.refund"}}	IF used > 0 OR prev_used > 0 THEN
+		-- The current window first, then the previous one.
+		prev_used := GREATEST(prev_used - GREATEST(cost - used, 0), 0);
+		used := GREATEST(used - cost, 0);
+		UPDATE {{.Counters}} AS c SET window_start_us = window_start, count = used, prev_count = prev_used
+		WHERE c.ctid = row_id;
+	END IF;{{end}}
+{{define "sliding_window.report"}}{{template "sliding_window.room"}}
+	remaining := GREATEST(div(room, window_us), 0)::bigint;
+	reset_after_us := CASE
+		WHEN used > 0 THEN window_start + 2 * window_us - now_us
+		WHEN prev_used > 0 THEN window_start + window_us - now_us
+		ELSE 0 END;
+	IF allowed THEN
+		retry_after_us := 0;
+	ELSIF used + cost <= quota THEN
+		-- Wait until the previous window's weight has decayed enough:
+		-- prev_used * (window - x) / window <= quota - used - cost.
+		retry_after_us := GREATEST(ceil(window_us - (quota - used - cost)::numeric * window_us / prev_used)::bigint - elapsed_us, 1);
+	ELSE
+		-- Wait for the next window, where this window's count becomes the
+		-- previous one: used * (window - x) / window <= quota - cost.
+		retry_after_us := (window_start + window_us - now_us)
+			+ GREATEST(ceil(window_us - (quota - cost)::numeric * window_us / used)::bigint, 0);
+	END IF;{{end}}
+
+{{- /* Token bucket (GCRA): quota * interval_us is the burst offset, the
+furthest the theoretical arrival time may run ahead of now. */ -}}
+{{define "token_bucket.roll"}}	tat := GREATEST(tat, now_us);
+	admits := tat + cost * interval_us - now_us <= quota * interval_us;{{end}}
+{{define "token_bucket.take"}}	-- expires_at_us is tat rounded up to a multiple of the burst offset, so
+	-- that it changes about once per burst offset and most updates stay HOT.
+	tat := tat + cost * interval_us;
+	UPDATE {{.Counters}} AS c SET tat_us = tat,
+		expires_at_us = GREATEST(c.expires_at_us, (tat / (quota * interval_us) + 1) * (quota * interval_us))
+	WHERE c.ctid = row_id;{{end}}
+{{define "token_bucket.refund"}}	IF tat > now_us THEN
+		tat := GREATEST(tat - cost * interval_us, now_us);
+		UPDATE {{.Counters}} AS c SET tat_us = tat WHERE c.ctid = row_id;
+	END IF;{{end}}
+{{define "token_bucket.report"}}	remaining := GREATEST((quota * interval_us - (tat - now_us)) / interval_us, 0);
+	reset_after_us := tat - now_us;
+	retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(tat + cost * interval_us - quota * interval_us - now_us, 1) END;{{end}}
+
+{{- /* Sliding log: the units of the log entries that have not expired.
+Per-key conditions on expires_at_us are written "+ 0" so that the planner
+cannot use the (prefix, expires_at_us) cleanup index for them: on a fresh
+table without statistics it otherwise prefers that index and scans every
+row of the prefix. A peek has read the log already. */ -}}
+{{define "sliding_log.roll"}}	IF p_op <> {{op "peek"}} THEN
+		DELETE FROM {{.Log}} AS l WHERE l.prefix = policy_prefix AND l.key = policy_key AND l.expires_at_us + 0 <= now_us;
+		SELECT COALESCE(sum(l.cost), 0), COALESCE(max(l.expires_at_us), 0) INTO used, last_expiry
+		FROM {{.Log}} AS l WHERE l.prefix = policy_prefix AND l.key = policy_key AND l.expires_at_us + 0 > now_us;
+	END IF;
+	admits := used + cost <= quota;{{end}}
+{{define "sliding_log.take"}}	INSERT INTO {{.Log}} (prefix, key, at_us, cost, expires_at_us)
+	VALUES (policy_prefix, policy_key, now_us, cost, now_us + window_us);
+	used := used + cost;
+	last_expiry := now_us + window_us;{{end}}
+{{define "sliding_log.refund"}}	-- Give back the most recent admissions first.
+	units_left := cost;
+	FOR entry IN SELECT l.ctid AS id, l.cost FROM {{.Log}} AS l
+		WHERE l.prefix = policy_prefix AND l.key = policy_key AND l.expires_at_us + 0 > now_us
+		ORDER BY l.at_us DESC LOOP
+		EXIT WHEN units_left = 0;
+		IF entry.cost <= units_left THEN
+			DELETE FROM {{.Log}} AS l WHERE l.ctid = entry.id;
+			units_left := units_left - entry.cost;
+			used := used - entry.cost;
+		ELSE
+			UPDATE {{.Log}} AS l SET cost = l.cost - units_left WHERE l.ctid = entry.id;
+			used := used - units_left;
+			units_left := 0;
+		END IF;
+	END LOOP;{{end}}
+{{define "sliding_log.report"}}	remaining := GREATEST(quota - used, 0);
+	reset_after_us := CASE WHEN used > 0 THEN GREATEST(last_expiry - now_us, 0) ELSE 0 END;
+	IF allowed THEN
+		retry_after_us := 0;
+	ELSE
+		-- The earliest expiry after which enough units have left the window.
+		free_at := NULL;
+		SELECT x.expires_at_us INTO free_at FROM (
+			SELECT l.expires_at_us, sum(l.cost) OVER (ORDER BY l.expires_at_us, l.at_us ROWS UNBOUNDED PRECEDING) AS freed
+			FROM {{.Log}} AS l WHERE l.prefix = policy_prefix AND l.key = policy_key AND l.expires_at_us + 0 > now_us
+		) AS x WHERE used - x.freed + cost <= quota ORDER BY x.expires_at_us LIMIT 1;
+		retry_after_us := GREATEST(COALESCE(free_at, last_expiry) - now_us, 1);
+	END IF;{{end}}
+{{define "clock"}}(extract(epoch FROM clock_timestamp()) * 1000000)::bigint{{end}}
+{{define "args"}}bigint, text, bytea, bigint, bigint, bigint, bigint, bytea, bigint, bigint, boolean{{end}}

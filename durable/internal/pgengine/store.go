@@ -99,6 +99,10 @@ func New(db DB, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// Made reports whether s was made by [New]: false for a zero Store (a
+// pgstore.Store{} literal).
+func (s *Store) Made() bool { return s.db != nil }
+
 // SetPeriodClock sets the client clock that period bounds are computed from
 // (nil means time.Now) and a shift added to every bound sent to the
 // database, and so to every period start that PeriodUsage is given. Tests
@@ -177,11 +181,11 @@ const (
 	// (not after a clean shutdown) and they are not replicated to standbys:
 	// after a crash or a failover every key starts with a full quota. For
 	// abuse and spam counters.
-	Unlogged Durability = iota + 1
+	Unlogged Durability = 1
 
 	// Logged stores rows in ordinary tables that survive crashes and are
 	// replicated. For billing and paid quotas.
-	Logged
+	Logged Durability = 2
 )
 
 // String returns the durability's name as written in Go, "Unlogged" or
@@ -203,18 +207,8 @@ func (d Durability) table(name string) string {
 	return name + "_unlogged"
 }
 
-// function returns the name of the server-side function of a with d.
-func (d Durability) function(a ratekit.Algorithm) string {
-	switch a {
-	case ratekit.FixedWindow:
-		return d.table("fixed_window")
-	case ratekit.SlidingWindow:
-		return d.table("sliding_window")
-	case ratekit.TokenBucket:
-		return d.table("token_bucket")
-	}
-	return d.table("sliding_log")
-}
+// function returns the name of the single-key function of a with d.
+func (d Durability) function(a ratekit.Algorithm) string { return d.table(algName(a)) }
 
 // DefaultCleanupProbability is the probability with which a decision also
 // deletes expired rows of its prefix when [CounterConfig.CleanupProbability]
@@ -276,7 +270,7 @@ type CounterConfig struct {
 	// calendar periods (Algorithm FixedWindow, Window zero): decisions go
 	// through a [Composite] of the one counter, which picks on the
 	// database clock the period among the client's bounds (see
-	// schema.sql, algorithm 5).
+	// schema.sql, the period algorithm).
 	Period ratekit.Period
 
 	// Durability selects UNLOGGED (the zero value) or logged tables.
@@ -345,36 +339,10 @@ const MaxRefillSlowdown = 100
 // [ratekit.ErrInvalidConfig] when cfg is invalid. It does not contact the
 // database.
 func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
-	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("%w (prefix)", err)
-	}
-	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
-		return nil, fmt.Errorf("%w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
-	}
-	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("%w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
-	}
-	if cfg.Quota < 1 {
-		return nil, fmt.Errorf("%w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
-	}
-	if cfg.Quota > maxMicros {
-		return nil, fmt.Errorf("%w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	periodic := !cfg.Period.IsZero()
-	if periodic {
-		p := ratekit.Policy{Name: cfg.Prefix, Algorithm: cfg.Algorithm, Window: cfg.Window, Period: cfg.Period}
-		if err := p.ValidatePeriod(); err != nil {
-			return nil, err
-		}
-	} else if cfg.Window < time.Millisecond {
-		return nil, fmt.Errorf("%w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
-	}
-	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
-		return nil, fmt.Errorf("%w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
-	}
-	if cfg.CleanupBatch < 0 {
-		return nil, fmt.Errorf("%w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
-	}
 	c := &Counter{store: s, cfg: cfg, quota: cfg.Quota, windowUS: cfg.Window.Microseconds()}
 	if periodic {
 		// The longest period (31 days and an hour) rounded up: how long
@@ -391,19 +359,11 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		c.keepUS = PeriodKeep.Microseconds()
 	}
 	if cfg.Algorithm == ratekit.TokenBucket {
-		// The emission interval, rounded up so the refill is never faster
-		// than configured.
-		w := cfg.Window.Microseconds()
-		c.windowUS = (w + cfg.Quota - 1) / cfg.Quota
-		if c.quota > maxMicros/c.windowUS {
-			return nil, fmt.Errorf("%w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, c.quota, c.windowUS)
+		interval, err := emissionInterval(cfg.Quota, cfg.Window)
+		if err != nil {
+			return nil, err
 		}
-		// The rounding may slow the refill by at most MaxRefillSlowdown
-		// of the window, so that the bucket enforces what it advertises.
-		if slow := c.windowUS*cfg.Quota - w; slow > w/MaxRefillSlowdown {
-			return nil, fmt.Errorf("%w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
-				ratekit.ErrInvalidConfig, cfg.Quota, cfg.Window, c.windowUS, time.Duration(c.windowUS*cfg.Quota)*time.Microsecond)
-		}
+		c.windowUS = interval
 	}
 	switch {
 	case cfg.CleanupProbability == 0:
@@ -424,6 +384,60 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		c.single = single
 	}
 	return c, nil
+}
+
+// emissionInterval returns the token bucket's emission interval for quota
+// units per window, in whole microseconds, rounded up so that the refill is
+// never faster than configured, or an error matching
+// [ratekit.ErrInvalidConfig] when the bucket is too large or the rounding
+// would slow the refill by more than window/MaxRefillSlowdown.
+func emissionInterval(quota int64, window time.Duration) (int64, error) {
+	w := window.Microseconds()
+	interval := (w + quota - 1) / quota
+	if quota > maxMicros/interval {
+		return 0, fmt.Errorf("%w: quota %d × interval %dµs is too large", ratekit.ErrInvalidConfig, quota, interval)
+	}
+	if slow := interval*quota - w; slow > w/MaxRefillSlowdown {
+		return 0, fmt.Errorf("%w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
+			ratekit.ErrInvalidConfig, quota, window, interval, time.Duration(interval*quota)*time.Microsecond)
+	}
+	return interval, nil
+}
+
+// validate returns an error matching [ratekit.ErrInvalidConfig] when cfg is
+// invalid.
+func (cfg *CounterConfig) validate() error {
+	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
+		return fmt.Errorf("%w (prefix)", err)
+	}
+	if cfg.Algorithm < ratekit.FixedWindow || cfg.Algorithm > ratekit.SlidingLog {
+		return fmt.Errorf("%w: unknown algorithm %d", ratekit.ErrInvalidConfig, int(cfg.Algorithm))
+	}
+	if cfg.Durability != Unlogged && cfg.Durability != Logged {
+		return fmt.Errorf("%w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+	}
+	if cfg.Quota < 1 {
+		return fmt.Errorf("%w: quota must be at least 1, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
+	}
+	if cfg.Quota > maxMicros {
+		return fmt.Errorf("%w: quota %d is above 2^60", ratekit.ErrInvalidConfig, cfg.Quota)
+	}
+	periodic := !cfg.Period.IsZero()
+	if periodic {
+		p := ratekit.Policy{Name: cfg.Prefix, Algorithm: cfg.Algorithm, Window: cfg.Window, Period: cfg.Period}
+		if err := p.ValidatePeriod(); err != nil {
+			return err
+		}
+	} else if cfg.Window < time.Millisecond {
+		return fmt.Errorf("%w: window must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.Window)
+	}
+	if cfg.CleanupProbability > 1 || math.IsNaN(cfg.CleanupProbability) {
+		return fmt.Errorf("%w: cleanup probability %v is above 1", ratekit.ErrInvalidConfig, cfg.CleanupProbability)
+	}
+	if cfg.CleanupBatch < 0 {
+		return fmt.Errorf("%w: negative cleanup batch %d", ratekit.ErrInvalidConfig, cfg.CleanupBatch)
+	}
+	return nil
 }
 
 // PeriodIdempotencyTTL is how long an idempotency key is remembered by a
@@ -476,12 +490,6 @@ type Outcome struct {
 	// true because the first attempt succeeded.
 	Duplicate bool
 }
-
-const (
-	opTake   int64 = 0
-	opPeek   int64 = 1
-	opRefund int64 = 2
-)
 
 // Take takes cost units from key's quota when they are available. A denial
 // (Allowed false) takes nothing. When idempotencyKey is not empty and a Take
@@ -538,15 +546,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	}
 	var idemArg []byte
 	if idem != "" && op != opPeek {
-		// Takes and refunds keep separate records: one byte of operation,
-		// then the caller's key.
-		idemArg = make([]byte, 0, 1+len(idem))
-		if op == opTake {
-			idemArg = append(idemArg, 't')
-		} else {
-			idemArg = append(idemArg, 'r')
-		}
-		idemArg = append(idemArg, idem...)
+		idemArg = idempotencyRecord(op, tagTake, tagRefund, nil, idem)
 	}
 	var cleanup int64
 	if op != opPeek && c.cleanupP > 0 && rand.Float64() < c.cleanupP {
@@ -570,26 +570,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 // sendOne decides d alone, in one statement.
 func (s *Store) sendOne(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
-	var (
-		raw []byte
-		err error
-	)
-	for attempt := 0; ; attempt++ {
-		// Both query modes pgstore uses (exec and simple protocol) return
-		// results in text format; the array is parsed here rather than by
-		// pgx's generic array codec, which costs most of a decision's
-		// allocations.
-		err = s.db.QueryRow(ctx, c.query, s.mode,
-			d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
-			d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit,
-		).Scan(&raw)
-		// Retry only what never reached the server (a dead pooled
-		// connection found while sending): anything else may have been
-		// applied, and retrying it could count a request twice.
-		if err == nil || attempt > 0 || !pgconn.SafeToRetry(err) || ctx.Err() != nil {
-			break
-		}
-	}
+	raw, err := s.query(ctx, c.query, s.mode,
+		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
+		d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit)
 	var out [5]int64
 	if err == nil && !parseResult(raw, &out) {
 		err = fmt.Errorf("function returned %q, want a bigint[5] in text form (schema version mismatch?)", raw)
@@ -598,6 +581,23 @@ func (s *Store) sendOne(ctx context.Context, d *decision) ([5]int64, error) {
 		return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 	}
 	return out, nil
+}
+
+// query runs sql with args (the first is s.mode, the query exec mode), a
+// statement that returns one bigint array, and returns
+// the array's text form: both query modes the Store uses (exec and simple
+// protocol) return results as text, which is parsed here rather than by
+// pgx's generic array codec, which costs most of a decision's allocations.
+// It retries once what never reached the server (a dead pooled connection
+// found while sending): anything else may have been applied, and retrying
+// it could count a request twice.
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]byte, error) {
+	var raw []byte
+	err := s.db.QueryRow(ctx, sql, args...).Scan(&raw)
+	if err != nil && pgconn.SafeToRetry(err) && ctx.Err() == nil {
+		err = s.db.QueryRow(ctx, sql, args...).Scan(&raw)
+	}
+	return raw, err
 }
 
 // microseconds converts us to a Duration, saturating at the longest one: a
@@ -636,14 +636,14 @@ func resetKey(ctx context.Context, cs []*Counter, extra []string, key, op string
 	algs := make([]int64, len(cs))
 	locks := make([]int64, len(cs))
 	for i, c := range cs {
-		prefixes[i], algs[i] = c.cfg.Prefix, int64(c.cfg.Algorithm)
+		prefixes[i], algs[i] = c.cfg.Prefix, algCode(c.cfg.Algorithm)
 		if c.cfg.Algorithm == ratekit.SlidingLog {
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 		}
 	}
 	for _, p := range extra {
 		prefixes = append(prefixes, p)
-		algs = append(algs, int64(ratekit.FixedWindow))
+		algs = append(algs, algFixedWindow)
 		locks = append(locks, 0)
 	}
 	q := "SELECT " + s.quoted + "." + cs[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
@@ -683,6 +683,20 @@ func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
+}
+
+// idempotencyRecord returns the idempotency key that a take or refund
+// records: the tag of its operation (takeTag or refundTag), so that takes
+// and refunds keep separate records, then scope, then the caller's key.
+func idempotencyRecord(op int64, takeTag, refundTag byte, scope []byte, idem string) []byte {
+	tag := takeTag
+	if op == opRefund {
+		tag = refundTag
+	}
+	b := make([]byte, 0, 1+len(scope)+len(idem))
+	b = append(b, tag)
+	b = append(b, scope...)
+	return append(b, idem...)
 }
 
 // logLockID is the advisory lock that serialises the sliding-log decisions of

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -17,26 +16,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgstoretest.Main(m) }
 
 var algorithms = []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog}
 
 func newStore(t testing.TB, db pgengine.DB) *pgengine.Store {
 	t.Helper()
-	s, err := pgengine.New(db, pgengine.Config{Schema: pgtest.Schema()})
+	s, err := pgengine.New(db, pgengine.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +35,7 @@ func newStore(t testing.TB, db pgengine.DB) *pgengine.Store {
 func newCounter(t testing.TB, s *pgengine.Store, cfg pgengine.CounterConfig) *pgengine.Counter {
 	t.Helper()
 	if cfg.Prefix == "" {
-		cfg.Prefix = pgtest.Prefix(t)
+		cfg.Prefix = pgstoretest.Prefix(t)
 	}
 	if cfg.Window == 0 {
 		cfg.Window = 24 * time.Hour
@@ -68,7 +57,7 @@ func ctxT(t testing.TB) context.Context {
 }
 
 func TestTakePeekRefundReset(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
@@ -135,7 +124,7 @@ func TestTakePeekRefundReset(t *testing.T) {
 }
 
 func TestRetryAfterAndWindowRollover(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
@@ -175,7 +164,7 @@ func TestRetryAfterAndWindowRollover(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
@@ -218,7 +207,7 @@ func TestIdempotencyKey(t *testing.T) {
 // same idempotency key. The retry must be charged again (not waved through as
 // a duplicate of a charge that was given back), and its refund must work too.
 func TestIdempotencyAfterRefund(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
@@ -244,7 +233,7 @@ func TestIdempotencyAfterRefund(t *testing.T) {
 // TestIdempotencyConcurrent sends the same invocation from many goroutines
 // at once: exactly one takes.
 func TestIdempotencyConcurrent(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 8, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 8, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
@@ -285,18 +274,18 @@ func TestIdempotencyConcurrent(t *testing.T) {
 func TestExactness(t *testing.T) {
 	for _, via := range []string{"postgres", "pgbouncer"} {
 		t.Run(via, func(t *testing.T) {
-			url := testenv.PostgresURL(t)
+			url := pgstoretest.PostgresURL(t)
 			if via == "pgbouncer" {
-				url = testenv.PgBouncerURL(t)
+				url = pgstoretest.PgBouncerURL(t)
 			}
 			var stores []*pgengine.Store
 			for i := 0; i < 4; i++ {
-				stores = append(stores, newStore(t, pgtest.Pool(t, url, 4, "")))
+				stores = append(stores, newStore(t, pgstoretest.Pool(t, url, 4, "")))
 			}
 			ctx := ctxT(t)
 			for _, alg := range algorithms {
 				t.Run(alg.String(), func(t *testing.T) {
-					prefix := pgtest.Prefix(t)
+					prefix := pgstoretest.Prefix(t)
 					var counters []*pgengine.Counter
 					for _, s := range stores {
 						counters = append(counters, newCounter(t, s, pgengine.CounterConfig{
@@ -344,7 +333,7 @@ func TestExactness(t *testing.T) {
 // TestSlidingLogRollingWindow checks the sliding log's guarantee over time:
 // in every rolling window no more than the limit was admitted.
 func TestSlidingLogRollingWindow(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 8, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 8, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	const limit, window = 5, 400 * time.Millisecond
@@ -414,7 +403,7 @@ func TestSlidingLogRollingWindow(t *testing.T) {
 // flush) leaves it alone, in a caller's own transaction too. Composites
 // follow the same rule.
 func TestSynchronousCommit(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	ctx := ctxT(t)
 	newStore(t, pool).Migrate(ctx)
 	for _, tc := range []struct {
@@ -465,7 +454,7 @@ func TestSynchronousCommit(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1, Durability: pgengine.Unlogged})
@@ -512,7 +501,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 1, "")
 	s := newStore(t, pool)
 	ok := pgengine.CounterConfig{Prefix: "p", Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Second, Durability: pgengine.Unlogged}
 	bad := map[string]func(*pgengine.CounterConfig){
@@ -549,9 +538,9 @@ func TestConfigErrors(t *testing.T) {
 // when t ends.
 func freshSchema(t *testing.T) string {
 	t.Helper()
-	schema := pgtest.NewSchema()
+	schema := pgstoretest.NewSchema()
 	t.Cleanup(func() {
-		if err := pgtest.Drop(schema); err != nil {
+		if err := pgstoretest.Drop(schema); err != nil {
 			t.Error(err)
 		}
 	})
@@ -561,12 +550,12 @@ func freshSchema(t *testing.T) string {
 // TestMigrateRace starts many cold "instances" at once on a schema that does
 // not exist yet: all of them must succeed.
 func TestMigrateRace(t *testing.T) {
-	url := testenv.PostgresURL(t)
+	url := pgstoretest.PostgresURL(t)
 	schema := freshSchema(t)
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ {
-		pool := pgtest.Pool(t, url, 1, "")
+		pool := pgstoretest.Pool(t, url, 1, "")
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -586,7 +575,7 @@ func TestMigrateRace(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	pool := pgtest.Pool(t, url, 1, "")
+	pool := pgstoretest.Pool(t, url, 1, "")
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".log_unlogged`).Scan(&n); err != nil || n != 8 {
 		t.Fatalf("log rows: %d, %v", n, err)
@@ -599,17 +588,17 @@ func TestMigrateRace(t *testing.T) {
 // nothing: running the DDL again takes table locks that deadlock with the
 // other instance's first decisions (TestMigrateRace, under load).
 func TestMigrateFindsAMigrationThatCommittedWhileItWaited(t *testing.T) {
-	url := testenv.PostgresURL(t)
+	url := pgstoretest.PostgresURL(t)
 	schema := freshSchema(t)
 	ctx := ctxT(t)
 	// The first instance's one connection holds the migration lock for the
 	// session, so that its own migration (which takes the same lock again)
 	// runs while the second instance waits.
-	first := pgtest.Pool(t, url, 1, "")
+	first := pgstoretest.Pool(t, url, 1, "")
 	if _, err := first.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pgengine.MigrationLockID)); err != nil {
 		t.Fatal(err)
 	}
-	second, err := pgengine.New(pgtest.Pool(t, url, 1, ""), pgengine.Config{Schema: schema})
+	second, err := pgengine.New(pgstoretest.Pool(t, url, 1, ""), pgengine.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,10 +652,10 @@ func TestMigrateFindsAMigrationThatCommittedWhileItWaited(t *testing.T) {
 }
 
 func TestDisableAutoMigrate(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	pool := pgtest.Pool(t, url, 1, "")
-	schema := pgtest.NewSchema()
-	t.Cleanup(func() { pgtest.Drop(schema) })
+	url := pgstoretest.PostgresURL(t)
+	pool := pgstoretest.Pool(t, url, 1, "")
+	schema := pgstoretest.NewSchema()
+	t.Cleanup(func() { pgstoretest.Drop(schema) })
 	ctx := ctxT(t)
 	s, err := pgengine.New(pool, pgengine.Config{Schema: schema, DisableAutoMigrate: true})
 	if err != nil {
@@ -694,12 +683,12 @@ func TestDisableAutoMigrate(t *testing.T) {
 }
 
 func TestCleanup(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			prefix := pgtest.Prefix(t)
+			prefix := pgstoretest.Prefix(t)
 			c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: 50 * time.Millisecond, CleanupBatch: 3, Durability: pgengine.Unlogged})
 			// Another prefix with a long window must survive.
 			other := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 2, Durability: pgengine.Unlogged})
@@ -731,10 +720,10 @@ func TestCleanup(t *testing.T) {
 }
 
 func TestInlineCleanup(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	prefix := pgtest.Prefix(t)
+	prefix := pgstoretest.Prefix(t)
 	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 2, Window: 20 * time.Millisecond, CleanupProbability: 1, Durability: pgengine.Unlogged})
 	for i := 0; i < 20; i++ {
 		if _, err := c.Take(ctx, fmt.Sprint("k", i), 1, ""); err != nil {
@@ -855,9 +844,9 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 // statistics it reads are flushed by the backend that wrote them.
 func soleSessionStore(t *testing.T) (*pgxpool.Pool, *pgengine.Store, string) {
 	t.Helper()
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
-	schema := pgtest.NewSchema()
-	t.Cleanup(func() { pgtest.Drop(schema) })
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 1, "")
+	schema := pgstoretest.NewSchema()
+	t.Cleanup(func() { pgstoretest.Drop(schema) })
 	s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
@@ -922,8 +911,8 @@ func seqScans(t *testing.T, pool *pgxpool.Pool, schema string) []int64 {
 }
 
 func TestSimpleProtocolThroughPgBouncer(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PgBouncerURL(t), 2, "")
-	s, err := pgengine.New(pool, pgengine.Config{Schema: pgtest.Schema(), SimpleProtocol: true})
+	pool := pgstoretest.Pool(t, pgstoretest.PgBouncerURL(t), 2, "")
+	s, err := pgengine.New(pool, pgengine.Config{Schema: pgstoretest.Schema(), SimpleProtocol: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -947,16 +936,16 @@ var _ pgengine.DB = (pgx.Tx)(nil)
 // different lengths. It refuses them with SQLSTATE 22023 and deletes
 // nothing.
 func TestResetFunctionRefusesMalformedArrays(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	s := newStore(t, pool)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	prefix := pgtest.Prefix(t)
+	prefix := pgstoretest.Prefix(t)
 	c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: ratekit.FixedWindow, Quota: 5, Durability: pgengine.Logged})
 	if _, err := c.Take(ctx, "k", 2, ""); err != nil {
 		t.Fatal(err)
 	}
-	q := `SELECT "` + pgtest.Schema() + `".reset($1::text[], $2::bytea, $3::bigint[], $4::bigint[])`
+	q := `SELECT "` + pgstoretest.Schema() + `".reset($1::text[], $2::bytea, $3::bigint[], $4::bigint[])`
 	for _, tc := range []struct {
 		name        string
 		prefixes    []string
@@ -984,7 +973,7 @@ func TestResetFunctionRefusesMalformedArrays(t *testing.T) {
 // 250 ms into the next sees an estimate of 8.75 and is admitted; the
 // second, before 400 ms, sees more than 8 + 1 and must be denied.
 func TestSlidingWindowWeighsThePreviousWindow(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 	ctx := ctxT(t)
 	s := newStore(t, pool)
 	const window = 2 * time.Second

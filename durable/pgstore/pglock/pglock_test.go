@@ -3,23 +3,24 @@ package pglock_test
 import (
 	"context"
 	"errors"
-	"github.com/jackc/pgx/v5"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ratekit/ratekit/durable/internal/pgtest"
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ratekit/ratekit/durable/pgstore/pglock"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // TestMain checks for leaked goroutines, as the store's tests did when these
 // lived beside them.
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 func TestHashKeyMatchesSQL(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 1, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 1, "")
 	ctx := ctxT(t)
 	for _, name := range []string{"", "job:42", "invoice/2026-11", "日本語", "o'brien"} {
 		var got int64
@@ -37,10 +38,10 @@ func TestHashKeyMatchesSQL(t *testing.T) {
 }
 
 func TestSessionLock(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	ctx := ctxT(t)
-	k1 := pglock.Key("job:" + pgtest.NewSchema())
-	k2 := pglock.NamespacedKey(7, "invoice:"+pgtest.NewSchema())
+	k1 := pglock.Key("job:" + pgstoretest.NewSchema())
+	k2 := pglock.NamespacedKey(7, "invoice:"+pgstoretest.NewSchema())
 
 	l, err := pglock.TryLock(ctx, pool, k2, k1, k1)
 	if err != nil {
@@ -97,9 +98,9 @@ func TestSessionLock(t *testing.T) {
 // sorted acquisition they take turns instead of deadlocking, and the
 // critical sections never overlap.
 func TestLockNoDeadlock(t *testing.T) {
-	pool := pgtest.Pool(t, testenv.PostgresURL(t), 4, "")
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
 	ctx := ctxT(t)
-	a, b := pglock.Key("a:"+pgtest.NewSchema()), pglock.Key("b:"+pgtest.NewSchema())
+	a, b := pglock.Key("a:"+pgstoretest.NewSchema()), pglock.Key("b:"+pgstoretest.NewSchema())
 	var inside, max atomic.Int32
 	var wg sync.WaitGroup
 	for i := 0; i < 6; i++ {
@@ -139,13 +140,13 @@ func TestLockNoDeadlock(t *testing.T) {
 func TestTxLock(t *testing.T) {
 	for _, via := range []string{"postgres", "pgbouncer"} {
 		t.Run(via, func(t *testing.T) {
-			url := testenv.PostgresURL(t)
+			url := pgstoretest.PostgresURL(t)
 			if via == "pgbouncer" {
-				url = testenv.PgBouncerURL(t)
+				url = pgstoretest.PgBouncerURL(t)
 			}
-			pool := pgtest.Pool(t, url, 4, "")
+			pool := pgstoretest.Pool(t, url, 4, "")
 			ctx := ctxT(t)
-			k := pglock.NamespacedKeyID(11, int32(pglock.HashKey(pgtest.NewSchema())))
+			k := pglock.NamespacedKeyID(11, int32(pglock.HashKey(pgstoretest.NewSchema())))
 			tx1, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -22,15 +22,15 @@ import (
 	"github.com/ratekit/ratekit/breaker"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/httplimit"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 const (
 	// timeout is the guard's bound on each limiter call (and fallback
@@ -91,17 +91,17 @@ func backends() []backend {
 		{
 			name: "postgres",
 			upstream: func(t *testing.T) string {
-				u, err := url.Parse(testenv.PostgresURL(t))
+				u, err := url.Parse(pgstoretest.PostgresURL(t))
 				if err != nil {
 					t.Fatal(err)
 				}
 				return u.Host
 			},
 			limiter: func(t *testing.T, listen string) ratekit.Limiter {
-				u, _ := url.Parse(testenv.PostgresURL(t))
+				u, _ := url.Parse(pgstoretest.PostgresURL(t))
 				u.Host = listen
-				pool := pgtest.Pool(t, u.String(), 4, "")
-				store, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema()})
+				pool := pgstoretest.Pool(t, u.String(), 4, "")
+				store, err := pgstore.New(pool, pgstore.Config{Schema: pgstoretest.Schema()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -114,7 +114,7 @@ func backends() []backend {
 				// a test running across the hour counted nothing after
 				// it. A window of 1000 days rolls over once in 1000 days.
 				l, err := durable.New(durable.Config{Store: store,
-					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

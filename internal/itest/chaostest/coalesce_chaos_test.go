@@ -11,8 +11,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
 // TestCoalescedFaults runs the fault matrix (latency, resets, outage) on a
@@ -26,14 +25,14 @@ func TestCoalescedFaults(t *testing.T) {
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			t.Parallel()
-			u, err := url.Parse(testenv.PostgresURL(t))
+			u, err := url.Parse(pgstoretest.PostgresURL(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			p := newProxy(t, u.Host)
 			u.Host = p.Listen
-			tr := &pgtest.BatchCounter{}
-			store, err := pgstore.New(pgtest.TracedPool(t, u.String(), 8, tr), pgstore.Config{Schema: pgtest.Schema(), MaxInFlight: 1})
+			tr := &pgstoretest.BatchCounter{}
+			store, err := pgstore.New(pgstoretest.TracedPool(t, u.String(), 8, tr), pgstore.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -43,7 +42,7 @@ func TestCoalescedFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			l, err := durable.New(durable.Config{Store: store,
-				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 			if err != nil {
 				t.Fatal(err)
 			}

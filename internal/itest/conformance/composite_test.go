@@ -13,8 +13,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/fakeclock"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
@@ -321,11 +321,11 @@ func TestTokenBucketCompositeRedisCluster(t *testing.T) {
 // prefixes.
 func TestDurableComposite(t *testing.T) {
 	for _, srv := range []struct{ name, url string }{
-		{"postgres", testenv.PostgresURL(t)},
-		{"pgbouncer", testenv.PgBouncerURL(t)},
+		{"postgres", pgstoretest.PostgresURL(t)},
+		{"pgbouncer", pgstoretest.PgBouncerURL(t)},
 	} {
 		newStore := func(t testing.TB) *pgstore.Store {
-			s, err := pgstore.New(pgtest.Pool(t, srv.url, 4, ""), pgstore.Config{Schema: pgtest.Schema()})
+			s, err := pgstore.New(pgstoretest.Pool(t, srv.url, 4, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -355,10 +355,10 @@ func TestDurableComposite(t *testing.T) {
 				}
 				limitertest.RunComposite(t, limitertest.CompositeHarness{
 					New: func(t testing.TB, policies []limitertest.Config) ratekit.Limiter {
-						return composite(t, shared, pgtest.Prefix(t), policies)
+						return composite(t, shared, pgstoretest.Prefix(t), policies)
 					},
 					NewClients: func(t testing.TB, policies []limitertest.Config, n int) []ratekit.Limiter {
-						prefix := pgtest.Prefix(t)
+						prefix := pgstoretest.Prefix(t)
 						out := make([]ratekit.Limiter, n)
 						for i := range out {
 							out[i] = composite(t, newStore(t), prefix, policies)

@@ -16,9 +16,9 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/fakeclock"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
@@ -29,7 +29,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 
@@ -174,14 +174,14 @@ func TestTokenBucketRedisCluster(t *testing.T) {
 
 func TestDurable(t *testing.T) {
 	servers := []struct{ name, url string }{
-		{"postgres", testenv.PostgresURL(t)},
-		{"pgbouncer", testenv.PgBouncerURL(t)},
+		{"postgres", pgstoretest.PostgresURL(t)},
+		{"pgbouncer", pgstoretest.PgBouncerURL(t)},
 	}
 	for _, srv := range servers {
 		// Coalescing on (the default MaxInFlight): the suite's 64 workers
 		// queue beyond it, and some decisions must have gone in batches.
-		tr := &pgtest.BatchCounter{}
-		store, err := pgstore.New(pgtest.TracedPool(t, srv.url, 16, tr), pgstore.Config{Schema: pgtest.Schema()})
+		tr := &pgstoretest.BatchCounter{}
+		store, err := pgstore.New(pgstoretest.TracedPool(t, srv.url, 16, tr), pgstore.Config{Schema: pgstoretest.Schema()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +203,7 @@ func TestDurable(t *testing.T) {
 							l, err := durable.New(durable.Config{
 								Store:      store,
 								Policy:     ratekit.Policy{Name: cfg.Name, Quota: cfg.Quota, Window: cfg.Window, Algorithm: alg},
-								Prefix:     pgtest.Prefix(t),
+								Prefix:     pgstoretest.Prefix(t),
 								Durability: dur,
 							})
 							if err != nil {
@@ -270,13 +270,13 @@ func TestOnePolicyOneHeader(t *testing.T) {
 			return l
 		},
 	}
-	store, err := pgstore.New(pgtest.Pool(t, testenv.PostgresURL(t), 2, ""), pgstore.Config{Schema: pgtest.Schema()})
+	store, err := pgstore.New(pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.SlidingLog} {
 		limiters["durable/"+alg.String()] = func(t *testing.T) ratekit.Limiter {
-			l, err := durable.New(durable.Config{Store: store, Prefix: pgtest.Prefix(t),
+			l, err := durable.New(durable.Config{Store: store, Prefix: pgstoretest.Prefix(t),
 				Policy: ratekit.Policy{Name: "same", Quota: 20, Window: 4 * time.Second, Algorithm: alg}, Durability: durable.Unlogged})
 			if err != nil {
 				t.Fatal(err)

@@ -11,9 +11,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
-	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // BenchmarkComposite compares, side by side in one run, a decision of one
@@ -23,7 +22,7 @@ import (
 // atomic), all admitted, over 1000 keys from one pool.
 func BenchmarkComposite(b *testing.B) {
 	ctx := context.Background()
-	p := pgtest.Prefix(b)
+	p := pgstoretest.Prefix(b)
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("customer-%04d", i)
@@ -36,9 +35,9 @@ func BenchmarkComposite(b *testing.B) {
 	// Create every row and ANALYZE, on a pool of its own: on a table
 	// without statistics the planner may pick the expiry index for key
 	// lookups, and the functions' sessions keep such plans.
-	fill := pgtest.Pool(b, testenv.PostgresURL(b), 1, "")
+	fill := pgstoretest.Pool(b, pgstoretest.PostgresURL(b), 1, "")
 	{
-		s, err := pgstore.New(fill, pgstore.Config{Schema: pgtest.Schema()})
+		s, err := pgstore.New(fill, pgstore.Config{Schema: pgstoretest.Schema()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -51,7 +50,7 @@ func BenchmarkComposite(b *testing.B) {
 				}
 			}
 		}
-		if _, err := fill.Exec(ctx, `ANALYZE "`+pgtest.Schema()+`".counters`); err != nil {
+		if _, err := fill.Exec(ctx, `ANALYZE "`+pgstoretest.Schema()+`".counters`); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,8 +60,8 @@ func BenchmarkComposite(b *testing.B) {
 	proxy := faultproxy.Start(b, postgresHost(b))
 	proxy.ReplyLatency(time.Millisecond)
 	for _, network := range []struct{ name, url string }{
-		{"loopback", testenv.PostgresURL(b)},
-		{"rtt+1ms", viaProxy(b, testenv.PostgresURL(b), proxy.Listen)},
+		{"loopback", pgstoretest.PostgresURL(b)},
+		{"rtt+1ms", viaProxy(b, pgstoretest.PostgresURL(b), proxy.Listen)},
 	} {
 		s := newStore(b, network.url, 4)
 		single, burst, daily := limiters(s)
@@ -94,7 +93,7 @@ func BenchmarkComposite(b *testing.B) {
 // postgresHost returns the host:port of the test server.
 func postgresHost(t testing.TB) string {
 	t.Helper()
-	u, err := url.Parse(testenv.PostgresURL(t))
+	u, err := url.Parse(pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}

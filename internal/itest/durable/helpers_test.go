@@ -7,10 +7,11 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+	"github.com/ratekit/ratekit/internal/testenv"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 // farWindow is a window no benchmark outlives.
 const farWindow = 10000 * time.Hour
@@ -28,7 +29,7 @@ func newLimiter(b testing.TB, s *pgstore.Store, alg ratekit.Algorithm, name, pre
 
 // newStore returns a store on a pool of conns connections to url.
 func newStore(b testing.TB, url string, conns int32) *pgstore.Store {
-	s, err := pgstore.New(pgtest.Pool(b, url, conns, ""), pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(pgstoretest.Pool(b, url, conns, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		b.Fatal(err)
 	}

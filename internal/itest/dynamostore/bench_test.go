@@ -20,7 +20,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
@@ -55,9 +55,9 @@ func BenchmarkAllow(b *testing.B) {
 			return newLimiter(b, tokenbucket.Config{Name: "bench", Burst: burst, RefillRate: tokenbucket.PerHour(burst), Mode: tokenbucket.Atomic, Store: store})
 		}},
 		{"postgres", func(b *testing.B) ratekit.Limiter {
-			pool := pgtest.Pool(b, testenv.PostgresURL(b), 16, "")
-			schema := pgtest.NewSchema()
-			b.Cleanup(func() { pgtest.Drop(schema) })
+			pool := pgstoretest.Pool(b, pgstoretest.PostgresURL(b), 16, "")
+			schema := pgstoretest.NewSchema()
+			b.Cleanup(func() { pgstoretest.Drop(schema) })
 			store, err := pgstore.New(pool, pgstore.Config{Schema: schema})
 			if err != nil {
 				b.Fatal(err)

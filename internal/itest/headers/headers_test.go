@@ -23,8 +23,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/httplimit"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -33,7 +33,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 // limiters returns limiters at the extremes of their constructors.
 func limiters(t *testing.T) map[string]ratekit.Limiter {
@@ -74,7 +74,7 @@ func limiters(t *testing.T) map[string]ratekit.Limiter {
 		add(fmt.Sprintf("tokenbucket burst=%d rate=%+v", c.burst, c.rate), l, err)
 	}
 
-	s, err := pgstore.New(pgtest.Pool(t, testenv.PostgresURL(t), 4, ""), pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func limiters(t *testing.T) map[string]ratekit.Limiter {
 				p.Window = time.Duration(ratekit.MaxQuota) * time.Microsecond // one unit a microsecond, exactly
 			}
 			p.Name, p.Algorithm = "d-"+alg.String(), alg
-			l, err := durable.New(durable.Config{Store: s, Policy: p, Prefix: pgtest.Prefix(t) + p.Name, Durability: durable.Unlogged})
+			l, err := durable.New(durable.Config{Store: s, Policy: p, Prefix: pgstoretest.Prefix(t) + p.Name, Durability: durable.Unlogged})
 			add(fmt.Sprintf("durable %v q=%d w=%v", alg, p.Quota, p.Window), l, err)
 			parts = append(parts, l)
 		}
@@ -301,7 +301,7 @@ func TestQuotaAboveMaxRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := pgstore.New(pgtest.Pool(t, testenv.PostgresURL(t), 1, ""), pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 1, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}

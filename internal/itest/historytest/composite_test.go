@@ -16,8 +16,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/memstore"
@@ -202,8 +202,8 @@ func TestTokenBucketCompositeRedis(t *testing.T) {
 // the long one a fixed window.
 func TestDurableComposite(t *testing.T) {
 	for _, srv := range []struct{ name, url string }{
-		{"postgres", testenv.PostgresURL(t)},
-		{"pgbouncer", testenv.PgBouncerURL(t)},
+		{"postgres", pgstoretest.PostgresURL(t)},
+		{"pgbouncer", pgstoretest.PgBouncerURL(t)},
 	} {
 		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 			t.Run(srv.name+"/"+alg.String(), func(t *testing.T) {
@@ -216,11 +216,11 @@ func TestDurableComposite(t *testing.T) {
 				p.Latency(time.Millisecond, time.Millisecond)
 				p.ResetEvery(500*time.Millisecond, 20*time.Millisecond)
 				u.Host = p.Listen
-				store, err := pgstore.New(pgtest.Pool(t, u.String(), 8, ""), pgstore.Config{Schema: pgtest.Schema(), MaxInFlight: 2})
+				store, err := pgstore.New(pgstoretest.Pool(t, u.String(), 8, ""), pgstore.Config{Schema: pgstoretest.Schema(), MaxInFlight: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
-				directStore, err := pgstore.New(pgtest.Pool(t, srv.url, 1, ""), pgstore.Config{Schema: pgtest.Schema()})
+				directStore, err := pgstore.New(pgstoretest.Pool(t, srv.url, 1, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -232,7 +232,7 @@ func TestDurableComposite(t *testing.T) {
 					t.Fatal(err)
 				}
 				const limit, window = 2, time.Second
-				prefix := pgtest.Prefix(t)
+				prefix := pgstoretest.Prefix(t)
 				pair := func(s *pgstore.Store) ratekit.Limiter {
 					short, err := durable.New(durable.Config{Store: s, Prefix: prefix + "-short",
 						Policy: ratekit.Policy{Name: "short", Quota: limit, Window: window, Algorithm: alg}, Durability: durable.Unlogged})

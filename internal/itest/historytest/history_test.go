@@ -15,8 +15,8 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
@@ -26,7 +26,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 const (
 	workers = 32
@@ -180,8 +180,8 @@ func TestTokenBucketRedis(t *testing.T) {
 
 func TestDurable(t *testing.T) {
 	for _, srv := range []struct{ name, url string }{
-		{"postgres", testenv.PostgresURL(t)},
-		{"pgbouncer", testenv.PgBouncerURL(t)},
+		{"postgres", pgstoretest.PostgresURL(t)},
+		{"pgbouncer", pgstoretest.PgBouncerURL(t)},
 	} {
 		for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.SlidingWindow, ratekit.TokenBucket, ratekit.SlidingLog} {
 			t.Run(srv.name+"/"+alg.String(), func(t *testing.T) {
@@ -194,9 +194,9 @@ func TestDurable(t *testing.T) {
 				u.Host = listen
 				// 32 workers and 2 decisions in flight: decisions queue
 				// and go in batches (coalescing).
-				tr := &pgtest.BatchCounter{}
-				pool := pgtest.TracedPool(t, u.String(), 16, tr)
-				store, err := pgstore.New(pool, pgstore.Config{Schema: pgtest.Schema(), MaxInFlight: 2})
+				tr := &pgstoretest.BatchCounter{}
+				pool := pgstoretest.TracedPool(t, u.String(), 16, tr)
+				store, err := pgstore.New(pool, pgstore.Config{Schema: pgstoretest.Schema(), MaxInFlight: 2})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -214,7 +214,7 @@ func TestDurable(t *testing.T) {
 				// 500ms refilled, and were rarely denied.
 				const limit, window = 2, time.Second
 				policy := ratekit.Policy{Name: "history", Quota: limit, Window: window, Algorithm: alg}
-				l, err := durable.New(durable.Config{Store: store, Policy: policy, Prefix: pgtest.Prefix(t), Durability: durable.Unlogged})
+				l, err := durable.New(durable.Config{Store: store, Policy: policy, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -17,7 +17,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
@@ -29,7 +29,7 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgstoretest.Main(m, testenv.CheckLeaks) }
 
 // cacheSize is the denied-key cache's size when it is on.
 const cacheSize = 1000
@@ -148,7 +148,7 @@ func dynamo(t *testing.T) kvstore.Store {
 // postgres returns a store on a pool of its own for t's run.
 func postgres(t *testing.T) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(pgtest.Pool(t, testenv.PostgresURL(t), 16, ""), pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 16, ""), pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func postgres(t *testing.T) *pgstore.Store {
 func durableLimiter(t *testing.T, store *pgstore.Store, alg ratekit.Algorithm, name string, cache bool) *durable.Limiter {
 	t.Helper()
 	cfg := durable.Config{
-		Store: store, Prefix: pgtest.Prefix(t) + name,
+		Store: store, Prefix: pgstoretest.Prefix(t) + name,
 		Policy: ratekit.Policy{Name: name, Quota: quota, Window: farWindow, Algorithm: alg}, Durability: durable.Unlogged,
 	}
 	if cache {

@@ -13,7 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
@@ -22,10 +22,10 @@ import (
 // nothing (its transaction never committed), and the next decision succeeds
 // on the same pool.
 func TestTerminateMidDecision(t *testing.T) {
-	url := testenv.PostgresURL(t)
-	app := "ratekit-kill-" + pgtest.NewSchema()
-	pool := pgtest.Pool(t, url, 2, app)
-	admin := pgtest.Pool(t, url, 2, "")
+	url := pgstoretest.PostgresURL(t)
+	app := "ratekit-kill-" + pgstoretest.NewSchema()
+	pool := pgstoretest.Pool(t, url, 2, app)
+	admin := pgstoretest.Pool(t, url, 2, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	c := newCounter(t, s, ratekit.FixedWindow, 10)
@@ -85,7 +85,7 @@ func TestTerminateMidDecision(t *testing.T) {
 // PostgreSQL server and returns it with the URL that goes through it.
 func newToxiproxy(t *testing.T) (*toxiproxy.Proxy, string) {
 	t.Helper()
-	raw := testenv.PostgresURL(t)
+	raw := pgstoretest.PostgresURL(t)
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func newToxiproxy(t *testing.T) (*toxiproxy.Proxy, string) {
 // request twice, and it recovers once the latency is gone.
 func TestInjectedLatency(t *testing.T) {
 	proxy, url := newToxiproxy(t)
-	pool := pgtest.Pool(t, url, 4, "")
+	pool := pgstoretest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	c := newCounter(t, s, ratekit.FixedWindow, 100)
@@ -171,7 +171,7 @@ func TestInjectedLatency(t *testing.T) {
 // deadline and the same pool recovers without a restart.
 func TestServerOutage(t *testing.T) {
 	proxy, url := newToxiproxy(t)
-	pool := pgtest.Pool(t, url, 4, "")
+	pool := pgstoretest.Pool(t, url, 4, "")
 	s := newStore(t, pool)
 	ctx := ctxT(t)
 	c := newCounter(t, s, ratekit.TokenBucket, 100)

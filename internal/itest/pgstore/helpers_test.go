@@ -2,31 +2,20 @@ package pgstore_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := pgtest.DropSchema(); err != nil {
-		fmt.Fprintln(os.Stderr, "drop test schema:", err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgstoretest.Main(m) }
 
 func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	t.Helper()
-	s, err := pgstore.New(db, pgstore.Config{Schema: pgtest.Schema()})
+	s, err := pgstore.New(db, pgstore.Config{Schema: pgstoretest.Schema()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +34,7 @@ func newCounter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, quota int
 	t.Helper()
 	return counter{cfg: durable.Config{
 		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour, Algorithm: alg},
-		Prefix:             pgtest.Prefix(t),
+		Prefix:             pgstoretest.Prefix(t),
 		CleanupProbability: -1, Durability: durable.Unlogged,
 	}, t: t}.on(s)
 }

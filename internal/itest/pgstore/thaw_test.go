@@ -15,11 +15,10 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
 	"github.com/ratekit/ratekit/internal/itest/thawtest"
-	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 // thawPool returns a pool of at most maxConns connections on the test
@@ -28,7 +27,7 @@ import (
 // ends.
 func thawPool(t *testing.T, relay *faultproxy.Relay, maxConns int, timeout time.Duration) *pgxpool.Pool {
 	t.Helper()
-	u, err := url.Parse(testenv.PostgresURL(t))
+	u, err := url.Parse(pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func testThaw(t *testing.T, maxConns int, timeout time.Duration, guard bool) {
 	time.Sleep(1500 * time.Millisecond)
 	decide := func() error { return take(timeout) }
 	if guard {
-		l, err := durable.New(durable.Config{Store: s, Prefix: pgtest.Prefix(t),
+		l, err := durable.New(durable.Config{Store: s, Prefix: pgstoretest.Prefix(t),
 			Policy: ratekit.Policy{Name: "thaw", Quota: limit, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Durability: durable.Unlogged})
 		if err != nil {
 			t.Fatal(err)
@@ -173,7 +172,7 @@ const slack = 250 * time.Millisecond
 // testenvHost returns the host:port of the test PostgreSQL server.
 func testenvHost(t *testing.T) string {
 	t.Helper()
-	u, err := url.Parse(testenv.PostgresURL(t))
+	u, err := url.Parse(pgstoretest.PostgresURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,11 +181,11 @@ func testenvHost(t *testing.T) string {
 
 // directPool returns a pool straight on the test server.
 func directPool(t *testing.T) *pgxpool.Pool {
-	return pgtest.Pool(t, testenv.PostgresURL(t), 2, "")
+	return pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
 }
 
 func TestServerlessPoolConfig(t *testing.T) {
-	cfg, err := pgxpool.ParseConfig(testenv.DefaultPostgresURL)
+	cfg, err := pgxpool.ParseConfig(pgstoretest.DefaultPostgresURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +203,7 @@ func TestServerlessPoolConfig(t *testing.T) {
 	}
 
 	// The user's BeforeClose still runs, on the live pool.
-	url := testenv.PostgresURL(t)
+	url := pgstoretest.PostgresURL(t)
 	cfg, err = pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)

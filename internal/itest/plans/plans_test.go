@@ -75,14 +75,15 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+	"github.com/ratekit/ratekit/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(workerEnv) != "" {
 		os.Exit(runWorker())
 	}
-	pgtest.Main(m)
+	pgstoretest.Main(m, testenv.CheckLeaks)
 }
 
 // workers is how many processes decide at once.

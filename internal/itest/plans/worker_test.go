@@ -21,7 +21,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
-	"github.com/ratekit/ratekit/internal/itest/pgtest"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -179,23 +179,23 @@ var backends = []backend{
 // setupPostgres migrates the parent's schema (before the workers start)
 // and passes it, the server and a fresh prefix to the workers.
 func setupPostgres(t *testing.T) []string {
-	dsn := testenv.PostgresURL(t)
-	schema := pgtest.Schema()
-	store, err := pgstore.New(pgtest.Pool(t, dsn, 2, ""), pgstore.Config{Schema: schema})
+	dsn := pgstoretest.PostgresURL(t)
+	schema := pgstoretest.Schema()
+	store, err := pgstore.New(pgstoretest.Pool(t, dsn, 2, ""), pgstore.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return []string{dsnEnv + "=" + dsn, schemaEnv + "=" + schema, prefixEnv + "=" + pgtest.Prefix(t)}
+	return []string{dsnEnv + "=" + dsn, schemaEnv + "=" + schema, prefixEnv + "=" + pgstoretest.Prefix(t)}
 }
 
 // setupRedis passes the server and a fresh prefix to the workers, and
 // deletes the run's keys when it ends (after the workers have exited).
 func setupRedis(t *testing.T) []string {
 	addr := testenv.RedisAddr(t)
-	prefix := pgtest.Prefix(t) // a valid PlannedConfig.Prefix no other test uses
+	prefix := pgstoretest.Prefix(t) // a valid PlannedConfig.Prefix no other test uses
 	redisclient.Client(t, addr, redisKeys+prefix+":")
 	return []string{redisEnv + "=" + addr, prefixEnv + "=" + prefix}
 }
