@@ -57,7 +57,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/benchmarks/internal/harness"
-	"github.com/ratekit/ratekit/internal/redisscript"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 // A body is a script measured in a loop: its source, the key's content

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 // refusals compares, on one refused key, Redis's whole CPU time (INFO cpu:

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 var (

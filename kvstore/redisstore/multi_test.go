@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/kvstore"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 )
 

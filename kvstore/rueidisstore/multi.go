@@ -12,8 +12,8 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 var (

@@ -45,8 +45,8 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
+	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty, the
