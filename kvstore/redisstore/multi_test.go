@@ -11,7 +11,6 @@ import (
 
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/kvstore"
-	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 )
 
@@ -80,8 +79,8 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 		}
 		for _, letter := range takeLetters {
 			_, err := multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{slow, slow}, []int64{1, 1}, letter)
-			if err == nil || !strings.Contains(err.Error(), redisscript.Malformed) {
-				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, redisscript.Malformed)
+			if err == nil || !strings.Contains(err.Error(), kvstore.ErrMalformedRecord.Error()) {
+				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, kvstore.ErrMalformedRecord.Error())
 			}
 			if got := readState(t, c, s.Key("a")); got != live {
 				t.Fatalf("b = %q, take %s: a went from %+v to %+v", v, letter, live, got)

@@ -16,7 +16,6 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
-	redisscript "github.com/ratekit/ratekit/kvstore/redisengine"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/kvstore/storetest"
 )
@@ -150,7 +149,7 @@ func TestTakeRewritesAnExpiryItCannotKeep(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	r := kvstore.Refill{Max: 100_000, Rate: 1} // 1,000 units a millisecond
-	rate := redisscript.RateArg(r)
+	rate := redistest.RateArg(r)
 	q := (r.Max + rate - 1) / rate
 	for _, tc := range []struct {
 		name     string
@@ -169,7 +168,7 @@ func TestTakeRewritesAnExpiryItCannotKeep(t *testing.T) {
 				)
 				_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 					p.Set(ctx, s.Key("k"), tc.value, tc.ttl)
-					res = p.Eval(ctx, redisscript.Update, []string{s.Key("k")}, r.Max, rate, tc.n, letter)
+					res = p.Eval(ctx, updateLua, []string{s.Key("k")}, r.Max, rate, tc.n, letter)
 					ttl = p.PTTL(ctx, s.Key("k"))
 					left = p.Get(ctx, s.Key("k"))
 					return nil
