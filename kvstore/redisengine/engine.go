@@ -3,10 +3,10 @@
 // format, and the flow of a decision (which command to send, the
 // MULTI/EXEC reads that decide a peek or a take after a refusal without a
 // script, EVALSHA, the reply's decoding), written once for every Redis
-// client library. A store adapts its client to [Conn] and forwards its
-// kvstore methods to an [Engine]: kvstore/redisstore does so for go-redis,
-// kvstore/rueidisstore for rueidis, and both write the same records under
-// the same keys.
+// client library. A store adapts its client to [Conn] and embeds an
+// [Engine], whose methods are the store's kvstore methods:
+// kvstore/redisstore does so for go-redis, kvstore/rueidisstore for
+// rueidis, and both write the same records under the same keys.
 //
 // A store and the engine speak a protocol whose version each states on its
 // own ([Config.Protocol]): a store module built against a ratekit module of

@@ -81,7 +81,9 @@ func TestNewConfig(t *testing.T) {
 		want string
 	}{
 		{"nil conn", nil, Config{Name: "s", Protocol: protocol}, "s: invalid config: nil client"},
-		{"brace", &fakeConn{}, Config{Name: "s", Protocol: protocol, Prefix: "a{"}, `s: invalid config: prefix "a{" contains a brace`},
+		{"opening brace", &fakeConn{}, Config{Name: "s", Protocol: protocol, Prefix: "a{"}, `s: invalid config: prefix "a{" contains a brace`},
+		{"closing brace", &fakeConn{}, Config{Name: "s", Protocol: protocol, Prefix: "}"}, `s: invalid config: prefix "}" contains a brace`},
+		{"hash tag", &fakeConn{}, Config{Name: "s", Protocol: protocol, Prefix: "{x}"}, `s: invalid config: prefix "{x}" contains a brace`},
 	} {
 		_, err := New(tc.conn, tc.cfg)
 		if !errors.Is(err, ratekit.ErrInvalidConfig) || err.Error() != tc.want {
