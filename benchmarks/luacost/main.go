@@ -57,7 +57,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/benchmarks/internal/harness"
-	"github.com/ratekit/ratekit/internal/redisscript"
+	"github.com/ratekit/ratekit/internal/redistest"
 )
 
 // A body is a script measured in a loop: its source, the key's content
@@ -119,18 +119,18 @@ func main() {
 	const max, rate, small = "1000000000000000", "1000", "1000000000"
 	pxat := strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)
 	bodies := []body{
-		{"ratekit Update, take on a live record (T: decrement first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "T"}, ""},
-		{"ratekit Update, take on a live record (t: read first)", redisscript.Update, 1, live, []any{max, rate, "1000000", "t"}, ""},
-		{"ratekit Update, take on a bucket that refilled to full, with a SET … KEEPTTL before each call", redisscript.Update, 1, full, []any{max, rate, "1000000", "T"}, refill},
+		{"ratekit Update, take on a live record (T: decrement first)", updateLua, 1, live, []any{max, rate, "1000000", "T"}, ""},
+		{"ratekit Update, take on a live record (t: read first)", updateLua, 1, live, []any{max, rate, "1000000", "t"}, ""},
+		{"ratekit Update, take on a bucket that refilled to full, with a SET … KEEPTTL before each call", updateLua, 1, full, []any{max, rate, "1000000", "T"}, refill},
 		{"SET … KEEPTTL alone", refill, 1, full, nil, ""},
-		{"ratekit Update, take on a new key (a DEL before each call)", redisscript.Update, 1, "", []any{max, rate, "1000000", "T"}, ""},
-		{"ratekit Update, denied (t: read first, as after a refusal)", redisscript.Update, 1, live, []any{small, rate, "1000000", "t"}, ""},
-		{"ratekit Update, denied (T: decrement first, then undone)", redisscript.Update, 1, live, []any{small, rate, "1000000", "T"}, ""},
-		{"ratekit Update, peek", redisscript.Update, 1, live, []any{max, rate, "1", "p"}, ""},
-		{"ratekit Multi, take on two live records (T: decrement first)", redisscript.Multi, 2, live, []any{"T", max, rate, "1000000", max, rate, "1000000"}, ""},
-		{"ratekit Multi, take on two live records (t: read first)", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}, ""},
-		{"ratekit Multi, denied (t: read first, as after a refusal)", redisscript.Multi, 2, live, []any{"t", max, rate, "1000000", small, rate, "1000000"}, ""},
-		{"ratekit Multi, denied (T: decrement first, then undone)", redisscript.Multi, 2, live, []any{"T", max, rate, "1000000", small, rate, "1000000"}, ""},
+		{"ratekit Update, take on a new key (a DEL before each call)", updateLua, 1, "", []any{max, rate, "1000000", "T"}, ""},
+		{"ratekit Update, denied (t: read first, as after a refusal)", updateLua, 1, live, []any{small, rate, "1000000", "t"}, ""},
+		{"ratekit Update, denied (T: decrement first, then undone)", updateLua, 1, live, []any{small, rate, "1000000", "T"}, ""},
+		{"ratekit Update, peek", updateLua, 1, live, []any{max, rate, "1", "p"}, ""},
+		{"ratekit Multi, take on two live records (T: decrement first)", multiLua, 2, live, []any{"T", max, rate, "1000000", max, rate, "1000000"}, ""},
+		{"ratekit Multi, take on two live records (t: read first)", multiLua, 2, live, []any{"t", max, rate, "1000000", max, rate, "1000000"}, ""},
+		{"ratekit Multi, denied (t: read first, as after a refusal)", multiLua, 2, live, []any{"t", max, rate, "1000000", small, rate, "1000000"}, ""},
+		{"ratekit Multi, denied (T: decrement first, then undone)", multiLua, 2, live, []any{"T", max, rate, "1000000", small, rate, "1000000"}, ""},
 		{"counter: INCRBY, then PTTL", "local v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1"}, ""},
 		{"counter: SET NX (the key exists), INCRBY, PTTL", "redis.call('SET', KEYS[1], 0, 'EX', ARGV[2], 'NX')\nlocal v = redis.call('INCRBY', KEYS[1], ARGV[1])\nreturn {v, redis.call('PTTL', KEYS[1])}", 1, "1", []any{"1", "3600"}, ""},
 		{"SET alone (no expiry)", "return redis.call('SET', KEYS[1], ARGV[1])", 1, "1", []any{"x"}, ""},
@@ -147,7 +147,7 @@ func main() {
 			log.Fatal(err)
 		}
 		for _, b := range bodies {
-			if b.src != redisscript.Update {
+			if b.src != updateLua {
 				continue
 			}
 			b.name = strings.Replace(b.name, "ratekit Update", "candidate", 1)
@@ -285,7 +285,7 @@ func roundTrips(ctx context.Context, c *redis.Client, addr, prefix string, n, pa
 	if err != nil {
 		return err
 	}
-	update, err := load(redisscript.Update)
+	update, err := load(updateLua)
 	if err != nil {
 		return err
 	}
@@ -378,3 +378,7 @@ func median[T cmp.Ordered](v []T) T {
 	slices.Sort(v)
 	return v[len(v)/2]
 }
+
+// updateLua and multiLua are the text of ratekit's update and multi-key
+// scripts, as its Redis engine sends them.
+var updateLua, multiLua = redistest.Scripts()

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-
-	"github.com/ratekit/ratekit/internal/redisscript"
 )
 
 // refusals compares, on one refused key, Redis's whole CPU time (INFO cpu:
@@ -29,10 +27,10 @@ func refusals(ctx context.Context, addr, prefix string, n, passes int, callers [
 	// A bucket of 10^8 units refilling 5 a millisecond, emptied: a take
 	// of 10^7 is refused for over half an hour.
 	const max, rate, take = "100000000", "5", "10000000"
-	if err := c.Do(ctx, c.B().Eval().Script(redisscript.Update).Numkeys(1).Key(key).Arg(max, rate, max, "T").Build()).Error(); err != nil {
+	if err := c.Do(ctx, c.B().Eval().Script(updateLua).Numkeys(1).Key(key).Arg(max, rate, max, "T").Build()).Error(); err != nil {
 		return err
 	}
-	sha := c.Do(ctx, c.B().ScriptLoad().Script(redisscript.Update).Build())
+	sha := c.Do(ctx, c.B().ScriptLoad().Script(updateLua).Build())
 	shaHex, err := sha.ToString()
 	if err != nil {
 		return err

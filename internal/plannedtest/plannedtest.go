@@ -466,3 +466,28 @@ func Bench(b *testing.B, store kvstore.Store) {
 		BenchAllow(b, l)
 	})
 }
+
+// CheckConcurrent runs 8 goroutines on keys of a monthly quota through a
+// tokenbucket.Planned on store (with Group set as group says): they admit
+// exactly min(demand, quota), and Usage reads back the sum of the admitted
+// costs; with costs of 1 to 3, at most the quota and at least 2 below it.
+func CheckConcurrent(t *testing.T, store kvstore.Store, group bool) {
+	t.Helper()
+	plans := &Plans{}
+	l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: store, Group: group, Plan: plans.Plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans.Set("k", Monthly("m", 50, time.Time{}, nil))
+	if admitted, used := Race(t, l, "k", 8, 20, 1); admitted != 50 || used != 50 {
+		t.Fatalf("admitted %d units, usage reads %d; want 50 and 50", admitted, used)
+	}
+	plans.Set("small", Monthly("m", 500, time.Time{}, nil))
+	if admitted, used := Race(t, l, "small", 8, 20, 1); admitted != 160 || used != 160 {
+		t.Fatalf("demand below the quota: admitted %d units, usage reads %d; want 160 and 160", admitted, used)
+	}
+	plans.Set("v", Monthly("m", 50, time.Time{}, nil))
+	if admitted, used := Race(t, l, "v", 8, 20, 3); admitted > 50 || admitted < 48 || used != admitted {
+		t.Fatalf("costs 1 to 3: admitted %d units, usage reads %d; want 48 to 50, and equal", admitted, used)
+	}
+}

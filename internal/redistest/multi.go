@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/ratekit/ratekit/kvstore"
@@ -41,4 +42,52 @@ func CheckMultiArguments(t *testing.T, s kvstore.MultiAtomic, prefix string) {
 	first[0].N, first[1].N = big/4, big/4
 	step("first refund", kvstore.OpRefund, first, big/4, 2*big-big/4)
 	step("first peek", kvstore.OpPeek, first, big/4, 2*big-big/4)
+}
+
+// CheckCluster checks UpdateMulti on s, a store on a Redis Cluster client:
+// s reports Partitioned; keys of the empty group in different slots fail
+// with kvstore.ErrCrossPartition before anything is sent (sent, when not
+// nil, counts the commands the client sent); keys that share a slot
+// through their own hash tag need no group; and a group puts every key in
+// one slot.
+func CheckCluster(t *testing.T, s kvstore.MultiAtomic, sent func() int64) {
+	t.Helper()
+	if !s.Partitioned() {
+		t.Fatal("a cluster store does not report Partitioned")
+	}
+	ctx := context.Background()
+	res := make([]kvstore.OpResult, 2)
+	// "a" and "b" hash to slots 15495 and 3300.
+	two := []kvstore.Update{{Key: "a", Refill: Take1, N: 1}, {Key: "b", Refill: Take1, N: 1}}
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
+		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)
+	}
+	if sent != nil {
+		if n := sent(); n != 0 {
+			t.Fatalf("a refused call sent %d commands", n)
+		}
+	}
+	same := []kvstore.Update{{Key: "x", Refill: Take1, N: 1}, {Key: "x}y", Refill: Take1, N: 1}}
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, same, res); err != nil {
+		t.Fatalf("keys of one slot: %v", err)
+	}
+	for _, g := range []string{"user-1", "org-7", "{odd}"} {
+		if err := s.UpdateMulti(ctx, g, kvstore.OpTake, two, res); err != nil || !res[0].OK || !res[1].OK {
+			t.Fatalf("group %q: %+v, %v", g, res, err)
+		}
+	}
+}
+
+// NewStore returns a function that builds a store with newStore under a
+// prefix of the test's own (see Prefix), failing the test on an error: a
+// kvstore conformance suite's factory.
+func NewStore(newStore func(prefix string) (kvstore.Store, error)) func(*testing.T) kvstore.Store {
+	return func(t *testing.T) kvstore.Store {
+		t.Helper()
+		s, err := newStore(Prefix(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 }

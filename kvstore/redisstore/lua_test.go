@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
+	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -57,7 +57,7 @@ var takeLetters = [2]string{"T", "t"}
 // takeWith runs the update script's take of n on the Redis key rkey with
 // the op argument letter.
 func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refill, n int64, letter string) (kvstore.OpResult, error) {
-	v, err := c.Eval(ctx, redisscript.Update, []string{rkey}, r.Max, redisscript.RateArg(r), n, letter).Int64()
+	v, err := c.Eval(ctx, updateLua, []string{rkey}, r.Max, redistest.RateArg(r), n, letter).Int64()
 	if err != nil {
 		return kvstore.OpResult{}, err
 	}
@@ -72,7 +72,7 @@ func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refil
 // millisecond ms, is what kvstore.Refill.Apply says of r: next when it
 // writes (write), the state as it was otherwise.
 func recordMatches(r kvstore.Refill, old, got bucketState, write bool, next kvstore.Record, ms, read int64) bool {
-	rate := redisscript.RateArg(r)
+	rate := redistest.RateArg(r)
 	switch {
 	case !write:
 		// Nothing written: the key is as it was, or gone because the
@@ -145,7 +145,7 @@ func TestLuaMatchesGo(t *testing.T) {
 	steps, writes := 0, 0
 	for seq := 0; seq < 60; seq++ {
 		r := randomRefill(rng)
-		rate := redisscript.RateArg(r)
+		rate := redistest.RateArg(r)
 		if err := s.Delete(ctx, key); err != nil {
 			t.Fatal(err)
 		}
@@ -209,9 +209,9 @@ func TestLuaMatchesGo(t *testing.T) {
 func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstore.Refill, ns []int64, letter string) ([]kvstore.OpResult, error) {
 	args := []any{letter}
 	for i := range rkeys {
-		args = append(args, rs[i].Max, redisscript.RateArg(rs[i]), ns[i])
+		args = append(args, rs[i].Max, redistest.RateArg(rs[i]), ns[i])
 	}
-	vals, err := c.Eval(ctx, redisscript.Multi, rkeys, args...).Int64Slice()
+	vals, err := c.Eval(ctx, multiLua, rkeys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +377,7 @@ func TestTakeShortensALongExpiry(t *testing.T) {
 	ctx := context.Background()
 	slow := kvstore.Refill{Max: 1_000_000_000, Rate: 1} // fills in 1,000 s
 	fast := kvstore.Refill{Max: 10_000_000, Rate: 1}    // fills in 10 s
-	fill := (fast.Max + redisscript.RateArg(fast) - 1) / redisscript.RateArg(fast)
+	fill := (fast.Max + redistest.RateArg(fast) - 1) / redistest.RateArg(fast)
 	for _, letter := range takeLetters {
 		for _, multi := range []bool{false, true} {
 			for _, k := range []string{"a", "b"} {
@@ -406,3 +406,7 @@ func TestTakeShortensALongExpiry(t *testing.T) {
 		}
 	}
 }
+
+// updateLua and multiLua are the engine's update and multi-key scripts,
+// which the tests above run with op arguments of their own.
+var updateLua, multiLua = redistest.Scripts()

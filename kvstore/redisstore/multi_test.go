@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
@@ -80,8 +79,8 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 		}
 		for _, letter := range takeLetters {
 			_, err := multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{slow, slow}, []int64{1, 1}, letter)
-			if err == nil || !strings.Contains(err.Error(), redisscript.Malformed) {
-				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, redisscript.Malformed)
+			if err == nil || !strings.Contains(err.Error(), kvstore.ErrMalformedRecord.Error()) {
+				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, kvstore.ErrMalformedRecord.Error())
 			}
 			if got := readState(t, c, s.Key("a")); got != live {
 				t.Fatalf("b = %q, take %s: a went from %+v to %+v", v, letter, live, got)
@@ -103,28 +102,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Partitioned() {
-		t.Fatal("a ClusterClient store does not report Partitioned")
-	}
-	ctx := context.Background()
-	res := make([]kvstore.OpResult, 2)
-	// "a" and "b" hash to slots 15495 and 3300.
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
-		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)
-	}
-	if n := counter.N.Load(); n != 0 {
-		t.Fatalf("a refused call sent %d commands", n)
-	}
-	// Keys that share a slot through their own hash tag need no group.
-	same := []kvstore.Update{{Key: "x", Refill: redistest.Take1, N: 1}, {Key: "x}y", Refill: redistest.Take1, N: 1}}
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, same, res); err != nil {
-		t.Fatalf("keys of one slot: %v", err)
-	}
-	for _, g := range []string{"user-1", "org-7", "{odd}"} {
-		if err := s.UpdateMulti(ctx, g, kvstore.OpTake, two, res); err != nil || !res[0].OK || !res[1].OK {
-			t.Fatalf("group %q: %+v, %v", g, res, err)
-		}
-	}
+	redistest.CheckCluster(t, s, counter.N.Load)
 }
 
 // TestUpdateMultiArgumentsFollowEachCall: the store caches a call's script

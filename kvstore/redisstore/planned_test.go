@@ -14,7 +14,6 @@ import (
 	"github.com/ratekit/ratekit/internal/plannedtest"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
-	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -40,28 +39,9 @@ func TestPlannedCalendar(t *testing.T) {
 // admit exactly min(demand, quota), and Usage reads back the sum of the
 // admitted costs; on one server and on a Redis Cluster (with Group).
 func TestPlannedConcurrent(t *testing.T) {
-	run := func(t *testing.T, store kvstore.Store, group bool) {
-		plans := &plannedtest.Plans{}
-		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: store, Group: group, Plan: plans.Plan})
-		if err != nil {
-			t.Fatal(err)
-		}
-		plans.Set("k", plannedtest.Monthly("m", 50, time.Time{}, nil))
-		if admitted, used := plannedtest.Race(t, l, "k", 8, 20, 1); admitted != 50 || used != 50 {
-			t.Fatalf("admitted %d units, usage reads %d; want 50 and 50", admitted, used)
-		}
-		plans.Set("small", plannedtest.Monthly("m", 500, time.Time{}, nil))
-		if admitted, used := plannedtest.Race(t, l, "small", 8, 20, 1); admitted != 160 || used != 160 {
-			t.Fatalf("demand below the quota: admitted %d units, usage reads %d; want 160 and 160", admitted, used)
-		}
-		plans.Set("v", plannedtest.Monthly("m", 50, time.Time{}, nil))
-		if admitted, used := plannedtest.Race(t, l, "v", 8, 20, 3); admitted > 50 || admitted < 48 || used != admitted {
-			t.Fatalf("costs 1 to 3: admitted %d units, usage reads %d; want 48 to 50, and equal", admitted, used)
-		}
-	}
 	t.Run("Server", func(t *testing.T) {
 		s, _ := newStore(t)
-		run(t, s, false)
+		plannedtest.CheckConcurrent(t, s, false)
 	})
 	t.Run("Cluster", func(t *testing.T) {
 		cluster := redistest.StartCluster(t, 3)
@@ -74,7 +54,7 @@ func TestPlannedConcurrent(t *testing.T) {
 		if _, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: s, Plan: (&plannedtest.Plans{}).Plan}); err == nil {
 			t.Fatal("NewPlanned on a cluster without Group succeeded")
 		}
-		run(t, s, true)
+		plannedtest.CheckConcurrent(t, s, true)
 	})
 }
 

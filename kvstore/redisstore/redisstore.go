@@ -6,7 +6,7 @@
 // Cluster hash tag, so everything one decision touches lives in one slot and a
 // script never fails with CROSSSLOT.
 //
-// [Store.Update] is one round trip: a short Lua script run with EVALSHA. A
+// Store.Update is one round trip: a short Lua script run with EVALSHA. A
 // bucket is kept as GCRA on the key itself: the key's expiry bounds the
 // instant the bucket is full again and its value keeps the debt exact to
 // the unit, so the script reads Redis's clock through the key's PTTL,
@@ -18,12 +18,12 @@
 // takes therefore costs Redis two reads a decision and writes nothing. The
 // order changes what a decision costs Redis, never the decision: both read
 // the same two numbers in one atomic step. The refill arrives in whole
-// milliseconds of Redis's clock (see [Store.ClockStep]), and no client
+// milliseconds of Redis's clock (see Store.ClockStep), and no client
 // clock enters the math. When the server answers NOSCRIPT, the update is
 // sent again with EVAL, which also loads the script, so a flushed script
 // cache or a failover to a fresh replica recovers on its own.
 //
-// [Store.UpdateMulti] updates several keys in one script, all or nothing.
+// Store.UpdateMulti updates several keys in one script, all or nothing.
 // On a Redis Cluster the keys of one call must share a hash slot: the call
 // names a group, and every key of the group goes to the group's slot; keys
 // of different slots without a group are refused before anything is sent.
@@ -43,8 +43,14 @@
 //
 // It needs Redis 7.0 or later (PEXPIRETIME), or a compatible server (Valkey,
 // KeyDB), and uses only the Lua string library. Update's records are its
-// own: [Store.Get] reads only what [Store.Set] wrote (a limiter's Eventual
+// own: Store.Get reads only what Store.Set wrote (a limiter's Eventual
 // mode), and reports an Update's record as kvstore.ErrMalformedRecord.
+//
+// The decision flow and the scripts are ratekit's Redis engine
+// (kvstore/redisengine, in ratekit's main module); this package adapts
+// go-redis to it. The two are released together: require this module and
+// github.com/ratekit/ratekit at one release, or New fails with an error
+// that names both versions.
 //
 // Timeouts: go-redis's defaults block for seconds when Redis is slow, whatever
 // the context says. Build the client with [ServerlessOptions] (or set the
@@ -53,7 +59,7 @@
 //
 // # Replication and failover
 //
-// [Store.Update] is exact on one master: every update of a key runs in one
+// Store.Update is exact on one master: every update of a key runs in one
 // script, one after the other. Redis replicates asynchronously and the Store
 // does not wait for replicas (no WAIT): an update is final when the master
 // has run it, before any replica has it. When Sentinel or Redis Cluster
@@ -98,20 +104,17 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisengine"
 )
 
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty.
@@ -142,54 +145,52 @@ type Config struct {
 	MaxInFlight int
 }
 
-// Store is a Redis-backed store. It is safe for concurrent use; it holds no
-// connection of its own and never closes the client. While commands are
-// queued behind [Config.MaxInFlight] round trips, one goroutine per round
-// trip sends them; it ends when the queue is empty.
+// Store is a Redis-backed store: a [redisengine.Engine] on a go-redis
+// client. Its methods Get, Set and Delete ([kvstore.Store]), Update
+// ([kvstore.Atomic]), UpdateMulti and Partitioned ([kvstore.MultiAtomic]),
+// CountsPeriods ([kvstore.PeriodCounter]), ClockStep
+// ([kvstore.ClockStepper]) and Key are the Engine's, documented there;
+// here every command goes through the Store's coalescer (see
+// [Config.MaxInFlight]), and a peek, or a take after a refusal, reads the
+// key in a MULTI/EXEC only on a round trip of its own, leaving the decision
+// to the script (in the next pipeline) when none is free. Partitioned
+// reports true for any client but a *redis.Client (one server or a
+// Sentinel failover group): a Redis Cluster (*redis.ClusterClient) or a
+// *redis.Ring.
+//
+// It is safe for concurrent use; it holds no connection of its own and
+// never closes the client. While commands are queued behind
+// [Config.MaxInFlight] round trips, one goroutine per round trip sends
+// them; it ends when the queue is empty.
 type Store struct {
+	*engine
 	client redis.UniversalClient
-	prefix string
 	co     coalescer
-	args   atomic.Pointer[refillArgs]
-	lastN  atomic.Pointer[boxedN]
-
-	// refusals picks the order of each take's reads (see
-	// redisscript.Refusals).
-	refusals redisscript.Refusals
-
-	multiArgs atomic.Pointer[multiArgs]
 }
 
-// boxedN caches the last n argument boxed, since a limiter usually sends
-// the same cost over and over.
-type boxedN struct {
-	n   int64
-	arg any
-}
+// engine is the Redis engine a Store embeds.
+type engine = redisengine.Engine
 
-// refillArgs caches a Refill's script arguments, boxed once, so that the
-// hot path formats and allocates nothing for them.
-type refillArgs struct {
-	r         kvstore.Refill
-	max, rate any
-}
+// engineProtocol is the version of the Redis engine protocol this package
+// was written for (see redisengine.Config.Protocol): a literal of its own,
+// so that this module built against a ratekit module of another protocol
+// fails at New.
+const engineProtocol = 1
 
-var (
-	_ kvstore.Store  = (*Store)(nil)
-	_ kvstore.Atomic = (*Store)(nil)
-)
+var _ interface {
+	kvstore.MultiAtomic
+	kvstore.PeriodCounter
+	kvstore.ClockStepper
+} = (*Store)(nil)
 
 // New returns a Store that uses client. It returns an error matching
-// ratekit.ErrInvalidConfig for a nil client or a prefix with braces.
+// ratekit.ErrInvalidConfig for a nil client, a prefix with braces, or a
+// ratekit module whose Redis engine speaks another protocol than this
+// module (the error names both modules' versions: require them at one
+// release).
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redisstore: %w: nil client", ratekit.ErrInvalidConfig)
-	}
-	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("redisstore: %w: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
 	}
 	switch {
 	case cfg.MaxInFlight == 0:
@@ -197,7 +198,13 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	case cfg.MaxInFlight < 0:
 		cfg.MaxInFlight = 0
 	}
-	return &Store{client: client, prefix: cfg.Prefix, co: coalescer{client: client, max: cfg.MaxInFlight}}, nil
+	s := &Store{client: client, co: coalescer{client: client, max: cfg.MaxInFlight}}
+	var err error
+	s.engine, err = redisengine.New((*conn)(s), redisengine.Config{Name: "redisstore", Module: "github.com/ratekit/ratekit/kvstore/redisstore", Protocol: engineProtocol, Prefix: cmp.Or(cfg.Prefix, DefaultPrefix)})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // ServerlessOptions sets o's timeouts and connection handling for a
@@ -274,231 +281,3 @@ func (s *Store) do(ctx context.Context, cmd redis.Cmder) error {
 // maxNotSent bounds the sends of one command refused on connections in
 // doubt; each refusal removes one such connection from the pool.
 const maxNotSent = 64
-
-// ClockStep implements [kvstore.ClockStepper]: the update scripts read
-// Redis's clock in whole milliseconds, so refill arrives in millisecond
-// steps.
-func (s *Store) ClockStep() time.Duration { return time.Millisecond }
-
-// Key returns the Redis key under which s stores key.
-func (s *Store) Key(key string) string {
-	return s.prefix + "{" + key + "}"
-}
-
-// Get implements [kvstore.Store] with GET. It returns
-// kvstore.ErrMalformedRecord when the key holds something this package did
-// not write.
-func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
-	cmd := redis.NewStringCmd(ctx, "get", s.Key(key))
-	err := s.do(ctx, cmd)
-	if errors.Is(err, redis.Nil) {
-		return kvstore.Record{}, false, nil
-	}
-	if err != nil {
-		return kvstore.Record{}, false, wrap(ctx, "GET", err)
-	}
-	rec, ok := parseRecord(cmd.Val())
-	if !ok {
-		return kvstore.Record{}, false, kvstore.ErrMalformedRecord
-	}
-	return rec, true, nil
-}
-
-// Set implements [kvstore.Store] with SET … PX.
-func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
-	}
-	ttl = max(ttl, time.Millisecond)
-	cmd := redis.NewStatusCmd(ctx, "set", s.Key(key), formatRecord(rec), "px", ttl.Milliseconds())
-	if err := s.do(ctx, cmd); err != nil {
-		return wrap(ctx, "SET", err)
-	}
-	return nil
-}
-
-// Delete implements [kvstore.Store] with DEL.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.do(ctx, redis.NewIntCmd(ctx, "del", s.Key(key))); err != nil {
-		return wrap(ctx, "DEL", err)
-	}
-	return nil
-}
-
-// Update implements [kvstore.Atomic] with one EVALSHA of a Lua script that
-// follows [kvstore.Refill.Apply] on Redis's clock in whole milliseconds,
-// keeping the bucket in the key's expiry and value. A peek, and a take of a
-// key whose last take was refused, read the key first in a MULTI/EXEC of
-// PTTL and GET, on a round trip of its own when one of the MaxInFlight is
-// free, and the script runs only for a take that now fits (or when no
-// round trip is free, or for a value only the script can judge). It returns
-// kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting Redis,
-// and kvstore.ErrMalformedRecord when the key holds something this package
-// did not write.
-func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
-	a := s.args.Load()
-	if a == nil || a.r != r {
-		if err := r.Validate(); err != nil {
-			return kvstore.OpResult{}, err
-		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
-		s.args.Store(a)
-	}
-	if err := r.CheckOp(op, n); err != nil {
-		return kvstore.OpResult{}, err
-	}
-	opArg, hash := s.refusals.OpArg(op, key)
-	if opArg == "t" || opArg == "p" {
-		// A peek, or a take of a key whose last take was refused: two
-		// reads decide it, unless the take now fits.
-		var (
-			u     = [1]kvstore.Update{{Refill: r, N: n}}
-			level [1]int64
-			res   [1]kvstore.OpResult
-		)
-		ok, err := s.levels(ctx, []string{s.Key(key)}, u[:], level[:])
-		if err != nil {
-			return kvstore.OpResult{}, err
-		}
-		if ok && redisscript.Decided(op, level[:], u[:], res[:]) {
-			return res[0], nil
-		}
-	}
-	bn := s.lastN.Load()
-	if bn == nil || bn.n != n {
-		bn = &boxedN{n: n, arg: n}
-		s.lastN.Store(bn)
-	}
-	// One command built here rather than through redis.Script.Run, which
-	// copies the keys and arguments into new slices: 3 allocations fewer
-	// per decision. A server that lost the script (a flushed cache, a
-	// failover) answers NOSCRIPT, and the update is sent again with EVAL.
-	args := []any{"evalsha", updateSHA(), 1, s.Key(key), a.max, a.rate, bn.arg, boxedOp(opArg)}
-	cmd := redis.NewCmd(ctx, args...)
-	cmd.SetFirstKeyPos(3)
-	err := s.do(ctx, cmd)
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		args[0], args[1] = "eval", updateSource
-		cmd = redis.NewCmd(ctx, args...)
-		cmd.SetFirstKeyPos(3)
-		err = s.do(ctx, cmd)
-	}
-	if err != nil {
-		if strings.Contains(err.Error(), malformedMsg) {
-			return kvstore.OpResult{}, kvstore.ErrMalformedRecord
-		}
-		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
-	}
-	v, err := cmd.Int64()
-	if err != nil {
-		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
-	}
-	s.refusals.Took(opArg, hash, v >= 0)
-	if v < 0 {
-		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
-	}
-	return kvstore.OpResult{OK: true, Value: v}, nil
-}
-
-// levels reads the buckets of updates under keys (their Redis keys) in one
-// MULTI/EXEC of a PTTL and a GET each, when a round trip of its own is free
-// (see coalescer.direct), and writes each one's level, as
-// redisscript.Level reads it, into levels. It reports false, leaving the
-// decision to the update script (which joins the next pipeline), when no
-// round trip is free, when a key holds something Level leaves to the
-// script, or when the server refused a command (a key of another type). A
-// transaction refused on a connection in doubt before anything was sent
-// goes again, as do's commands do.
-func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Update, levels []int64) (bool, error) {
-	cmds := make([]redis.Cmder, 0, 2*len(keys))
-	for _, k := range keys {
-		cmds = append(cmds, redis.NewIntCmd(ctx, "pttl", k), redis.NewStringCmd(ctx, "get", k))
-	}
-	var err error
-	send := func() {
-		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			for _, cmd := range cmds {
-				p.Process(ctx, cmd)
-			}
-			return nil
-		})
-	}
-	for i := 0; ; i++ {
-		if !s.co.direct(send) {
-			return false, nil
-		}
-		if !errors.Is(err, errNotSent) || ctx.Err() != nil || i == maxNotSent {
-			break
-		}
-		for _, cmd := range cmds {
-			cmd.SetErr(nil)
-		}
-	}
-	if err != nil && !errors.Is(err, redis.Nil) {
-		if _, refused := errors.AsType[redis.Error](err); refused {
-			return false, nil
-		}
-		return false, wrap(ctx, "EXEC", err)
-	}
-	for i := range keys {
-		r := updates[i].Refill
-		ttl, w := cmds[2*i].(*redis.IntCmd).Val(), cmds[2*i+1].(*redis.StringCmd).Val()
-		var ok bool
-		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
-// boxedOp returns the update script's op argument op as an interface value
-// that boxes nothing: each case converts a constant.
-func boxedOp(op string) any {
-	switch op {
-	case "T":
-		return "T"
-	case "t":
-		return "t"
-	case "p":
-		return "p"
-	}
-	return "r"
-}
-
-// updateSource is the update script (redisscript.Update) and malformedMsg
-// the error it returns for a record this package did not write.
-const (
-	updateSource = redisscript.Update
-	malformedMsg = redisscript.Malformed
-)
-
-var (
-	updateSHAOnce sync.Once
-	updateSHAHex  string
-)
-
-// updateSHA returns the SHA-1 of updateSource in hex, its name in EVALSHA,
-// computing it on first use so that importing the package hashes nothing.
-func updateSHA() string {
-	updateSHAOnce.Do(func() { updateSHAHex = redis.NewScript(updateSource).Hash() })
-	return updateSHAHex
-}
-
-func formatRecord(rec kvstore.Record) string { return redisscript.FormatRecord(rec) }
-
-func parseRecord(s string) (kvstore.Record, bool) { return redisscript.ParseRecord(s) }
-
-// wrap names the failed command and makes sure an error caused by ctx
-// matches ctx.Err() with errors.Is. go-redis turns the context's deadline
-// into a socket deadline, which can fire a moment before ctx.Err() reports
-// it, so a passed deadline counts as context.DeadlineExceeded.
-func wrap(ctx context.Context, cmd string, err error) error {
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("redisstore: %s: %w: %w", cmd, cerr, err)
-	}
-	return fmt.Errorf("redisstore: %s: %w", cmd, err)
-}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -12,14 +13,14 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-// A token bucket on Redis through rueidis, which pipelines concurrent
-// callers' commands on one connection: exact across instances (Atomic
-// mode: one script per decision, on Redis's clock).
+// A burst and an hourly budget checked together on Redis through rueidis,
+// which pipelines concurrent callers' commands on one connection: Atomic
+// mode takes from both buckets in one script, or from neither.
 func Example() {
-	client, err := rueidis.NewClient(rueidis.ClientOption{
+	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{
 		InitAddress:  []string{"127.0.0.1:6379"},
 		DisableCache: true,
-	})
+	}, 0))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -28,12 +29,13 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := tokenbucket.New(tokenbucket.Config{
-		Name:       "api",
-		Burst:      20,
-		RefillRate: tokenbucket.PerSecond(5),
-		Mode:       tokenbucket.Atomic,
-		Store:      store,
+	limiter, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{
+		Buckets: []tokenbucket.Bucket{
+			{Name: "burst", Burst: 20, RefillRate: tokenbucket.PerSecond(5)},
+			{Name: "hourly", Burst: 1000, RefillRate: tokenbucket.Rate{Tokens: 1000, Per: time.Hour}},
+		},
+		Mode:  tokenbucket.Atomic,
+		Store: store,
 	})
 	if err != nil {
 		log.Fatal(err)

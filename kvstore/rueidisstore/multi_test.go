@@ -100,24 +100,7 @@ func TestUpdateMultiCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !s.Partitioned() {
-		t.Fatal("a cluster store does not report Partitioned")
-	}
-	ctx := context.Background()
-	res := make([]kvstore.OpResult, 2)
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, two, res); !errors.Is(err, kvstore.ErrCrossPartition) {
-		t.Fatalf("keys of two slots: err = %v, want ErrCrossPartition", err)
-	}
-	// Keys that share a slot through their own hash tag need no group.
-	same := []kvstore.Update{{Key: "x", Refill: take1, N: 1}, {Key: "x}y", Refill: take1, N: 1}}
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, same, res); err != nil {
-		t.Fatalf("keys of one slot: %v", err)
-	}
-	for _, g := range []string{"user-1", "org-7", "{odd}"} {
-		if err := s.UpdateMulti(ctx, g, kvstore.OpTake, two, res); err != nil || !res[0].OK || !res[1].OK {
-			t.Fatalf("group %q: %+v, %v", g, res, err)
-		}
-	}
+	redistest.CheckCluster(t, s, nil)
 }
 
 // keyedByLastPart is a grouped tokenbucket.Composite used as its

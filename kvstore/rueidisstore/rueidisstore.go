@@ -25,6 +25,12 @@
 // which coalesces only beyond a bound of round trips in flight, suits a
 // program that already has a go-redis client.
 //
+// The decision flow and the scripts are ratekit's Redis engine
+// (kvstore/redisengine, in ratekit's main module); this package adapts
+// rueidis to it. The two are released together: require this module and
+// github.com/ratekit/ratekit at one release, or New fails with an error
+// that names both versions.
+//
 // Timeouts: rueidis stops waiting for a command when its context ends. Give
 // every call a context with a deadline, and build the client with
 // [ServerlessOptions], which bounds how long a connection that went silent
@@ -32,22 +38,67 @@
 package rueidisstore
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisengine"
 )
+
+// Store is a Redis-backed store: a [redisengine.Engine] on a rueidis
+// client. Its methods Get, Set and Delete ([kvstore.Store]), Update
+// ([kvstore.Atomic]), UpdateMulti and Partitioned ([kvstore.MultiAtomic]),
+// CountsPeriods ([kvstore.PeriodCounter]), ClockStep
+// ([kvstore.ClockStepper]) and Key are the Engine's, documented there;
+// here rueidis pipelines the commands, and Partitioned reports whether the
+// client is a Redis Cluster client (rueidis.ClientModeCluster), whose keys
+// live in hash slots that one script cannot span (a single server and a
+// Sentinel group are not partitioned).
+//
+// It is safe for concurrent use; it holds no connection of its own and
+// never closes the client.
+type Store struct {
+	client rueidis.Client
+	*engine
+}
+
+// engine is the Redis engine a Store embeds.
+type engine = redisengine.Engine
+
+// engineProtocol is the version of the Redis engine protocol this package
+// was written for (see redisengine.Config.Protocol): a literal of its own,
+// so that this module built against a ratekit module of another protocol
+// fails at New.
+const engineProtocol = 1
+
+// New returns a Store that uses client. It returns an error matching
+// ratekit.ErrInvalidConfig for a nil client, a prefix with braces, or a
+// ratekit module whose Redis engine speaks another protocol than this
+// module (the error names both modules' versions: require them at one
+// release).
+func New(client rueidis.Client, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("rueidisstore: %w: nil client", ratekit.ErrInvalidConfig)
+	}
+	s := &Store{client: client}
+	e, err := redisengine.New((*conn)(s), redisengine.Config{Name: "rueidisstore", Module: "github.com/ratekit/ratekit/kvstore/rueidisstore", Protocol: engineProtocol, Prefix: cmp.Or(cfg.Prefix, DefaultPrefix)})
+	if err != nil {
+		return nil, err
+	}
+	s.engine = e
+	return s, nil
+}
+
+var _ interface {
+	kvstore.MultiAtomic
+	kvstore.PeriodCounter
+	kvstore.ClockStepper
+} = (*Store)(nil)
 
 // DefaultPrefix is the key prefix used when [Config.Prefix] is empty, the
 // same as kvstore/redisstore's.
@@ -59,49 +110,6 @@ type Config struct {
 	// database with others. Empty means DefaultPrefix. It must not contain
 	// '{' or '}', which would change the keys' hash slot.
 	Prefix string
-}
-
-// Store is a Redis-backed store on a rueidis client. It is safe for
-// concurrent use; it holds no connection of its own and never closes the
-// client.
-type Store struct {
-	client rueidis.Client
-	prefix string
-	sha    string
-	args   atomic.Pointer[refillArgs]
-
-	// refusals picks the order of each take's reads (see
-	// redisscript.Refusals).
-	refusals redisscript.Refusals
-
-	multiArgs atomic.Pointer[multiArgs]
-}
-
-// refillArgs caches a Refill's script arguments, formatted once.
-type refillArgs struct {
-	r         kvstore.Refill
-	max, rate string
-}
-
-var (
-	_ kvstore.Store  = (*Store)(nil)
-	_ kvstore.Atomic = (*Store)(nil)
-)
-
-// New returns a Store that uses client. It returns an error matching
-// ratekit.ErrInvalidConfig for a nil client or a prefix with braces.
-func New(client rueidis.Client, cfg Config) (*Store, error) {
-	if client == nil {
-		return nil, fmt.Errorf("rueidisstore: %w: nil client", ratekit.ErrInvalidConfig)
-	}
-	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("rueidisstore: %w: prefix %q contains a brace", ratekit.ErrInvalidConfig, cfg.Prefix)
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	sum := sha1.Sum([]byte(redisscript.Update))
-	return &Store{client: client, prefix: cfg.Prefix, sha: hex.EncodeToString(sum[:])}, nil
 }
 
 // ServerlessOptions sets o for a function that must answer within its own
@@ -152,171 +160,90 @@ func ServerlessOptions(o *rueidis.ClientOption, timeout time.Duration) *rueidis.
 	return o
 }
 
-// ClockStep implements [kvstore.ClockStepper]: the update scripts read
-// Redis's clock in whole milliseconds, so refill arrives in millisecond
-// steps.
-func (s *Store) ClockStep() time.Duration { return time.Millisecond }
+// conn is a Store seen as the Redis engine's connection: the commands the
+// engine sends, on the Store's rueidis client, which pipelines them.
+type conn Store
 
-// Key returns the Redis key under which s stores key.
-func (s *Store) Key(key string) string {
-	return s.prefix + "{" + key + "}"
-}
-
-// Get implements [kvstore.Store] with GET. It returns
-// kvstore.ErrMalformedRecord when the key holds something no ratekit store
-// wrote.
-func (s *Store) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
-	v, err := s.client.Do(ctx, s.client.B().Get().Key(s.Key(key)).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return kvstore.Record{}, false, nil
-	}
-	if err != nil {
-		return kvstore.Record{}, false, wrap(ctx, "GET", err)
-	}
-	rec, ok := redisscript.ParseRecord(v)
-	if !ok {
-		return kvstore.Record{}, false, kvstore.ErrMalformedRecord
-	}
-	return rec, true, nil
-}
-
-// Set implements [kvstore.Store] with SET … PX. It returns
-// kvstore.ErrInvalidTTL for a ttl that is not positive.
-func (s *Store) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
-	if ttl <= 0 {
-		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
-	}
-	ttl = max(ttl, time.Millisecond)
-	cmd := s.client.B().Set().Key(s.Key(key)).Value(redisscript.FormatRecord(rec)).PxMilliseconds(ttl.Milliseconds()).Build()
-	if err := s.client.Do(ctx, cmd).Error(); err != nil {
-		return wrap(ctx, "SET", err)
-	}
-	return nil
-}
-
-// Delete implements [kvstore.Store] with DEL.
-func (s *Store) Delete(ctx context.Context, key string) error {
-	if err := s.client.Do(ctx, s.client.B().Del().Key(s.Key(key)).Build()).Error(); err != nil {
-		return wrap(ctx, "DEL", err)
-	}
-	return nil
-}
-
-// Update implements [kvstore.Atomic] with one EVALSHA of the update script,
-// which follows [kvstore.Refill.Apply] on Redis's clock in whole
-// milliseconds, keeping the bucket in the key's expiry and value (see
-// kvstore/redisstore; it needs Redis 7.0 or later). A peek, and a take of
-// a key whose last take was refused, read the key first in a MULTI/EXEC of
-// PTTL and GET, and the script runs only for a take that now fits (or for a
-// value only the script can judge), so that a flood of refusals costs
-// Redis two reads a decision. A server
-// that lost the script (a flushed cache, a failover) answers NOSCRIPT, and
-// the update is sent again with EVAL, which also loads it. Update returns
-// kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting
-// Redis, and kvstore.ErrMalformedRecord when the key holds something no
-// ratekit store wrote.
-func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
-	a := s.args.Load()
-	if a == nil || a.r != r {
-		if err := r.Validate(); err != nil {
-			return kvstore.OpResult{}, err
-		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
-		s.args.Store(a)
-	}
-	if err := r.CheckOp(op, n); err != nil {
-		return kvstore.OpResult{}, err
-	}
-	opArg, hash := s.refusals.OpArg(op, key)
-	k := s.Key(key)
-	if opArg == "t" || opArg == "p" {
-		// A peek, or a take of a key whose last take was refused: two
-		// reads decide it, unless the take now fits.
-		var (
-			u     = [1]kvstore.Update{{Refill: r, N: n}}
-			level [1]int64
-			res   [1]kvstore.OpResult
-		)
-		ok, err := s.levels(ctx, []string{k}, u[:], level[:])
-		if err != nil {
-			return kvstore.OpResult{}, err
-		}
-		if ok && redisscript.Decided(op, level[:], u[:], res[:]) {
-			return res[0], nil
-		}
-	}
-	nArg := strconv.FormatInt(n, 10)
-	res := s.client.Do(ctx, s.client.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
+// Eval implements [redisengine.Conn]: EVALSHA, and EVAL when the server
+// lost the script (a flushed cache, a failover) and answers NOSCRIPT.
+func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args []string, dst []int64) ([]int64, error) {
+	b, n := c.client.B(), int64(len(keys))
+	res := c.client.Do(ctx, b.Evalsha().Sha1(script.SHA()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
-		res = s.client.Do(ctx, s.client.B().Eval().Script(redisscript.Update).Numkeys(1).Key(k).Arg(a.max, a.rate, nArg, opArg).Build())
+		res = c.client.Do(ctx, b.Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	}
-	v, err := res.AsInt64()
+	msg, err := res.ToMessage()
 	if err != nil {
-		if strings.Contains(err.Error(), redisscript.Malformed) {
-			return kvstore.OpResult{}, kvstore.ErrMalformedRecord
+		return dst, err
+	}
+	if msg.IsInt64() {
+		v, err := msg.AsInt64()
+		return append(dst, v), err
+	}
+	vals, err := msg.ToArray()
+	if err != nil {
+		return dst, err
+	}
+	for i := range vals {
+		v, err := vals[i].AsInt64()
+		if err != nil {
+			return dst, fmt.Errorf("unexpected reply: %w", err)
 		}
-		return kvstore.OpResult{}, wrap(ctx, "EVALSHA", err)
+		dst = append(dst, v)
 	}
-	s.refusals.Took(opArg, hash, v >= 0)
-	if v < 0 {
-		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
-	}
-	return kvstore.OpResult{OK: true, Value: v}, nil
+	return dst, nil
 }
 
-// levels reads the buckets of updates under keys (their Redis keys) in one
-// MULTI/EXEC of a PTTL and a GET each, and writes each one's level, as
-// redisscript.Level reads it, into levels. It reports false, leaving the
-// decision to the update script, when a key holds something Level leaves
-// to it or the server refused a command (a key of another type).
-func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Update, levels []int64) (bool, error) {
-	b := s.client.B()
+// Read implements [redisengine.Conn] with one MULTI/EXEC.
+func (c *conn) Read(ctx context.Context, keys []string, ttls []int64, values []string) (bool, error) {
+	b := c.client.B()
 	cmds := make(rueidis.Commands, 0, 2+2*len(keys))
 	cmds = append(cmds, b.Multi().Build())
 	for _, k := range keys {
 		cmds = append(cmds, b.Pttl().Key(k).Build(), b.Get().Key(k).Build())
 	}
 	cmds = append(cmds, b.Exec().Build())
-	res := s.client.DoMulti(ctx, cmds...)
+	res := c.client.DoMulti(ctx, cmds...)
 	replies, err := res[len(res)-1].ToArray()
 	if err != nil {
 		if _, refused := rueidis.IsRedisErr(err); refused {
 			return false, nil
 		}
-		return false, wrap(ctx, "EXEC", err)
+		return false, err
 	}
 	if len(replies) != 2*len(keys) {
 		return false, nil
 	}
 	for i := range keys {
-		ttl, err := replies[2*i].AsInt64()
-		if err != nil {
+		if ttls[i], err = replies[2*i].AsInt64(); err != nil {
 			return false, nil
 		}
-		w, err := replies[2*i+1].ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			return false, nil
-		}
-		r := updates[i].Refill
-		var ok bool
-		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
+		if values[i], err = replies[2*i+1].ToString(); err != nil && !rueidis.IsRedisNil(err) {
 			return false, nil
 		}
 	}
 	return true, nil
 }
 
-// wrap names the failed command and makes sure an error caused by ctx
-// matches ctx.Err() with errors.Is: a deadline that has passed counts as
-// context.DeadlineExceeded even when the socket's deadline fired a moment
-// before the context reported it.
-func wrap(ctx context.Context, cmd string, err error) error {
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
-		cerr = context.DeadlineExceeded
+// Get implements [redisengine.Conn] with GET.
+func (c *conn) Get(ctx context.Context, key string) (string, bool, error) {
+	v, err := c.client.Do(ctx, c.client.B().Get().Key(key).Build()).ToString()
+	if rueidis.IsRedisNil(err) {
+		return "", false, nil
 	}
-	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("rueidisstore: %s: %w: %w", cmd, cerr, err)
-	}
-	return fmt.Errorf("rueidisstore: %s: %w", cmd, err)
+	return v, err == nil, err
 }
+
+// Set implements [redisengine.Conn] with SET … PX.
+func (c *conn) Set(ctx context.Context, key, value string, ttl time.Duration) error {
+	return c.client.Do(ctx, c.client.B().Set().Key(key).Value(value).PxMilliseconds(ttl.Milliseconds()).Build()).Error()
+}
+
+// Del implements [redisengine.Conn] with DEL.
+func (c *conn) Del(ctx context.Context, key string) error {
+	return c.client.Do(ctx, c.client.B().Del().Key(key).Build()).Error()
+}
+
+// Partitioned implements [redisengine.Conn]: it reports whether the client
+// is a Redis Cluster client.
+func (c *conn) Partitioned() bool { return c.client.Mode() == rueidis.ClientModeCluster }

@@ -1,0 +1,352 @@
+// Package redisengine is ratekit's Redis engine: the Lua scripts that run
+// kvstore's token buckets and period counters on Redis, their record
+// format, and the flow of a decision (which command to send, the
+// MULTI/EXEC reads that decide a peek or a take after a refusal without a
+// script, EVALSHA, the reply's decoding), written once for every Redis
+// client library. A store adapts its client to [Conn] and embeds an
+// [Engine], whose methods are the store's kvstore methods:
+// kvstore/redisstore does so for go-redis, kvstore/rueidisstore for
+// rueidis, and both write the same records under the same keys.
+//
+// A store and the engine speak a protocol whose version each states on its
+// own ([Config.Protocol]): a store module built against a ratekit module of
+// another protocol fails at [New], naming both modules' versions, instead
+// of sending arguments the scripts would read otherwise.
+//
+// docs/redis.md describes the records and the scripts.
+package redisengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/redisengine/internal/redisscript"
+)
+
+// Config configures an [Engine].
+type Config struct {
+	// Name is the store's package name, which begins the Engine's error
+	// texts ("redisstore: …").
+	Name string
+
+	// Module is the store's module path, which the error of a protocol
+	// mismatch names with its version.
+	Module string
+
+	// Protocol is the version of the engine protocol the store was written
+	// for. A store states it as a literal in its own package, never from a
+	// constant of this package, so that a store built against a ratekit
+	// module of another protocol fails at New.
+	Protocol int
+
+	// Prefix is prepended to every key. It must not contain '{' or '}',
+	// which would change the keys' hash slot.
+	Prefix string
+}
+
+// Engine runs ratekit's decisions on Redis through a [Conn]. It is a
+// kvstore.Store, kvstore.Atomic, kvstore.MultiAtomic,
+// kvstore.PeriodCounter and kvstore.ClockStepper, whose methods a store
+// embeds or forwards. It is safe for concurrent use.
+type Engine struct {
+	conn   Conn
+	name   string
+	prefix string
+
+	// args and multiArgs cache the script arguments of the last call's
+	// policies and costs, formatted once.
+	args      atomic.Pointer[updateArgs]
+	multiArgs atomic.Pointer[multiArgs]
+
+	// refusals picks the order of each take's reads (see
+	// redisscript.Refusals).
+	refusals redisscript.Refusals
+}
+
+// New returns an Engine that sends its commands through conn. It returns
+// an error matching ratekit.ErrInvalidConfig for a nil conn, a prefix with
+// braces, or a cfg.Protocol other than the engine's; that error names the
+// versions of cfg.Module and of the ratekit module that the program was
+// built with.
+func New(conn Conn, cfg Config) (*Engine, error) {
+	if cfg.Protocol != protocol {
+		return nil, protocolError(cfg)
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("%s: %w: nil client", cfg.Name, ratekit.ErrInvalidConfig)
+	}
+	if strings.ContainsAny(cfg.Prefix, "{}") {
+		return nil, fmt.Errorf("%s: %w: prefix %q contains a brace", cfg.Name, ratekit.ErrInvalidConfig, cfg.Prefix)
+	}
+	return &Engine{conn: conn, name: cfg.Name, prefix: cfg.Prefix}, nil
+}
+
+// ClockStep implements kvstore.ClockStepper: the scripts read Redis's
+// clock in whole milliseconds, so refill arrives in millisecond steps.
+func (e *Engine) ClockStep() time.Duration { return time.Millisecond }
+
+// Partitioned implements kvstore.MultiAtomic: it reports whether the Conn
+// spreads keys over several servers by hash slot ([Conn.Partitioned]).
+func (e *Engine) Partitioned() bool { return e.conn.Partitioned() }
+
+// Key returns the Redis key under which e stores key: the prefix, then key
+// in braces (a Redis Cluster hash tag).
+func (e *Engine) Key(key string) string {
+	return e.prefix + "{" + key + "}"
+}
+
+// Get implements kvstore.Store's Get with GET. It returns
+// kvstore.ErrMalformedRecord when the key holds something Set did not
+// write.
+func (e *Engine) Get(ctx context.Context, key string) (kvstore.Record, bool, error) {
+	v, ok, err := e.conn.Get(ctx, e.Key(key))
+	if err != nil {
+		return kvstore.Record{}, false, e.wrap(ctx, "GET", err)
+	}
+	if !ok {
+		return kvstore.Record{}, false, nil
+	}
+	rec, ok := redisscript.ParseRecord(v)
+	if !ok {
+		return kvstore.Record{}, false, kvstore.ErrMalformedRecord
+	}
+	return rec, true, nil
+}
+
+// Set implements kvstore.Store's Set with SET … PX, ttl rounded down to
+// whole milliseconds and at least one. It returns kvstore.ErrInvalidTTL
+// for a ttl that is not positive.
+func (e *Engine) Set(ctx context.Context, key string, rec kvstore.Record, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: got %v", kvstore.ErrInvalidTTL, ttl)
+	}
+	ttl = max(ttl, time.Millisecond).Truncate(time.Millisecond)
+	if err := e.conn.Set(ctx, e.Key(key), redisscript.FormatRecord(rec), ttl); err != nil {
+		return e.wrap(ctx, "SET", err)
+	}
+	return nil
+}
+
+// Delete implements kvstore.Store's Delete with DEL.
+func (e *Engine) Delete(ctx context.Context, key string) error {
+	if err := e.conn.Del(ctx, e.Key(key)); err != nil {
+		return e.wrap(ctx, "DEL", err)
+	}
+	return nil
+}
+
+// Update implements kvstore.Atomic: one EVALSHA of the update script,
+// which follows kvstore.Refill.Apply on Redis's clock in whole
+// milliseconds, keeping the bucket in the key's expiry and value. A peek,
+// and a take of a key whose last take was refused, read the key first with
+// [Conn.Read], and the script runs only for a take that now fits (or when
+// Read declined, or for a value only the script can judge). It returns
+// kvstore.ErrInvalidRefill and kvstore.ErrInvalidOp before contacting
+// Redis, and kvstore.ErrMalformedRecord when the key holds something no
+// ratekit store wrote.
+func (e *Engine) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
+	a := e.args.Load()
+	if a == nil || a.r != r || a.n != n {
+		if err := r.Validate(); err != nil {
+			return kvstore.OpResult{}, err
+		}
+		a = newUpdateArgs(r, n)
+		e.args.Store(a)
+	}
+	if err := r.CheckOp(op, n); err != nil {
+		return kvstore.OpResult{}, err
+	}
+	opArg, hash := e.refusals.OpArg(op, key)
+	c := getCall()
+	keys := append(c.keyBuf(1), e.Key(key))
+	if opArg == "t" || opArg == "p" {
+		// A peek, or a take of a key whose last take was refused: two
+		// reads decide it, unless the take now fits.
+		var (
+			u   = [1]kvstore.Update{{Refill: r, N: n}}
+			res [1]kvstore.OpResult
+		)
+		levels, err := e.levels(ctx, c, keys, u[:])
+		if err != nil {
+			return kvstore.OpResult{}, err
+		}
+		if levels != nil && redisscript.Decided(op, levels, u[:], res[:]) {
+			putCall(c)
+			return res[0], nil
+		}
+	}
+	vals, err := e.eval(ctx, updateScript, keys, a.ops[opIndex(opArg)][:], c.intBuf(1))
+	if err != nil {
+		return kvstore.OpResult{}, err
+	}
+	if len(vals) != 1 {
+		return kvstore.OpResult{}, e.wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", vals))
+	}
+	v := vals[0]
+	putCall(c)
+	e.refusals.Took(opArg, hash, v >= 0)
+	return decodeLevel(v), nil
+}
+
+// decodeLevel returns the result a bucket's integer in a script's reply
+// encodes: the level after the op when its units were available, and
+// -(level+1) when they were not.
+func decodeLevel(v int64) kvstore.OpResult {
+	if v < 0 {
+		return kvstore.OpResult{OK: false, Value: -v - 1}
+	}
+	return kvstore.OpResult{OK: true, Value: v}
+}
+
+// eval runs script through the Conn and turns a script's error reply into
+// the error it stands for.
+func (e *Engine) eval(ctx context.Context, script *Script, keys, args []string, dst []int64) ([]int64, error) {
+	vals, err := e.conn.Eval(ctx, script, keys, args, dst)
+	if err == nil {
+		return vals, nil
+	}
+	switch msg := err.Error(); {
+	case strings.Contains(msg, redisscript.Malformed):
+		return nil, kvstore.ErrMalformedRecord
+	case strings.Contains(msg, redisscript.ClockSkew):
+		return nil, fmt.Errorf("%s: %w (%s)", e.name, kvstore.ErrClockSkew, msg)
+	}
+	return nil, e.wrap(ctx, "EVALSHA", err)
+}
+
+// levels reads the buckets of updates under keys (their Redis keys) with
+// Conn.Read and returns each one's level, as redisscript.Level reads it.
+// It returns nil, leaving the decision to the script, when Read declined
+// or a key holds something Level leaves to the script.
+func (e *Engine) levels(ctx context.Context, c *call, keys []string, updates []kvstore.Update) ([]int64, error) {
+	ttls, values, levels := c.readBufs(len(keys))
+	ok, err := e.conn.Read(ctx, keys, ttls, values)
+	if err != nil {
+		return nil, e.wrap(ctx, "EXEC", err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	for i := range keys {
+		r := updates[i].Refill
+		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttls[i], values[i]); !ok {
+			return nil, nil
+		}
+	}
+	return levels, nil
+}
+
+// wrap names the failed command and makes sure an error caused by ctx
+// matches ctx.Err() with errors.Is. Clients turn the context's deadline
+// into a socket deadline, which can fire a moment before ctx.Err() reports
+// it, so a passed deadline counts as context.DeadlineExceeded.
+func (e *Engine) wrap(ctx context.Context, cmd string, err error) error {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); cerr == nil && ok && !time.Now().Before(dl) {
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %s: %w: %w", e.name, cmd, cerr, err)
+	}
+	return fmt.Errorf("%s: %s: %w", e.name, cmd, err)
+}
+
+var _ interface {
+	kvstore.Atomic
+	kvstore.MultiAtomic
+	kvstore.PeriodCounter
+	kvstore.ClockStepper
+} = (*Engine)(nil)
+
+// updateArgs caches the update script's arguments for a Refill and a cost,
+// one list for each op, formatted once, so that the hot path formats and
+// allocates nothing for them.
+type updateArgs struct {
+	r   kvstore.Refill
+	n   int64
+	ops [4][4]string // max, rate, n and the op: T, t, p, r (see opIndex)
+}
+
+func newUpdateArgs(r kvstore.Refill, n int64) *updateArgs {
+	a := &updateArgs{r: r, n: n}
+	max, rate, ns := strconv.FormatInt(r.Max, 10), strconv.FormatInt(redisscript.RateArg(r), 10), strconv.FormatInt(n, 10)
+	for i, op := range opLetters {
+		a.ops[i] = [4]string{max, rate, ns, op}
+	}
+	return a
+}
+
+// opLetters are the scripts' op arguments, in the order of opIndex.
+var opLetters = [4]string{"T", "t", "p", "r"}
+
+// opIndex returns the index of the op argument op in opLetters.
+func opIndex(op string) int {
+	switch op {
+	case "T":
+		return 0
+	case "t":
+		return 1
+	case "p":
+		return 2
+	}
+	return 3
+}
+
+// callKeys is the number of keys a pooled call holds without allocating.
+const callKeys = 8
+
+// call holds the buffers one decision hands to the Conn, pooled: a Conn
+// may refer to them until it returns without an error (see Conn). A
+// decision of more than callKeys keys allocates buffers of its own.
+type call struct {
+	keys   [callKeys]string
+	ints   [2*callKeys + 1]int64
+	ttls   [callKeys]int64
+	values [callKeys]string
+	levels [callKeys]int64
+}
+
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// getCall returns a call from the pool.
+func getCall() *call { return callPool.Get().(*call) }
+
+// putCall clears the strings c holds and returns c to the pool.
+func putCall(c *call) {
+	clear(c.keys[:])
+	clear(c.values[:])
+	callPool.Put(c)
+}
+
+// keyBuf returns an empty slice of capacity n for a decision's keys.
+func (c *call) keyBuf(n int) []string {
+	if n <= callKeys {
+		return c.keys[:0]
+	}
+	return make([]string, 0, n)
+}
+
+// intBuf returns an empty slice of capacity n for a script's reply.
+func (c *call) intBuf(n int) []int64 {
+	if n <= len(c.ints) {
+		return c.ints[:0]
+	}
+	return make([]int64, 0, n)
+}
+
+// readBufs returns slices of length n for Conn.Read's replies and the
+// levels they give.
+func (c *call) readBufs(n int) (ttls []int64, values []string, levels []int64) {
+	if n <= callKeys {
+		return c.ttls[:n], c.values[:n], c.levels[:n]
+	}
+	return make([]int64, n), make([]string, n), make([]int64, n)
+}
