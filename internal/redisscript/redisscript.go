@@ -243,36 +243,39 @@ return reply
 
 // Level is what Update's reads (PTTL, then GET) say of a bucket's record, in
 // Go: the level at Redis's millisecond of a bucket of max and rate (units
-// per millisecond: see RateArg) whose key had the PTTL k and the value w
-// (GET's reply, read in the same transaction). A refusal or a peek decided
-// on it is the one Update's t or p would return from the same two replies,
-// so that a store can decide those with a MULTI/EXEC of two reads, which
-// costs Redis a fraction of a script. Level reports false for what it
+// per millisecond: see RateArg) whose key had the PTTL ttl and the value
+// reply (GET's reply, read in the same transaction). A refusal or a peek
+// decided on it is the one Update's t or p would return from the same two
+// replies, so that a store can decide those with a MULTI/EXEC of two reads,
+// which costs Redis a fraction of a script. Level reports false for what it
 // leaves to the script: a record Update would refuse as Malformed, and any
-// value but a decimal integer in [0, 2^53).
-func Level(max, rate, k int64, w string) (int64, bool) {
+// value but a decimal integer in [0, 2^53). It is recordValueLua and
+// debtLua in Go, in their names.
+func Level(max, rate, ttl int64, reply string) (int64, bool) {
 	switch {
-	case k == -2 || k == 0:
+	case ttl == -2 || ttl == 0:
 		// No key, or one that expires within this millisecond: Update
 		// reads a full bucket.
 		return max, true
-	case k < 0:
+	case ttl < 0:
 		return 0, false
 	}
-	v, err := strconv.ParseInt(w, 10, 64)
-	if err != nil || v < 0 || v >= 1<<53 {
+	value, err := strconv.ParseInt(reply, 10, 64)
+	if err != nil || value < 0 || value >= 1<<53 {
 		return 0, false
 	}
-	// The debt k×rate - v, clamped to [0, max]. k×rate exceeds max + v,
-	// and may overflow, exactly when k > (max+v)/rate: the bucket is empty.
-	if k > (max+v)/rate {
+	// The debt is rawDebt = ttl×rate - value clamped to [0, max].
+	// ttl×rate exceeds max + value, and may overflow, exactly when
+	// ttl > (max+value)/rate: the debt is max, the bucket empty.
+	if ttl > (max+value)/rate {
 		return 0, true
 	}
-	d := k*rate - v
-	if d <= 0 {
+	rawDebt := ttl*rate - value
+	if rawDebt <= 0 {
 		return max, true
 	}
-	return max - min(d, max), true
+	debt := min(rawDebt, max)
+	return max - debt, true
 }
 
 // Decided reports whether levels, the levels of the updates' buckets in
