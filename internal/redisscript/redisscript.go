@@ -68,9 +68,10 @@ const Malformed = "kvstore: malformed record"
 //
 // Each step is written once, in the Lua fragments below, and the scripts
 // are put together from them as text rather than as Lua functions: Redis's
-// Lua (5.1) makes a new closure of each function definition on every call,
-// which costs about as much as a fifth of a PTTL, and the decrement-first
-// take, the path most calls take, is little more than a PTTL and a DECRBY.
+// Lua (5.1) makes a new closure of each function definition every time a
+// script runs, and the decrement-first take, the path most calls take, is
+// little more than a PTTL and a DECRBY, so that a closure or two would
+// cost it more than its own arithmetic does.
 //
 // Every number stays below 2^53, where Lua's doubles are exact integers:
 // max is at most kvstore.MaxValue (2^52), rate at most max, and the debt,
@@ -120,21 +121,33 @@ ttls[i], raw_debts[i], debts[i], values[i] = ttl, raw_debt, debt, value
 if max - debt < n then all_fit = false end
 `
 
-// decrementedLua is the decrement-first take, after its DECRBY of n: from
-// ttl (> 0) and value, the key's value after the DECRBY, it sets level to
-// the level after the take when the DECRBY decided it, and nil otherwise.
-// It did when the take fits and the expiry covers the new debt: the record
-// then says new_debt, or, when the bucket had refilled to full while its
-// key lived, says it once the value changes by delta (otherwise nil).
-const decrementedLua = `
-local new_debt = ttl * rate - value
-local level, delta
-if (ttl - 1) * rate < max then
-  if value >= 0 and new_debt >= n and new_debt <= max then
-    level = max - new_debt
-  elseif new_debt < n and ttl * rate >= n and value + n < 9007199254740992 then
-    level, delta = max - n, new_debt - n
-  end
+// decrementedLua and refilledLua are the decrement-first take's two ways
+// to be done after its DECRBY of n, conditions on ttl (> 0), value (the
+// key's value after the DECRBY) and new_debt, ttl×rate - value. Either
+// needs the key to expire within an empty bucket's fill time.
+// decrementedLua: the DECRBY alone was the take, which fits (the level
+// after it, max - new_debt, is at least 0) and which the expiry covers
+// (value >= 0). refilledLua: the bucket had refilled to full while its key
+// lived (new_debt < n), and the take is done once the value changes by
+// new_debt - n, which makes the debt n, the level max - n.
+const (
+	decrementedLua = `value >= 0 and new_debt >= n and new_debt <= max and (ttl - 1) * rate < max`
+	refilledLua    = `new_debt < n and ttl * rate >= n and (ttl - 1) * rate < max and value + n < 9007199254740992`
+)
+
+// rewriteLua rewrites the record of the bucket read as ttl and raw_debt
+// with the debt new_debt (> 0) and the expiry burst_offset away:
+// absolutely when the bucket owed units, so that a millisecond that ends
+// within the script cannot shift the debt (see above).
+const rewriteLua = `
+local remainder = max % rate
+if remainder < 0 then remainder = remainder + rate end
+local burst_offset = (max - remainder) / rate
+if remainder > 0 then burst_offset = burst_offset + 1 end
+if ttl > 0 and raw_debt > 0 then
+  redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - ttl + burst_offset))
+else
+  redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PX', string.format('%d', burst_offset))
 end
 `
 
@@ -143,8 +156,7 @@ end
 // being the key's value as it stands, and sets level to the level after
 // the op. A bucket that is full again loses its key. While the key
 // expires within an empty bucket's fill time and its expiry covers the new
-// debt, the value alone changes; otherwise the record is rewritten with
-// the expiry burst_offset away.
+// debt, the value alone changes; otherwise rewriteLua writes the record.
 const writeLua = `
 local new_debt = debt + n
 if op == 'r' then new_debt = debt - n end
@@ -161,29 +173,21 @@ elseif ttl > 0 and raw_debt <= max and (ttl - 1) * rate < max and ttl * rate >= 
     redis.call('INCRBY', key, string.format('%d', delta))
   end
 else
-  local remainder = max % rate
-  if remainder < 0 then remainder = remainder + rate end
-  local burst_offset = (max - remainder) / rate
-  if remainder > 0 then burst_offset = burst_offset + 1 end
-  if ttl > 0 and raw_debt > 0 then
-    redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - ttl + burst_offset))
-  else
-    redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PX', string.format('%d', burst_offset))
-  end
+` + rewriteLua + `
 end
 level = max - new_debt
 `
 
-// applyLua decides op (r: refund, p: peek, any other: take) on a bucket
-// read as ttl, raw_debt, debt and value, writes it when it applies (a
-// refund always, a take when all_fit says every bucket of the call holds
-// its n) and sets reply to the script's integer for the bucket: the level
-// after the op when n units were available (or refunded), and -(level+1)
-// when they were not.
+// applyLua decides op (r: refund, p: peek, t: take) on a bucket of Multi
+// or MultiPeriod read as ttl, raw_debt, debt and value, writes it when it
+// applies (a refund always, a take when all_fit says every bucket of the
+// call holds its n) and sets reply to the script's integer for the
+// bucket: the level after the op when n units were available (or
+// refunded), and -(level+1) when they were not.
 const applyLua = `
 local level = max - debt
 local reply = level
-if op == 'r' or op ~= 'p' and all_fit then
+if op == 'r' or op == 't' and all_fit then
 ` + writeLua + `
   reply = level
 elseif level < n then
@@ -207,20 +211,29 @@ end
 // t, like a peek, writes nothing. Callers send T unless the key's last take
 // was refused (see Refusals); the stores decide such a take, and a peek,
 // from a MULTI/EXEC of the same two reads first (see Level), and send t
-// only when it fits.
+// only when it fits. A take on an absent key writes the record at once.
+// Update spells out its own op and reply, rather than applyLua's, so that
+// a refusal or a peek ends as soon as it is decided.
 const Update = `
-local key, op, at = KEYS[1], ARGV[4], 1
-` + bucketArgsLua + `
+local key, op = KEYS[1], ARGV[4]
+local max, rate, n_arg = ARGV[1] + 0, ARGV[2] + 0, ARGV[3]
+local n = n_arg + 0
 local ttl = redis.call('PTTL', key)
+if ttl == -2 and (op == 'T' or op == 't') and n <= max then
+  local raw_debt, new_debt = 0, n
+` + rewriteLua + `
+  return max - n
+end
 local raw_debt, debt, value, taken = 0, 0, 0, false
 if ttl > 0 then
   if op == 'T' then
     value = redis.pcall('DECRBY', key, n_arg)
     if type(value) ~= 'number' then return redis.error_reply('` + Malformed + `') end
-` + decrementedLua + `
-    if level then
-      if delta then redis.call('INCRBY', key, string.format('%d', delta)) end
-      return level
+    local new_debt = ttl * rate - value
+    if ` + decrementedLua + ` then return max - new_debt end
+    if ` + refilledLua + ` then
+      redis.call('INCRBY', key, string.format('%d', new_debt - n))
+      return max - n
     end
     value, taken = value + n, true
   else
@@ -234,11 +247,18 @@ if ttl > 0 then
 elseif ttl == -1 then
   return redis.error_reply('` + Malformed + `')
 end
-local all_fit = max - debt >= n
-if taken then value = value - n end
-` + applyLua + `
-if taken and reply < 0 then redis.call('INCRBY', key, n_arg) end
-return reply
+local level = max - debt
+if op ~= 'r' then
+  if level < n then
+    if taken then redis.call('INCRBY', key, n_arg) end
+    return -level - 1
+  elseif op == 'p' then
+    return level
+  end
+  if taken then value = value - n end
+end
+` + writeLua + `
+return level
 `
 
 // Level is what Update's reads (PTTL, then GET) say of a bucket's record, in
@@ -339,15 +359,16 @@ if op == 'T' then
 ` + bucketArgsLua + `
     local value = redis.pcall('DECRBY', key, n_arg)
     if type(value) ~= 'number' then break end
-` + decrementedLua + `
-    if not level then
+    local new_debt = ttl * rate - value
+    if ` + decrementedLua + ` then
+      out[i] = max - new_debt
+    elseif ` + refilledLua + ` then
+      out[i] = max - n
+      fix = fix or {}
+      fix[i] = new_debt - n
+    else
       redis.call('INCRBY', key, n_arg)
       break
-    end
-    out[i] = level
-    if delta then
-      fix = fix or {}
-      fix[i] = delta
     end
     done = i
   end
@@ -358,6 +379,7 @@ if op == 'T' then
     return out
   end
   for i = 1, done do redis.call('INCRBY', KEYS[i], ARGV[3 * i + 1]) end
+  op = 't'
 end
 local ttls, raw_debts, debts, values, all_fit = {}, {}, {}, {}, true
 for i = 1, nk do
@@ -422,20 +444,20 @@ local kind_at, ttls, raw_debts, debts, values = {}, {}, {}, {}, {}
 local counts, starts, periods, all_fit = {}, {}, {}, true
 local next_at = 2
 for i = 1, nk do
-  local key, kind = KEYS[i], next_at
-  kind_at[i] = kind
-  if ARGV[kind] == 'b' then
-    local at = kind + 1
+  local key, base = KEYS[i], next_at
+  kind_at[i] = base
+  if ARGV[base] == 'b' then
+    local at = base + 1
 ` + bucketArgsLua + readBucketLua + `
-    next_at = kind + 4
+    next_at = base + 4
   else
-    local b0, b1, b2, b3 = ARGV[kind + 1] + 0, ARGV[kind + 2] + 0, ARGV[kind + 3] + 0, ARGV[kind + 4] + 0
-    local quota, n = ARGV[kind + 5] + 0, ARGV[kind + 6] + 0
+    local b0, b1, b2, b3 = ARGV[base + 1] + 0, ARGV[base + 2] + 0, ARGV[base + 3] + 0, ARGV[base + 4] + 0
+    local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
     local period, period_start
     if now >= b0 and now < b1 then period, period_start = 1, b0
     elseif now >= b1 and now < b2 then period, period_start = 2, b1
     elseif now >= b2 and now < b3 then period, period_start = 3, b2
-    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[kind + 1] .. ', ' .. ARGV[kind + 4] .. ')') end
+    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
     local count, start = 0, false
     local record = redis.call('GET', key)
     if record then
@@ -449,20 +471,20 @@ for i = 1, nk do
     end
     counts[i], starts[i], periods[i] = count, start, period
     if count + n > quota then all_fit = false end
-    next_at = kind + 7
+    next_at = base + 7
   end
 end
 local out = {now}
 for i = 1, nk do
-  local key, kind = KEYS[i], kind_at[i]
-  if ARGV[kind] == 'b' then
-    local at = kind + 1
+  local key, base = KEYS[i], kind_at[i]
+  if ARGV[base] == 'b' then
+    local at = base + 1
 ` + bucketArgsLua + `
     local ttl, raw_debt, debt, value = ttls[i], raw_debts[i], debts[i], values[i]
 ` + applyLua + `
     out[#out + 1] = reply
   else
-    local quota, n, period = ARGV[kind + 5] + 0, ARGV[kind + 6] + 0, periods[i]
+    local quota, n, period = ARGV[base + 5] + 0, ARGV[base + 6] + 0, periods[i]
     local count, start = counts[i], starts[i]
     local fits = count + n <= quota
     local write = false
@@ -478,9 +500,9 @@ for i = 1, nk do
       if count == 0 then
         redis.call('DEL', key)
       else
-        local expire_at = ARGV[kind + 1 + period] + 999
+        local expire_at = ARGV[base + 1 + period] + 999
         expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
-        local record = string.format('%d', count) .. ' ' .. string.format('%d', start or ARGV[kind + period] + 0)
+        local record = string.format('%d', count) .. ' ' .. string.format('%d', start or ARGV[base + period] + 0)
         if start then
           redis.call('SET', key, record, 'KEEPTTL')
           redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
