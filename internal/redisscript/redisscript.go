@@ -796,11 +796,11 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 			}
 			continue
 		}
-		pick := vals[j]
+		period := vals[j]
 		j++
-		r := kvstore.OpResult{OK: pick > 0, Used: v, Now: now, Period: int(pick)}
-		if pick < 0 {
-			r.Period = int(-pick)
+		r := kvstore.OpResult{OK: period > 0, Used: v, Now: now, Period: int(period)}
+		if period < 0 {
+			r.Period = int(-period)
 		}
 		if r.Period < 1 || r.Period > 3 || v < 0 {
 			return false
