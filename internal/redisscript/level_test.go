@@ -2,6 +2,7 @@ package redisscript
 
 import (
 	"math/big"
+	"regexp"
 	"strconv"
 	"testing"
 
@@ -111,6 +112,18 @@ func TestDecided(t *testing.T) {
 			if results[i] != (kvstore.OpResult{OK: ok, Value: c.levels[i]}) {
 				t.Errorf("%s: result %d = %+v, want OK %v at level %d", c.name, i, results[i], ok, c.levels[i])
 			}
+		}
+	}
+}
+
+// TestScriptsDefineNoFunction: the scripts are put together from fragments
+// as text, because Redis's Lua makes a closure of every function definition
+// each time a script runs, which the decrement-first take would feel.
+func TestScriptsDefineNoFunction(t *testing.T) {
+	function := regexp.MustCompile(`\bfunction\b`)
+	for name, src := range map[string]string{"Update": Update, "Multi": Multi, "MultiPeriod": MultiPeriod} {
+		if loc := function.FindStringIndex(src); loc != nil {
+			t.Errorf("%s defines a Lua function at byte %d", name, loc[0])
 		}
 	}
 }
