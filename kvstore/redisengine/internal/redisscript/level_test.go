@@ -2,6 +2,7 @@ package redisscript
 
 import (
 	"math/big"
+	"regexp"
 	"strconv"
 	"testing"
 
@@ -12,8 +13,8 @@ func TestLevel(t *testing.T) {
 	const max, rate = 1000, 10
 	for _, c := range []struct {
 		name  string
-		k     int64
-		w     string
+		ttl   int64
+		reply string
 		level int64
 		ok    bool
 	}{
@@ -40,9 +41,9 @@ func TestLevel(t *testing.T) {
 		{"plus sign, as Lua reads it", 50, "+1", max - 499, true},
 		{"overflowing digits", 50, "99999999999999999999", 0, false},
 	} {
-		level, ok := Level(max, rate, c.k, c.w)
+		level, ok := Level(max, rate, c.ttl, c.reply)
 		if ok != c.ok || (ok && level != c.level) {
-			t.Errorf("%s: Level(%d, %d, %d, %q) = %d, %v; want %d, %v", c.name, max, rate, c.k, c.w, level, ok, c.level, c.ok)
+			t.Errorf("%s: Level(%d, %d, %d, %q) = %d, %v; want %d, %v", c.name, max, rate, c.ttl, c.reply, level, ok, c.level, c.ok)
 		}
 	}
 }
@@ -53,35 +54,35 @@ func FuzzLevel(f *testing.F) {
 	f.Add(int64(1000), int64(10), int64(50), "100")
 	f.Add(int64(kvstore.MaxValue), int64(kvstore.MaxValue), int64(1<<62), "0")
 	f.Add(int64(1), int64(1), int64(-1), "x")
-	f.Fuzz(func(t *testing.T, max, rate, k int64, w string) {
+	f.Fuzz(func(t *testing.T, max, rate, ttl int64, reply string) {
 		if max < 1 || max > kvstore.MaxValue || rate < 1 || rate > max {
 			return
 		}
-		level, ok := Level(max, rate, k, w)
-		if k == -2 || k == 0 {
+		level, ok := Level(max, rate, ttl, reply)
+		if ttl == -2 || ttl == 0 {
 			if !ok || level != max {
-				t.Fatalf("Level(%d, %d, %d, %q) = %d, %v; want a full bucket", max, rate, k, w, level, ok)
+				t.Fatalf("Level(%d, %d, %d, %q) = %d, %v; want a full bucket", max, rate, ttl, reply, level, ok)
 			}
 			return
 		}
-		v, err := strconv.ParseInt(w, 10, 64)
-		valid := k > 0 && err == nil && v >= 0 && v < 1<<53
+		value, err := strconv.ParseInt(reply, 10, 64)
+		valid := ttl > 0 && err == nil && value >= 0 && value < 1<<53
 		if ok != valid {
-			t.Fatalf("Level(%d, %d, %d, %q) reports %v", max, rate, k, w, ok)
+			t.Fatalf("Level(%d, %d, %d, %q) reports %v", max, rate, ttl, reply, ok)
 		}
 		if !ok {
 			return
 		}
-		d := new(big.Int).Mul(big.NewInt(k), big.NewInt(rate))
-		d.Sub(d, big.NewInt(v))
-		if d.Sign() < 0 {
-			d.SetInt64(0)
+		debt := new(big.Int).Mul(big.NewInt(ttl), big.NewInt(rate))
+		debt.Sub(debt, big.NewInt(value))
+		if debt.Sign() < 0 {
+			debt.SetInt64(0)
 		}
-		if d.Cmp(big.NewInt(max)) > 0 {
-			d.SetInt64(max)
+		if debt.Cmp(big.NewInt(max)) > 0 {
+			debt.SetInt64(max)
 		}
-		if want := max - d.Int64(); level != want {
-			t.Fatalf("Level(%d, %d, %d, %q) = %d, want %d", max, rate, k, w, level, want)
+		if want := max - debt.Int64(); level != want {
+			t.Fatalf("Level(%d, %d, %d, %q) = %d, want %d", max, rate, ttl, reply, level, want)
 		}
 	})
 }
@@ -111,6 +112,18 @@ func TestDecided(t *testing.T) {
 			if results[i] != (kvstore.OpResult{OK: ok, Value: c.levels[i]}) {
 				t.Errorf("%s: result %d = %+v, want OK %v at level %d", c.name, i, results[i], ok, c.levels[i])
 			}
+		}
+	}
+}
+
+// TestScriptsDefineNoFunction: the scripts are put together from fragments
+// as text, because Redis's Lua makes a closure of every function definition
+// each time a script runs, which the decrement-first take would feel.
+func TestScriptsDefineNoFunction(t *testing.T) {
+	function := regexp.MustCompile(`\bfunction\b`)
+	for name, src := range map[string]string{"Update": Update, "Multi": Multi, "MultiPeriod": MultiPeriod} {
+		if loc := function.FindStringIndex(src); loc != nil {
+			t.Errorf("%s defines a Lua function at byte %d", name, loc[0])
 		}
 	}
 }

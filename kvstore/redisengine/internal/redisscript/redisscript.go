@@ -20,32 +20,58 @@ const Malformed = "kvstore: malformed record"
 
 // The record. A token bucket's state is its debt: the units it lacks to be
 // full. The scripts keep it in the key's expiry E (in Redis's milliseconds)
-// and the key's value w, a whole number of units, so that at millisecond t
-// the debt is (E-t)×rate - w, rate being the refill in units per
-// millisecond. This is GCRA (ITU-T I.371) with the theoretical arrival time
-// E - w/rate kept to the unit, fraction included. The expiry is never
-// earlier than the instant the bucket is full again (w >= 0), so an absent
-// key is a full bucket, and never later than the time an empty bucket takes
-// to fill after the write that set it; a key that outlives its bucket's
-// refill reads as full.
+// and the key's value, a whole number of units, so that at millisecond t
+// the debt is (E-t)×rate - value, rate being the refill in units per
+// millisecond. This is GCRA (ITU-T I.371): the theoretical arrival time
+// tat is E - value/rate, kept to the unit, fraction included, and the debt
+// is (tat-t)×rate. The expiry is never earlier than the instant the bucket
+// is full again (value >= 0), so an absent key is a full bucket, and never
+// later than the time an empty bucket takes to fill after the write that
+// set it; a key that outlives its bucket's refill reads as full.
 //
-// The clock is the key's own: PTTL gives E-t, which with GET's w is the
-// debt, without TIME (whose reply costs Redis as much as a SET) and without
-// parsing more than one integer. Time changes the debt but not w, so while
-// the expiry covers the new debt, a take only changes the value: a DECRBY
-// of n (an INCRBY when the bucket had refilled to full), which keeps the
-// expiry; a refund is an INCRBY. Otherwise the record is rewritten with
-// the expiry an empty bucket's fill time away, so that the takes that
-// follow change the value only. That write sets the expiry absolutely (SET
-// … PXAT from PEXPIRETIME) when the bucket owed units, so that a
-// millisecond that ends while the script runs cannot shift the debt: Redis
-// before 7.2 reads a fresh clock for each PTTL and each relative expiry,
-// even within one script. A bucket that was full may be written relatively
-// (PX), since it is full at every instant of the script. It needs Redis 7.0
-// or later (PEXPIRETIME).
+// The clock is the key's own: PTTL gives E-t, which with GET's value is
+// the debt, without TIME (whose reply costs Redis as much as a SET) and
+// without parsing more than one integer. Time changes the debt but not the
+// value, so while the expiry covers the new debt, a take only changes the
+// value: a DECRBY of n (an INCRBY when the bucket had refilled to full),
+// which keeps the expiry; a refund is an INCRBY. Otherwise the record is
+// rewritten with the expiry an empty bucket's fill time away, so that the
+// takes that follow change the value only. That write sets the expiry
+// absolutely (SET … PXAT from PEXPIRETIME) when the bucket owed units, so
+// that a millisecond that ends while the script runs cannot shift the
+// debt: Redis before 7.2 reads a fresh clock for each PTTL and each
+// relative expiry, even within one script. A bucket that was full may be
+// written relatively (PX), since it is full at every instant of the
+// script. It needs Redis 7.0 or later (PEXPIRETIME).
 //
 // The refill arrives in whole milliseconds of Redis's clock: the level at
 // any instant is kvstore.Refill.Level at the start of its millisecond.
+//
+// The scripts' locals carry the names of GCRA as go-redis/redis_rate's
+// script has them, in units rather than seconds:
+//
+//   - max, rate, n: the bucket's size (redis_rate's burst), its refill in
+//     units per millisecond (the inverse of redis_rate's
+//     emission_interval) and the units of the op (its cost); n_arg is n
+//     as the caller's string.
+//   - ttl, value: the key's PTTL (E-t; -2 for no key) and its value.
+//   - raw_debt: the debt the record says, (tat-t)×rate, below 0 when tat
+//     has passed; debt: raw_debt clamped to [0, max]; new_debt: the debt
+//     after the op, (new_tat-t)×rate.
+//   - level: max - debt, the units the bucket holds, which after a take is
+//     redis_rate's remaining; a take fits when n <= level, redis_rate's
+//     allow_at (new_tat - burst_offset) <= t.
+//   - burst_offset: the whole milliseconds an empty bucket takes to fill,
+//     ceil(max/rate), the expiry of a rewritten record.
+//   - delta: what the key's value must change by for the record to say
+//     new_debt.
+//
+// Each step is written once, in the Lua fragments below, and the scripts
+// are put together from them as text rather than as Lua functions: Redis's
+// Lua (5.1) makes a new closure of each function definition every time a
+// script runs, and the decrement-first take, the path most calls take, is
+// little more than a PTTL and a DECRBY, so that a closure or two would
+// cost it more than its own arithmetic does.
 //
 // Every number stays below 2^53, where Lua's doubles are exact integers:
 // max is at most kvstore.MaxValue (2^52), rate at most max, and the debt,
@@ -58,62 +84,114 @@ const Malformed = "kvstore: malformed record"
 // the caller's string, the rest through string.format('%d'), whose
 // arguments are whole numbers, as Lua 5.3 and later require).
 
-// bucketLua holds the functions every script runs on a bucket's record.
-// bread reads key under max and rate (units per millisecond) and returns
-// its PTTL k (-2 for no key), its debt as the record says (raw), the debt
-// clamped to [0, max] (d) and its value w; nil for a key that holds
-// anything else. bwrite gives the key the debt d2 after a take (take true)
-// or a refund of the record read as k, raw and w, n being the units as the
-// caller's string. bset rewrites the record with the debt d2 and the expiry
-// an empty bucket's fill time away, absolutely when the bucket owed units.
-//
-// The expiry is within an empty bucket's fill time, ceil(max/rate) ms,
-// exactly when (k-1)×rate < max, which needs no division: for whole k >= 1
-// and rate >= 1, k <= ceil(x) holds exactly when k-1 < x.
-const bucketLua = `
-local function bread(key, max, rate)
-  local k = redis.call('PTTL', key)
-  local raw, d, w = 0, 0, 0
-  if k ~= -2 then
-    w = tonumber(redis.pcall('GET', key))
-    if k == -1 or not w or w < 0 or w >= 9007199254740992 then return nil end
-    if k > 0 then raw = k * rate - w end
-    d = raw
-    if d > max then d = max elseif d < 0 then d = 0 end
-  end
-  return k, raw, d, w
+// bucketArgsLua sets the locals max, rate, n_arg and n from a bucket's
+// three arguments, which start at ARGV[at].
+const bucketArgsLua = `
+local max, rate, n_arg = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2]
+local n = n_arg + 0
+`
+
+// recordValueLua is the condition that value (tonumber of the key's value,
+// nil for anything else) is one a bucket's record holds: at least 0 and
+// below 2^53.
+const recordValueLua = `value and value >= 0 and value < 9007199254740992`
+
+// debtLua sets raw_debt and debt from the record read as ttl (>= 0) and
+// value. A key that expires within this millisecond (ttl 0) has no debt.
+const debtLua = `
+raw_debt = ttl * rate - value
+debt = raw_debt
+if debt > max then debt = max elseif debt < 0 then debt = 0 end
+`
+
+// readBucketLua reads the record of a bucket of Multi and MultiPeriod, key
+// i under the locals key, max, rate and n, and keeps what the writes need
+// in the tables ttls, raw_debts, debts and values; all_fit becomes false
+// when the bucket does not hold n. A key that holds anything but such a
+// record fails the script with Malformed before anything is written.
+const readBucketLua = `
+local ttl = redis.call('PTTL', key)
+local raw_debt, debt, value = 0, 0, 0
+if ttl ~= -2 then
+  value = tonumber(redis.pcall('GET', key))
+  if ttl == -1 or not (` + recordValueLua + `) then return redis.error_reply('` + Malformed + `') end
+` + debtLua + `
 end
-local function bset(key, k, raw, max, rate, d2)
-  local m = max % rate
-  if m < 0 then m = m + rate end
-  local q = (max - m) / rate
-  if m > 0 then q = q + 1 end
-  if k > 0 and raw > 0 then
-    redis.call('SET', key, string.format('%d', q * rate - d2), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - k + q))
-  else
-    redis.call('SET', key, string.format('%d', q * rate - d2), 'PX', string.format('%d', q))
-  end
+ttls[i], raw_debts[i], debts[i], values[i] = ttl, raw_debt, debt, value
+if max - debt < n then all_fit = false end
+`
+
+// decrementedLua and refilledLua are the decrement-first take's two ways
+// to be done after its DECRBY of n, conditions on ttl (> 0), value (the
+// key's value after the DECRBY) and new_debt, ttl×rate - value. Either
+// needs the key to expire within an empty bucket's fill time.
+// decrementedLua: the DECRBY alone was the take, which fits (the level
+// after it, max - new_debt, is at least 0) and which the expiry covers
+// (value >= 0). refilledLua: the bucket had refilled to full while its key
+// lived (new_debt < n), and the take is done once the value changes by
+// new_debt - n, which makes the debt n, the level max - n.
+const (
+	decrementedLua = `value >= 0 and new_debt >= n and new_debt <= max and (ttl - 1) * rate < max`
+	refilledLua    = `new_debt < n and ttl * rate >= n and (ttl - 1) * rate < max and value + n < 9007199254740992`
+)
+
+// rewriteLua rewrites the record of the bucket read as ttl and raw_debt
+// with the debt new_debt (> 0) and the expiry burst_offset away:
+// absolutely when the bucket owed units, so that a millisecond that ends
+// within the script cannot shift the debt (see above).
+const rewriteLua = `
+local remainder = max % rate
+if remainder < 0 then remainder = remainder + rate end
+local burst_offset = (max - remainder) / rate
+if remainder > 0 then burst_offset = burst_offset + 1 end
+if ttl > 0 and raw_debt > 0 then
+  redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PXAT', string.format('%d', redis.call('PEXPIRETIME', key) - ttl + burst_offset))
+else
+  redis.call('SET', key, string.format('%d', burst_offset * rate - new_debt), 'PX', string.format('%d', burst_offset))
 end
-local function bwrite(key, k, raw, w, max, rate, d2, n, take)
-  if d2 <= 0 then
-    if k ~= -2 then redis.call('DEL', key) end
-    return
+`
+
+// writeLua writes the record of the bucket read as ttl, raw_debt and debt
+// after the op (op r: a refund of n; any other op: a take of n), value
+// being the key's value as it stands, and sets level to the level after
+// the op. A bucket that is full again loses its key. While the key
+// expires within an empty bucket's fill time and its expiry covers the new
+// debt, the value alone changes; otherwise rewriteLua writes the record.
+const writeLua = `
+local new_debt = debt + n
+if op == 'r' then new_debt = debt - n end
+if new_debt <= 0 then
+  if ttl ~= -2 then redis.call('DEL', key) end
+  new_debt = 0
+elseif ttl > 0 and raw_debt <= max and (ttl - 1) * rate < max and ttl * rate >= new_debt then
+  local delta = ttl * rate - new_debt - value
+  if delta == -n then
+    redis.call('DECRBY', key, n_arg)
+  elseif delta == n then
+    redis.call('INCRBY', key, n_arg)
+  elseif delta ~= 0 then
+    redis.call('INCRBY', key, string.format('%d', delta))
   end
-  if k > 0 and raw <= max and (k - 1) * rate < max then
-    if not take then
-      redis.call('INCRBY', key, n)
-      return
-    end
-    if k * rate >= d2 then
-      if raw >= 0 then
-        redis.call('DECRBY', key, n)
-      else
-        redis.call('INCRBY', key, string.format('%d', k * rate - d2 - w))
-      end
-      return
-    end
-  end
-  bset(key, k, raw, max, rate, d2)
+else
+` + rewriteLua + `
+end
+level = max - new_debt
+`
+
+// applyLua decides op (r: refund, p: peek, t: take) on a bucket of Multi
+// or MultiPeriod read as ttl, raw_debt, debt and value, writes it when it
+// applies (a refund always, a take when all_fit says every bucket of the
+// call holds its n) and sets reply to the script's integer for the
+// bucket: the level after the op when n units were available (or
+// refunded), and -(level+1) when they were not.
+const applyLua = `
+local level = max - debt
+local reply = level
+if op == 'r' or op == 't' and all_fit then
+` + writeLua + `
+  reply = level
+elseif level < n then
+  reply = -level - 1
 end
 `
 
@@ -133,110 +211,91 @@ end
 // t, like a peek, writes nothing. Callers send T unless the key's last take
 // was refused (see Refusals); the stores decide such a take, and a peek,
 // from a MULTI/EXEC of the same two reads first (see Level), and send t
-// only when it fits. A take on an absent key writes the record
-// at once, as bset would. The functions of bucketLua come after every path
-// that needs none of them (takes on new keys, takes the expiry covers,
-// refusals and peeks): Lua makes a closure of each function definition it
-// runs, on every call.
+// only when it fits. A take on an absent key writes the record at once.
+// Update spells out its own op and reply, rather than applyLua's, so that
+// a refusal or a peek ends as soon as it is decided.
 const Update = `
 local key, op = KEYS[1], ARGV[4]
-local max, rate, n = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0
-local k = redis.call('PTTL', key)
-if k == -2 and (op == 'T' or op == 't') and n <= max then
-  local m = max % rate
-  if m < 0 then m = m + rate end
-  local q = (max - m) / rate
-  if m > 0 then q = q + 1 end
-  redis.call('SET', key, string.format('%d', q * rate - n), 'PX', string.format('%d', q))
+local max, rate, n_arg = ARGV[1] + 0, ARGV[2] + 0, ARGV[3]
+local n = n_arg + 0
+local ttl = redis.call('PTTL', key)
+if ttl == -2 and (op == 'T' or op == 't') and n <= max then
+  local raw_debt, new_debt = 0, n
+` + rewriteLua + `
   return max - n
 end
-local raw, d, w, taken = 0, 0, 0, false
-if k > 0 then
+local raw_debt, debt, value, taken = 0, 0, 0, false
+if ttl > 0 then
   if op == 'T' then
-    w = redis.pcall('DECRBY', key, ARGV[3])
-    if type(w) ~= 'number' then return redis.error_reply('` + Malformed + `') end
-    raw = k * rate - w
-    if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then return max - raw end
-    if raw < n and k * rate >= n and (k - 1) * rate < max and w + n < 9007199254740992 then
-      redis.call('INCRBY', key, string.format('%d', raw - n))
+    value = redis.pcall('DECRBY', key, n_arg)
+    if type(value) ~= 'number' then return redis.error_reply('` + Malformed + `') end
+    local new_debt = ttl * rate - value
+    if ` + decrementedLua + ` then return max - new_debt end
+    if ` + refilledLua + ` then
+      redis.call('INCRBY', key, string.format('%d', new_debt - n))
       return max - n
     end
-    w, raw, taken = w + n, raw - n, true
-    if w < 0 or w >= 9007199254740992 then
-      redis.call('INCRBY', key, ARGV[3])
-      return redis.error_reply('` + Malformed + `')
-    end
+    value, taken = value + n, true
   else
-    w = tonumber(redis.pcall('GET', key))
-    if not w or w < 0 or w >= 9007199254740992 then return redis.error_reply('` + Malformed + `') end
-    raw = k * rate - w
+    value = tonumber(redis.pcall('GET', key))
   end
-  d = raw
-  if d > max then d = max elseif d < 0 then d = 0 end
-elseif k == -1 then
+  if not (` + recordValueLua + `) then
+    if taken then redis.call('INCRBY', key, n_arg) end
+    return redis.error_reply('` + Malformed + `')
+  end
+` + debtLua + `
+elseif ttl == -1 then
   return redis.error_reply('` + Malformed + `')
 end
-local v, d2 = max - d, d + n
+local level = max - debt
 if op ~= 'r' then
-  if v < n then
-    if taken then redis.call('INCRBY', key, ARGV[3]) end
-    return -v - 1
+  if level < n then
+    if taken then redis.call('INCRBY', key, n_arg) end
+    return -level - 1
   elseif op == 'p' then
-    return v
+    return level
   end
-  if k > 0 and raw <= max and (k - 1) * rate < max and k * rate >= d2 then
-    local t = k * rate - d2 - w
-    if taken then t = t + n end
-    if t == -n then
-      redis.call('DECRBY', key, ARGV[3])
-    elseif t ~= 0 then
-      redis.call('INCRBY', key, string.format('%d', t))
-    end
-    return v - n
-  end
+  if taken then value = value - n end
 end
-` + bucketLua + `
-if op == 'r' then
-  bwrite(key, k, raw, w, max, rate, d - n, ARGV[3], false)
-  if d <= n then return max end
-  return v + n
-end
-bset(key, k, raw, max, rate, d2)
-return v - n
+` + writeLua + `
+return level
 `
 
 // Level is what Update's reads (PTTL, then GET) say of a bucket's record, in
 // Go: the level at Redis's millisecond of a bucket of max and rate (units
-// per millisecond: see RateArg) whose key had the PTTL k and the value w
-// (GET's reply, read in the same transaction). A refusal or a peek decided
-// on it is the one Update's t or p would return from the same two replies,
-// so that a store can decide those with a MULTI/EXEC of two reads, which
-// costs Redis a fraction of a script. Level reports false for what it
+// per millisecond: see RateArg) whose key had the PTTL ttl and the value
+// reply (GET's reply, read in the same transaction). A refusal or a peek
+// decided on it is the one Update's t or p would return from the same two
+// replies, so that a store can decide those with a MULTI/EXEC of two reads,
+// which costs Redis a fraction of a script. Level reports false for what it
 // leaves to the script: a record Update would refuse as Malformed, and any
-// value but a decimal integer in [0, 2^53).
-func Level(max, rate, k int64, w string) (int64, bool) {
+// value but a decimal integer in [0, 2^53). It is recordValueLua and
+// debtLua in Go, in their names.
+func Level(max, rate, ttl int64, reply string) (int64, bool) {
 	switch {
-	case k == -2 || k == 0:
+	case ttl == -2 || ttl == 0:
 		// No key, or one that expires within this millisecond: Update
 		// reads a full bucket.
 		return max, true
-	case k < 0:
+	case ttl < 0:
 		return 0, false
 	}
-	v, err := strconv.ParseInt(w, 10, 64)
-	if err != nil || v < 0 || v >= 1<<53 {
+	value, err := strconv.ParseInt(reply, 10, 64)
+	if err != nil || value < 0 || value >= 1<<53 {
 		return 0, false
 	}
-	// The debt k×rate - v, clamped to [0, max]. k×rate exceeds max + v,
-	// and may overflow, exactly when k > (max+v)/rate: the bucket is empty.
-	if k > (max+v)/rate {
+	// The debt is rawDebt = ttl×rate - value clamped to [0, max].
+	// ttl×rate exceeds max + value, and may overflow, exactly when
+	// ttl > (max+value)/rate: the debt is max, the bucket empty.
+	if ttl > (max+value)/rate {
 		return 0, true
 	}
-	d := k*rate - v
-	if d <= 0 {
+	rawDebt := ttl*rate - value
+	if rawDebt <= 0 {
 		return max, true
 	}
-	return max - min(d, max), true
+	debt := min(rawDebt, max)
+	return max - debt, true
 }
 
 // Decided reports whether levels, the levels of the updates' buckets in
@@ -294,60 +353,46 @@ local op, nk = ARGV[1], #KEYS
 if op == 'T' then
   local out, fix, done = {}, nil, 0
   for i = 1, nk do
-    local k = redis.call('PTTL', KEYS[i])
-    if k <= 0 then break end
-    local w = redis.pcall('DECRBY', KEYS[i], ARGV[3*i+1])
-    if type(w) ~= 'number' then break end
-    local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-    local raw = k * rate - w
-    if w >= 0 and raw >= n and raw <= max and (k - 1) * rate < max then
-      out[i] = max - raw
-    elseif raw < n and k * rate >= n and (k - 1) * rate < max and w + n < 9007199254740992 then
+    local key, at = KEYS[i], 3 * i - 1
+    local ttl = redis.call('PTTL', key)
+    if ttl <= 0 then break end
+` + bucketArgsLua + `
+    local value = redis.pcall('DECRBY', key, n_arg)
+    if type(value) ~= 'number' then break end
+    local new_debt = ttl * rate - value
+    if ` + decrementedLua + ` then
+      out[i] = max - new_debt
+    elseif ` + refilledLua + ` then
       out[i] = max - n
       fix = fix or {}
-      fix[i] = raw - n
+      fix[i] = new_debt - n
     else
-      redis.call('INCRBY', KEYS[i], ARGV[3*i+1])
+      redis.call('INCRBY', key, n_arg)
       break
     end
     done = i
   end
   if done == nk then
     if fix then
-      for i, f in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', f)) end
+      for i, delta in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', delta)) end
     end
     return out
   end
-  for i = 1, done do redis.call('INCRBY', KEYS[i], ARGV[3*i+1]) end
+  for i = 1, done do redis.call('INCRBY', KEYS[i], ARGV[3 * i + 1]) end
   op = 't'
 end
-` + bucketLua + `
-local ks, raws, debt, ws, all = {}, {}, {}, {}, true
+local ttls, raw_debts, debts, values, all_fit = {}, {}, {}, {}, true
 for i = 1, nk do
-  local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  local k, raw, d, w = bread(KEYS[i], max, rate)
-  if not k then return redis.error_reply('` + Malformed + `') end
-  ks[i], raws[i], debt[i], ws[i] = k, raw, d, w
-  if max - d < n then all = false end
+  local key, at = KEYS[i], 3 * i - 1
+` + bucketArgsLua + readBucketLua + `
 end
 local out = {}
 for i = 1, nk do
-  local max, rate, n = ARGV[3*i-1] + 0, ARGV[3*i] + 0, ARGV[3*i+1] + 0
-  local d = debt[i]
-  if op == 'r' then
-    bwrite(KEYS[i], ks[i], raws[i], ws[i], max, rate, d - n, ARGV[3*i+1], false)
-    d = d - n
-    if d < 0 then d = 0 end
-    out[i] = max - d
-  elseif max - d < n then
-    out[i] = d - max - 1
-  else
-    if op == 't' and all then
-      bwrite(KEYS[i], ks[i], raws[i], ws[i], max, rate, d + n, ARGV[3*i+1], true)
-      d = d + n
-    end
-    out[i] = max - d
-  end
+  local key, at = KEYS[i], 3 * i - 1
+` + bucketArgsLua + `
+  local ttl, raw_debt, debt, value = ttls[i], raw_debts[i], debts[i], values[i]
+` + applyLua + `
+  out[i] = reply
 end
 return out
 `
@@ -385,91 +430,89 @@ const ClockSkew = "kvstore: clock skew"
 // period picked (1, 2 or 3), negated when n units did not fit. Counts and
 // quotas are at most kvstore.MaxValue and bounds at most
 // kvstore.MaxPeriodBound, so every number is exact in Lua's doubles.
-const MultiPeriod = bucketLua + `
-local op = ARGV[1]
-local nk = #KEYS
-local t = redis.call('TIME')
-local now = t[1] * 1000000 + t[2]
-local at, debt, raws, ws, ttl, used, kept, pick, all = {}, {}, {}, {}, {}, {}, {}, {}, true
-local j = 2
+//
+// In the script, kind_at[i] is the index in ARGV of key i's "b" or "p";
+// a period counter's record, when it counts the period picked, is kept as
+// its count in counts and its start in starts (false when it counts
+// another period, or there is none, so that the count is 0 and the record
+// is written with the period's start).
+const MultiPeriod = `
+local op, nk = ARGV[1], #KEYS
+local time = redis.call('TIME')
+local now = time[1] * 1000000 + time[2]
+local kind_at, ttls, raw_debts, debts, values = {}, {}, {}, {}, {}
+local counts, starts, periods, all_fit = {}, {}, {}, true
+local next_at = 2
 for i = 1, nk do
-  at[i] = j
-  if ARGV[j] == 'b' then
-    local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
-    local k, raw, d, w = bread(KEYS[i], max, rate)
-    if not k then return redis.error_reply('` + Malformed + `') end
-    debt[i], raws[i], ws[i], ttl[i] = d, raw, w, k
-    if max - d < n then all = false end
-    j = j + 4
+  local key, base = KEYS[i], next_at
+  kind_at[i] = base
+  if ARGV[base] == 'b' then
+    local at = base + 1
+` + bucketArgsLua + readBucketLua + `
+    next_at = base + 4
   else
-    local b0, b1, b2, b3, quota, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0, ARGV[j+4] + 0, ARGV[j+5] + 0, ARGV[j+6] + 0
-    local p, ws
-    if now >= b0 and now < b1 then p, ws = 1, b0
-    elseif now >= b1 and now < b2 then p, ws = 2, b1
-    elseif now >= b2 and now < b3 then p, ws = 3, b2
-    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[j+1] .. ', ' .. ARGV[j+4] .. ')') end
-    local c, s, live = 0, ws, false
-    local v = redis.call('GET', KEYS[i])
-    if v then
-      local sp, rc, rs = string.find(v, ' ', 1, true), nil, nil
-      if sp then rc, rs = tonumber(string.sub(v, 1, sp - 1)), tonumber(string.sub(v, sp + 1)) end
-      if not rc or not rs then return redis.error_reply('` + Malformed + `') end
-      if rs >= ws then
-        c, s, live = rc, rs, true
-        if c < 0 then c = 0 end
+    local b0, b1, b2, b3 = ARGV[base + 1] + 0, ARGV[base + 2] + 0, ARGV[base + 3] + 0, ARGV[base + 4] + 0
+    local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
+    local period, period_start
+    if now >= b0 and now < b1 then period, period_start = 1, b0
+    elseif now >= b1 and now < b2 then period, period_start = 2, b1
+    elseif now >= b2 and now < b3 then period, period_start = 3, b2
+    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
+    local count, start = 0, false
+    local record = redis.call('GET', key)
+    if record then
+      local space, record_count, record_start = string.find(record, ' ', 1, true), nil, nil
+      if space then record_count, record_start = tonumber(string.sub(record, 1, space - 1)), tonumber(string.sub(record, space + 1)) end
+      if not record_count or not record_start then return redis.error_reply('` + Malformed + `') end
+      if record_start >= period_start then
+        count, start = record_count, record_start
+        if count < 0 then count = 0 end
       end
     end
-    used[i], kept[i], pick[i], ttl[i] = c, s, p, live
-    if c + n > quota then all = false end
-    j = j + 7
+    counts[i], starts[i], periods[i] = count, start, period
+    if count + n > quota then all_fit = false end
+    next_at = base + 7
   end
 end
 local out = {now}
 for i = 1, nk do
-  j = at[i]
-  if ARGV[j] == 'b' then
-    local max, rate, n = ARGV[j+1] + 0, ARGV[j+2] + 0, ARGV[j+3] + 0
-    local d, raw, w, k = debt[i], raws[i], ws[i], ttl[i]
-    local held = max - d >= n
-    if op == 'r' then
-      bwrite(KEYS[i], k, raw, w, max, rate, d - n, ARGV[j+3], false)
-      d = d - n
-      if d < 0 then d = 0 end
-    elseif op == 't' and all then
-      bwrite(KEYS[i], k, raw, w, max, rate, d + n, ARGV[j+3], true)
-      d = d + n
-    end
-    if op ~= 'r' and not held then out[#out+1] = d - max - 1 else out[#out+1] = max - d end
+  local key, base = KEYS[i], kind_at[i]
+  if ARGV[base] == 'b' then
+    local at = base + 1
+` + bucketArgsLua + `
+    local ttl, raw_debt, debt, value = ttls[i], raw_debts[i], debts[i], values[i]
+` + applyLua + `
+    out[#out + 1] = reply
   else
-    local quota, n, p = ARGV[j+5] + 0, ARGV[j+6] + 0, pick[i]
-    local c = used[i]
-    local held = c + n <= quota
+    local quota, n, period = ARGV[base + 5] + 0, ARGV[base + 6] + 0, periods[i]
+    local count, start = counts[i], starts[i]
+    local fits = count + n <= quota
     local write = false
-    if op == 't' and all then
-      c = c + n
+    if op == 't' and all_fit then
+      count = count + n
       write = true
-    elseif op == 'r' and c > 0 then
-      c = c - n
-      if c < 0 then c = 0 end
+    elseif op == 'r' and count > 0 then
+      count = count - n
+      if count < 0 then count = 0 end
       write = true
     end
     if write then
-      if c == 0 then
-        redis.call('DEL', KEYS[i])
+      if count == 0 then
+        redis.call('DEL', key)
       else
-        local e = ARGV[j+1+p] + 999
-        e = (e - e % 1000) / 1000 + 60000
-        local rec = string.format('%d', c) .. ' ' .. string.format('%d', kept[i])
-        if ttl[i] then
-          redis.call('SET', KEYS[i], rec, 'KEEPTTL')
-          redis.call('PEXPIREAT', KEYS[i], string.format('%d', e), 'GT')
+        local expire_at = ARGV[base + 1 + period] + 999
+        expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
+        local record = string.format('%d', count) .. ' ' .. string.format('%d', start or ARGV[base + period] + 0)
+        if start then
+          redis.call('SET', key, record, 'KEEPTTL')
+          redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
         else
-          redis.call('SET', KEYS[i], rec, 'PXAT', string.format('%d', e))
+          redis.call('SET', key, record, 'PXAT', string.format('%d', expire_at))
         end
       end
     end
-    out[#out+1] = c
-    if op ~= 'r' and not held then out[#out+1] = -p else out[#out+1] = p end
+    out[#out + 1] = count
+    if op ~= 'r' and not fits then out[#out + 1] = -period else out[#out + 1] = period end
   end
 end
 return out
@@ -753,11 +796,11 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 			}
 			continue
 		}
-		pick := vals[j]
+		period := vals[j]
 		j++
-		r := kvstore.OpResult{OK: pick > 0, Used: v, Now: now, Period: int(pick)}
-		if pick < 0 {
-			r.Period = int(-pick)
+		r := kvstore.OpResult{OK: period > 0, Used: v, Now: now, Period: int(period)}
+		if period < 0 {
+			r.Period = int(-period)
 		}
 		if r.Period < 1 || r.Period > 3 || v < 0 {
 			return false
