@@ -2,7 +2,6 @@ package signedwindow
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 	"testing"
 
@@ -15,7 +14,7 @@ func benchLimiter(b *testing.B, cacheSize int) (*Limiter, string) {
 	b.Helper()
 	clock := newClock(t0)
 	cfg := testConfig(clock)
-	cfg.Quota = math.MaxInt64 / 2
+	cfg.Quota = ratekit.MaxQuota
 	cfg.ReplayCacheSize = cacheSize
 	l := mustNew(b, cfg)
 	d, err := l.Allow(context.Background(), ratekit.Request{Key: "203.0.113.7", Cost: 1})

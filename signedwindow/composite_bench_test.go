@@ -2,7 +2,6 @@ package signedwindow
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -16,11 +15,11 @@ func BenchmarkCompositeAllow(b *testing.B) {
 	at := func() time.Time { return t0 }
 	keys := []Key{{ID: 1, Secret: secret(1)}}
 	ctx := context.Background()
-	single := mustNew(b, Config{Name: "burst", Quota: math.MaxInt64 / 2, Window: time.Second, Keys: keys, Now: at})
+	single := mustNew(b, Config{Name: "burst", Quota: ratekit.MaxQuota, Window: time.Second, Keys: keys, Now: at})
 	comp, err := NewComposite(CompositeConfig{
 		Policies: []ratekit.Policy{
-			{Name: "burst", Quota: math.MaxInt64 / 2, Window: time.Second},
-			{Name: "daily", Quota: math.MaxInt64 / 2, Window: 24 * time.Hour},
+			{Name: "burst", Quota: ratekit.MaxQuota, Window: time.Second},
+			{Name: "daily", Quota: ratekit.MaxQuota, Window: 24 * time.Hour},
 		},
 		Keys: keys, Now: at,
 	})
