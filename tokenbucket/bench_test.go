@@ -13,7 +13,7 @@ import (
 
 // BenchmarkAllowMemory measures one decision over the in-memory store, on
 // one hot key and spread over 10,000 keys, serially and in parallel. The
-// buckets hold 2^36 tokens and refill one every 100ms: they never deny and
+// buckets hold 2^35 tokens and refill one every 100ms: they never deny and
 // never refill to full (and expire) between two visits.
 func BenchmarkAllowMemory(b *testing.B) {
 	keys := make([]string, 10_000)
@@ -23,7 +23,7 @@ func BenchmarkAllowMemory(b *testing.B) {
 	for _, mode := range []tokenbucket.Mode{tokenbucket.Atomic, tokenbucket.Eventual} {
 		for _, spread := range []string{"hot", "10k"} {
 			newL := func(b *testing.B) *tokenbucket.Limiter {
-				return newLimiter(b, tokenbucket.Config{Name: "bench", Burst: 1 << 36, RefillRate: tokenbucket.Rate{Tokens: 1, Per: 100 * time.Millisecond}, Mode: mode, Store: memStore(b, nil)})
+				return newLimiter(b, tokenbucket.Config{Name: "bench", Burst: 1 << 35, RefillRate: tokenbucket.Rate{Tokens: 1, Per: 100 * time.Millisecond}, Mode: mode, Store: memStore(b, nil)})
 			}
 			key := func(i int) string {
 				if spread == "hot" {

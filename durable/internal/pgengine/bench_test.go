@@ -57,7 +57,11 @@ func BenchmarkTake(b *testing.B) {
 	})
 	for _, alg := range algorithms {
 		b.Run(alg.String(), func(b *testing.B) {
-			c := newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1 << 40, Window: time.Hour, CleanupProbability: pgengine.DefaultCleanupProbability, Durability: pgengine.Unlogged})
+			quota := int64(1 << 40)
+			if alg == ratekit.TokenBucket {
+				quota = 1 << 25 // a bucket refills at most one unit per 100µs of its window
+			}
+			c := newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: quota, Window: time.Hour, CleanupProbability: pgengine.DefaultCleanupProbability, Durability: pgengine.Unlogged})
 			if alg == ratekit.SlidingLog {
 				// Keep the log short: a small quota over a short window.
 				c = newCounter(b, s, pgengine.CounterConfig{Algorithm: alg, Quota: 1000, Window: 10 * time.Second, CleanupProbability: pgengine.DefaultCleanupProbability, Durability: pgengine.Unlogged})
