@@ -367,7 +367,10 @@ func runSkewPair(t *testing.T, env []string, goVersion, bin, path, store string,
 		}
 		// No go mod tidy: with -mod=mod the build adds what it needs, and
 		// only that is downloaded (tidy would fetch every test dependency).
-		out, err := runCmd(dir, env, "go", "build", "-o", exe, ".")
+		// -trimpath keeps the module cache's temporary directory out of the
+		// build cache's keys, so the client libraries compile once per
+		// machine rather than once per run.
+		out, err := runCmd(dir, env, "go", "build", "-trimpath", "-o", exe, ".")
 		if err != nil {
 			if i == 0 {
 				first = out
@@ -388,28 +391,9 @@ func skewTree(t *testing.T, commit, version string) *skewSide {
 	s := &skewSide{name: commit, version: version, tree: tree, mods: map[string]string{}}
 	if commit == "" {
 		s.name = "the working tree"
-		files := strings.Split(strings.TrimRight(runOut(t, repo, nil, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"), "\x00"), "\x00")
-		for _, f := range files {
-			src := filepath.Join(repo, f)
-			info, err := os.Lstat(src)
-			if err != nil || !info.Mode().IsRegular() {
-				continue // deleted in the working tree, or a link
-			}
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dst := filepath.Join(tree, f)
-			os.MkdirAll(filepath.Dir(dst), 0o755)
-			if err := os.WriteFile(dst, b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		copyWorkingTree(t, tree)
 	} else {
-		c := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", repo, commit, tree)
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git archive %s (a clone needs the history: fetch it, or set %s): %v\n%s", commit, skewBaseEnv, err, out)
-		}
+		archive(t, repo, commit, tree, "(a clone needs the history: fetch it, or set "+skewBaseEnv+")")
 	}
 	err := filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -517,6 +501,39 @@ func userEnv(t *testing.T, proxy string) []string {
 		"GOWORK=off",
 		"GOTOOLCHAIN=local",
 	)
+}
+
+// copyWorkingTree copies the files of the working tree (tracked and
+// untracked, not ignored) to dst.
+func copyWorkingTree(t *testing.T, dst string) {
+	t.Helper()
+	files := strings.Split(strings.TrimRight(runOut(t, repo, nil, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"), "\x00"), "\x00")
+	for _, f := range files {
+		src := filepath.Join(repo, f)
+		info, err := os.Lstat(src)
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted in the working tree, or a link
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := filepath.Join(dst, f)
+		os.MkdirAll(filepath.Dir(d), 0o755)
+		if err := os.WriteFile(d, b, info.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// archive extracts the tree of commit in the repository at dir to dst;
+// hint says what to do when that fails.
+func archive(t *testing.T, dir, commit, dst, hint string) {
+	t.Helper()
+	c := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", dir, commit, dst)
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s %s: %v\n%s", commit, hint, err, out)
+	}
 }
 
 // runCmd runs a command in dir with env (the test's own when nil) and
