@@ -5,14 +5,13 @@
 // get` line, builds the README's code, tidies and verifies the module, and
 // checks `go list -m all`: ratekit's library modules, the client library a
 // module exists for and that library's own requirements, nothing else; and
-// it installs ratekit-schema with `go install …@version`. TestVersionSkew
-// pairs store modules and the root at two versions.
+// it installs ratekit-schema with `go install …@version`. The skew test
+// beside it (internal/itest/skew) pairs store modules and the root at two
+// versions.
 package release_test
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -25,15 +24,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
-	"golang.org/x/mod/zip"
+
+	"github.com/ratekit/ratekit/internal/itest/modproxy"
 )
 
-const root = "github.com/ratekit/ratekit"
+const root = modproxy.Root
 
 // clients lists, for every library module, the client library it exists
 // for: a user's graph may hold these and what they require.
@@ -206,39 +205,15 @@ func releaseVersion(t *testing.T, mods []mod) string {
 }
 
 // buildProxy writes a file-based module proxy holding every module of mods
-// at version, zipped from the working tree.
+// at version.
 func buildProxy(t *testing.T, mods []mod, version string) string {
 	t.Helper()
 	dir := t.TempDir()
+	dirs := map[string]string{}
 	for _, m := range mods {
-		esc, err := module.EscapePath(m.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := filepath.Join(dir, esc, "@v")
-		if err := os.MkdirAll(v, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		modText, err := os.ReadFile(filepath.Join(m.dir, "go.mod"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, _ := json.Marshal(map[string]any{"Version": version, "Time": time.Now().UTC().Format(time.RFC3339)})
-		var zbuf bytes.Buffer
-		if err := zip.CreateFromDir(&zbuf, module.Version{Path: m.path, Version: version}, m.dir); err != nil {
-			t.Fatalf("zip %s: %v", m.path, err)
-		}
-		for name, data := range map[string][]byte{
-			"list":            []byte(version + "\n"),
-			version + ".info": info,
-			version + ".mod":  modText,
-			version + ".zip":  zbuf.Bytes(),
-		} {
-			if err := os.WriteFile(filepath.Join(v, name), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dirs[m.path] = m.dir
 	}
+	modproxy.Serve(t, dir, version, dirs)
 	return dir
 }
 
@@ -442,31 +417,7 @@ func TestInstallAsAUser(t *testing.T) {
 		code[path] = append(code[path], src)
 	}
 
-	// A module cache of the test's own, so that the simulated release never
-	// mixes with the machine's; modules already downloaded come from the
-	// machine's cache, the rest from the configured proxy.
-	goEnv := func(k string) string {
-		out, err := exec.Command("go", "env", k).Output()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	upstream := goEnv("GOPROXY")
-	cache := filepath.Join(goEnv("GOMODCACHE"), "cache", "download")
-	modcache := t.TempDir()
-	t.Cleanup(func() {
-		c := exec.Command("go", "clean", "-modcache")
-		c.Env = append(os.Environ(), "GOMODCACHE="+modcache)
-		c.Run()
-	})
-	env := append(os.Environ(),
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(cache)+","+upstream,
-		"GOMODCACHE="+modcache,
-		"GONOSUMDB="+root, // the simulated modules are in no checksum database
-		"GOFLAGS=-mod=mod",
-		"GOWORK=off",
-	)
+	env := modproxy.UserEnv(t, proxy)
 
 	t.Run("go install ratekit-schema", func(t *testing.T) {
 		gobin := t.TempDir()
@@ -478,7 +429,7 @@ func TestInstallAsAUser(t *testing.T) {
 		}
 		out, err := exec.Command(filepath.Join(gobin, "ratekit-schema"), "-schema", "ratekit_release").CombinedOutput()
 		if err != nil || !strings.Contains(strings.ToUpper(string(out)), "CREATE") {
-			t.Fatalf("ratekit-schema: %v\n%s", err, firstLines(string(out), 20))
+			t.Fatalf("ratekit-schema: %v\n%s", err, modproxy.FirstLines(string(out), 20))
 		}
 	})
 
@@ -598,45 +549,45 @@ func nextVersion(t *testing.T, v string) string {
 func cutRelease(t *testing.T, version string) string {
 	t.Helper()
 	clone := t.TempDir()
-	copyWorkingTree(t, clone)
+	modproxy.CopyWorkingTree(t, repo, clone)
 	env := append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@example.com",
 		"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@example.com", "GOWORK=off", "GOTOOLCHAIN=local")
-	runOut(t, clone, env, "git", "init", "-q")
-	runOut(t, clone, env, "git", "add", "-A")
-	runOut(t, clone, env, "git", "commit", "-q", "-m", "the working tree")
-	base := strings.TrimSpace(runOut(t, clone, env, "git", "rev-parse", "HEAD"))
+	modproxy.MustRun(t, clone, env, "git", "init", "-q")
+	modproxy.MustRun(t, clone, env, "git", "add", "-A")
+	modproxy.MustRun(t, clone, env, "git", "commit", "-q", "-m", "the working tree")
+	base := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", "HEAD"))
 
 	if err := os.WriteFile(filepath.Join(clone, "durable", "go.mod"), []byte("module github.com/ratekit/ratekit/durable\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := runCmd(clone, env, "bash", "scripts/release.sh", version, "--tag"); err == nil {
+	if out, err := modproxy.Run(clone, env, "bash", "scripts/release.sh", version, "--tag"); err == nil {
 		t.Fatalf("release.sh released a dirty tree:\n%s", out)
 	}
-	if tags := runOut(t, clone, env, "git", "tag"); tags != "" || strings.TrimSpace(runOut(t, clone, env, "git", "rev-parse", "HEAD")) != base {
+	if tags := modproxy.MustRun(t, clone, env, "git", "tag"); tags != "" || strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", "HEAD")) != base {
 		t.Fatalf("release.sh refused a dirty tree but committed or tagged: tags %q", tags)
 	}
-	runOut(t, clone, env, "git", "checkout", "-q", "--", "durable/go.mod")
+	modproxy.MustRun(t, clone, env, "git", "checkout", "-q", "--", "durable/go.mod")
 
-	out := runOut(t, clone, env, "bash", "scripts/release.sh", version, "--tag")
+	out := modproxy.MustRun(t, clone, env, "bash", "scripts/release.sh", version, "--tag")
 	t.Logf("release.sh %s --tag:\n%s", version, out)
-	if st := runOut(t, clone, env, "git", "status", "--porcelain"); st != "" {
+	if st := modproxy.MustRun(t, clone, env, "git", "status", "--porcelain"); st != "" {
 		t.Errorf("release.sh left the tree dirty:\n%s", st)
 	}
-	release := strings.TrimSpace(runOut(t, clone, env, "git", "rev-parse", version+"^{commit}"))
+	release := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", version+"^{commit}"))
 	if release == base {
 		t.Fatalf("release.sh tagged the commit it was given, not one it made")
 	}
-	if subject := strings.TrimSpace(runOut(t, clone, env, "git", "log", "-1", "--format=%s", release)); subject != "release: "+version {
+	if subject := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "log", "-1", "--format=%s", release)); subject != "release: "+version {
 		t.Errorf("the tagged commit is %q, want the script's \"release: %s\"", subject, version)
 	}
 	tree := t.TempDir()
-	archive(t, clone, release, tree, "")
+	modproxy.Archive(t, clone, release, tree, "")
 	for _, m := range libraryModules(t, tree) {
 		tag := version
 		if m.path != root {
 			tag = strings.TrimPrefix(m.path, root+"/") + "/" + version
 		}
-		if c, err := runCmd(clone, env, "git", "rev-parse", tag+"^{commit}"); err != nil || strings.TrimSpace(c) != release {
+		if c, err := modproxy.Run(clone, env, "git", "rev-parse", tag+"^{commit}"); err != nil || strings.TrimSpace(c) != release {
 			t.Errorf("tag %s: %s, want the release commit %s", tag, strings.TrimSpace(c), release)
 		}
 	}

@@ -1,10 +1,12 @@
-package release_test
+// Package skew_test is the release check's skew test: a user's module
+// graph can pair a store module with an older or newer root module, and no
+// such pair may decide silently wrong.
+package skew_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,11 +17,15 @@ import (
 	"time"
 
 	"golang.org/x/mod/modfile"
-	"golang.org/x/mod/module"
-	"golang.org/x/mod/zip"
 
+	"github.com/ratekit/ratekit/internal/itest/modproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
+
+const root = modproxy.Root
+
+// repo is the repository's root, from this package's directory.
+const repo = "../../.."
 
 // The two sides of the skew test. Minimal version selection gives a user
 // who upgrades one module a newer root under an older store (or, with a
@@ -262,21 +268,14 @@ func TestVersionSkew(t *testing.T) {
 	old := skewTree(t, base, oldVersion)
 	head := skewTree(t, os.Getenv(skewHeadEnv), newVersion)
 	proxy := skewProxy(t, old, head)
-	env := userEnv(t, proxy)
+	env := modproxy.UserEnv(t, proxy)
 	// The simulated modules are in no checksum database; the others come
 	// from the machine's cache. The programs find the servers in env.
 	env = append(append(env, "GOSUMDB=off"), servers...)
-	goVersion := strings.TrimPrefix(strings.TrimSpace(runOut(t, "", env, "go", "env", "GOVERSION")), "go")
+	goVersion := strings.TrimPrefix(strings.TrimSpace(modproxy.MustRun(t, "", env, "go", "env", "GOVERSION")), "go")
 	bin := t.TempDir()
 
-	stores := slices.Sorted(func(yield func(string) bool) {
-		for s := range skewStores {
-			if !yield(s) {
-				return
-			}
-		}
-	})
-	for _, s := range stores {
+	for _, s := range slices.Sorted(maps.Keys(skewStores)) {
 		path := root + "/" + s
 		t.Run(s, func(t *testing.T) {
 			for _, pair := range []struct {
@@ -296,7 +295,7 @@ func TestVersionSkew(t *testing.T) {
 				case control:
 					t.Errorf("%s (%s with itself): %s, want %q; the program or the servers are wrong, not the skew:\n%s", name, pair.store.name, outcome, skewWant, out)
 				case outcome == "fails to build" || outcome == "fails at construction":
-					t.Logf("%s: %s:\n%s", name, outcome, firstLines(out, 8))
+					t.Logf("%s: %s:\n%s", name, outcome, modproxy.FirstLines(out, 8))
 				default:
 					t.Errorf("%s (store at %s, root at %s): %s, want it to fail to build, fail at construction naming both versions, or print %q:\n%s",
 						name, pair.store.name, pair.rootSide.name, outcome, skewWant, out)
@@ -370,14 +369,14 @@ func runSkewPair(t *testing.T, env []string, goVersion, bin, path, store string,
 		// -trimpath keeps the module cache's temporary directory out of the
 		// build cache's keys, so the client libraries compile once per
 		// machine rather than once per run.
-		out, err := runCmd(dir, env, "go", "build", "-trimpath", "-o", exe, ".")
+		out, err := modproxy.Run(dir, env, "go", "build", "-trimpath", "-o", exe, ".")
 		if err != nil {
 			if i == 0 {
 				first = out
 			}
 			continue
 		}
-		got, _ := runCmd(dir, env, exe)
+		got, _ := modproxy.Run(dir, env, exe)
 		return got, true
 	}
 	return first, false
@@ -391,9 +390,9 @@ func skewTree(t *testing.T, commit, version string) *skewSide {
 	s := &skewSide{name: commit, version: version, tree: tree, mods: map[string]string{}}
 	if commit == "" {
 		s.name = "the working tree"
-		copyWorkingTree(t, tree)
+		modproxy.CopyWorkingTree(t, repo, tree)
 	} else {
-		archive(t, repo, commit, tree, "(a clone needs the history: fetch it, or set "+skewBaseEnv+")")
+		modproxy.Archive(t, repo, commit, tree, "(a clone needs the history: fetch it, or set "+skewBaseEnv+")")
 	}
 	err := filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -416,12 +415,12 @@ func skewTree(t *testing.T, commit, version string) *skewSide {
 			return err
 		}
 		for _, r := range f.Require {
-			if r.Mod.Path == root || strings.HasPrefix(r.Mod.Path, root+"/") {
+			if modproxy.IsRatekit(r.Mod.Path) {
 				f.AddRequire(r.Mod.Path, version)
 			}
 		}
 		for _, r := range slices.Clone(f.Replace) {
-			if r.Old.Path == root || strings.HasPrefix(r.Old.Path, root+"/") {
+			if modproxy.IsRatekit(r.Old.Path) {
 				f.DropReplace(r.Old.Path, r.Old.Version)
 			}
 		}
@@ -444,122 +443,8 @@ func skewTree(t *testing.T, commit, version string) *skewSide {
 func skewProxy(t *testing.T, sides ...*skewSide) string {
 	t.Helper()
 	dir := t.TempDir()
-	lists := map[string][]string{}
 	for _, s := range sides {
-		for path, mdir := range s.mods {
-			esc, err := module.EscapePath(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			v := filepath.Join(dir, esc, "@v")
-			if err := os.MkdirAll(v, 0o755); err != nil {
-				t.Fatal(err)
-			}
-			modText, err := os.ReadFile(filepath.Join(mdir, "go.mod"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, _ := json.Marshal(map[string]any{"Version": s.version, "Time": time.Now().UTC().Format(time.RFC3339)})
-			var zbuf bytes.Buffer
-			if err := zip.CreateFromDir(&zbuf, module.Version{Path: path, Version: s.version}, mdir); err != nil {
-				t.Fatalf("zip %s@%s: %v", path, s.version, err)
-			}
-			for name, data := range map[string][]byte{s.version + ".info": info, s.version + ".mod": modText, s.version + ".zip": zbuf.Bytes()} {
-				if err := os.WriteFile(filepath.Join(v, name), data, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			lists[v] = append(lists[v], s.version)
-		}
-	}
-	for v, versions := range lists {
-		if err := os.WriteFile(filepath.Join(v, "list"), []byte(strings.Join(versions, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		modproxy.Serve(t, dir, s.version, s.mods)
 	}
 	return dir
-}
-
-// userEnv returns the environment of a simulated user: the file proxy
-// first, then the machine's module cache and proxy, a module cache of the
-// test's own (removed at cleanup), and the local toolchain.
-func userEnv(t *testing.T, proxy string) []string {
-	t.Helper()
-	upstream := strings.TrimSpace(runOut(t, "", nil, "go", "env", "GOPROXY"))
-	cache := filepath.Join(strings.TrimSpace(runOut(t, "", nil, "go", "env", "GOMODCACHE")), "cache", "download")
-	modcache := t.TempDir()
-	t.Cleanup(func() {
-		c := exec.Command("go", "clean", "-modcache")
-		c.Env = append(os.Environ(), "GOMODCACHE="+modcache)
-		c.Run()
-	})
-	return append(os.Environ(),
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(cache)+","+upstream,
-		"GOMODCACHE="+modcache,
-		"GONOSUMDB="+root,
-		"GOFLAGS=-mod=mod",
-		"GOWORK=off",
-		"GOTOOLCHAIN=local",
-	)
-}
-
-// copyWorkingTree copies the files of the working tree (tracked and
-// untracked, not ignored) to dst.
-func copyWorkingTree(t *testing.T, dst string) {
-	t.Helper()
-	files := strings.Split(strings.TrimRight(runOut(t, repo, nil, "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"), "\x00"), "\x00")
-	for _, f := range files {
-		src := filepath.Join(repo, f)
-		info, err := os.Lstat(src)
-		if err != nil || !info.Mode().IsRegular() {
-			continue // deleted in the working tree, or a link
-		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d := filepath.Join(dst, f)
-		os.MkdirAll(filepath.Dir(d), 0o755)
-		if err := os.WriteFile(d, b, info.Mode().Perm()); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// archive extracts the tree of commit in the repository at dir to dst;
-// hint says what to do when that fails.
-func archive(t *testing.T, dir, commit, dst, hint string) {
-	t.Helper()
-	c := exec.Command("sh", "-c", `git -C "$1" archive --format=tar "$2" | tar -x -C "$3"`, "sh", dir, commit, dst)
-	if out, err := c.CombinedOutput(); err != nil {
-		t.Fatalf("git archive %s %s: %v\n%s", commit, hint, err, out)
-	}
-}
-
-// runCmd runs a command in dir with env (the test's own when nil) and
-// returns its combined output.
-func runCmd(dir string, env []string, args ...string) (string, error) {
-	c := exec.Command(args[0], args[1:]...)
-	c.Dir, c.Env = dir, env
-	out, err := c.CombinedOutput()
-	return string(out), err
-}
-
-// runOut is runCmd failing t on error.
-func runOut(t *testing.T, dir string, env []string, args ...string) string {
-	t.Helper()
-	out, err := runCmd(dir, env, args...)
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// firstLines returns s's first n lines.
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(s, "\n", n+1)
-	if len(lines) > n {
-		lines = lines[:n]
-	}
-	return strings.Join(lines, "\n")
 }
