@@ -545,7 +545,8 @@ func nextVersion(t *testing.T, v string) string {
 // holding a copy of the working tree, after checking that it refuses a
 // dirty tree, and returns the tree of the commit the tags name. It fails t
 // unless every library module's tag names one commit, the script's own,
-// and the script left the tree clean.
+// the script left the tree clean, and the commit after the release has the
+// library modules' replace lines back.
 func cutRelease(t *testing.T, version string) string {
 	t.Helper()
 	clone := t.TempDir()
@@ -579,6 +580,15 @@ func cutRelease(t *testing.T, version string) string {
 	}
 	if subject := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "log", "-1", "--format=%s", release)); subject != "release: "+version {
 		t.Errorf("the tagged commit is %q, want the script's \"release: %s\"", subject, version)
+	}
+	// After the release commit, every library module builds against its
+	// siblings in the tree again.
+	for _, m := range libraryModules(t, clone) {
+		for _, r := range m.file.Require {
+			if modproxy.IsRatekit(r.Mod.Path) && !slices.ContainsFunc(m.file.Replace, func(rep *modfile.Replace) bool { return rep.Old.Path == r.Mod.Path }) {
+				t.Errorf("after release.sh, %s requires %s with no replace line: the tree no longer builds from itself", m.path, r.Mod.Path)
+			}
+		}
 	}
 	tree := t.TempDir()
 	modproxy.Archive(t, clone, release, tree, "")
