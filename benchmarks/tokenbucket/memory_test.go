@@ -16,12 +16,12 @@ import (
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
-// The buckets hold 2^36 tokens and refill one every 100ms: they never deny,
+// The buckets hold 2^35 tokens and refill one every 100ms: they never deny,
 // and a bucket never refills to full between two visits (a full memstore
 // bucket has expired and is inserted afresh), so both sides do the work of an
 // admitted request on a key they hold.
 const (
-	burst  = 1 << 36
+	burst  = 1 << 35
 	refill = 100 * time.Millisecond
 )
 

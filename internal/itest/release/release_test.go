@@ -1,16 +1,17 @@
-// Package release_test installs ratekit as a user would: it serves every
-// library module of the working tree from a file-based module proxy at the
-// version the go.mod files require of each other, then, in a fresh user
-// module per library module, runs the README's `go get` line, builds the
-// README's code, tidies and verifies the module, and checks `go list -m all`:
-// ratekit's library modules, the client library a module exists for and
-// that library's own requirements, nothing else.
+// Package release_test installs ratekit as a user would: it cuts a release
+// with scripts/release.sh in a copy of the working tree, serves every
+// library module of the release commit from a file-based module proxy,
+// then, in a fresh user module per library module, runs the README's `go
+// get` line, builds the README's code, tidies and verifies the module, and
+// checks `go list -m all`: ratekit's library modules, the client library a
+// module exists for and that library's own requirements, nothing else; and
+// it installs ratekit-schema with `go install …@version`. The skew test
+// beside it (internal/itest/skew) pairs store modules and the root at two
+// versions.
 package release_test
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -23,15 +24,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/mod/modfile"
 	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
-	"golang.org/x/mod/zip"
+
+	"github.com/ratekit/ratekit/internal/itest/modproxy"
 )
 
-const root = "github.com/ratekit/ratekit"
+const root = modproxy.Root
 
 // clients lists, for every library module, the client library it exists
 // for: a user's graph may hold these and what they require.
@@ -129,12 +130,13 @@ type mod struct {
 	file      *modfile.File
 }
 
-// libraryModules reads every go.mod of the repository and returns the
-// library modules: all but the examples, the benchmarks and internal/.
-func libraryModules(t *testing.T) []mod {
+// libraryModules reads every go.mod of the repository tree at dir and
+// returns the library modules: all but the examples, the benchmarks and
+// internal/.
+func libraryModules(t *testing.T, dir string) []mod {
 	t.Helper()
 	var mods []mod
-	err := filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -144,7 +146,7 @@ func libraryModules(t *testing.T) []mod {
 		if d.Name() != "go.mod" {
 			return nil
 		}
-		rel, _ := filepath.Rel(repo, filepath.Dir(p))
+		rel, _ := filepath.Rel(dir, filepath.Dir(p))
 		rel = filepath.ToSlash(rel)
 		if rel == "examples" || rel == "benchmarks" || strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "benchmarks/") || strings.HasPrefix(rel, "internal/") {
 			return nil
@@ -203,39 +205,15 @@ func releaseVersion(t *testing.T, mods []mod) string {
 }
 
 // buildProxy writes a file-based module proxy holding every module of mods
-// at version, zipped from the working tree.
+// at version.
 func buildProxy(t *testing.T, mods []mod, version string) string {
 	t.Helper()
 	dir := t.TempDir()
+	dirs := map[string]string{}
 	for _, m := range mods {
-		esc, err := module.EscapePath(m.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v := filepath.Join(dir, esc, "@v")
-		if err := os.MkdirAll(v, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		modText, err := os.ReadFile(filepath.Join(m.dir, "go.mod"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, _ := json.Marshal(map[string]any{"Version": version, "Time": time.Now().UTC().Format(time.RFC3339)})
-		var zbuf bytes.Buffer
-		if err := zip.CreateFromDir(&zbuf, module.Version{Path: m.path, Version: version}, m.dir); err != nil {
-			t.Fatalf("zip %s: %v", m.path, err)
-		}
-		for name, data := range map[string][]byte{
-			"list":            []byte(version + "\n"),
-			version + ".info": info,
-			version + ".mod":  modText,
-			version + ".zip":  zbuf.Bytes(),
-		} {
-			if err := os.WriteFile(filepath.Join(v, name), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
+		dirs[m.path] = m.dir
 	}
+	modproxy.Serve(t, dir, version, dirs)
 	return dir
 }
 
@@ -389,13 +367,24 @@ func TestInstallAsAUser(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatal("no go command")
 	}
-	mods := libraryModules(t)
+	version := nextVersion(t, releaseVersion(t, libraryModules(t, repo)))
+	tree := cutRelease(t, version)
+	mods := libraryModules(t, tree)
 	for _, m := range mods {
 		if _, ok := clients[m.path]; !ok {
 			t.Fatalf("library module %s is not in this test's table of client libraries", m.path)
 		}
 	}
-	version := releaseVersion(t, mods)
+	for _, m := range mods {
+		for _, r := range m.file.Replace {
+			if strings.HasPrefix(r.Old.Path, root) {
+				t.Errorf("%s's released go.mod replaces %s: `go install …@%s` would refuse it", m.path, r.Old.Path, version)
+			}
+		}
+	}
+	if v := releaseVersion(t, mods); v != version {
+		t.Fatalf("the release commit's go.mod files require siblings at %s, want %s", v, version)
+	}
 	proxy := buildProxy(t, mods, version)
 
 	readme, err := os.ReadFile(filepath.Join(repo, "README.md"))
@@ -428,31 +417,21 @@ func TestInstallAsAUser(t *testing.T) {
 		code[path] = append(code[path], src)
 	}
 
-	// A module cache of the test's own, so that the simulated release never
-	// mixes with the machine's; modules already downloaded come from the
-	// machine's cache, the rest from the configured proxy.
-	goEnv := func(k string) string {
-		out, err := exec.Command("go", "env", k).Output()
-		if err != nil {
-			t.Fatal(err)
+	env := modproxy.UserEnv(t, proxy)
+
+	t.Run("go install ratekit-schema", func(t *testing.T) {
+		gobin := t.TempDir()
+		c := exec.Command("go", "install", "-trimpath", root+"/durable/pgstore/cmd/ratekit-schema@"+version)
+		c.Dir = t.TempDir()
+		c.Env = append(slices.DeleteFunc(slices.Clone(env), func(e string) bool { return strings.HasPrefix(e, "GOFLAGS=") }), "GOBIN="+gobin)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("go install ratekit-schema@%s: %v\n%s", version, err, out)
 		}
-		return strings.TrimSpace(string(out))
-	}
-	upstream := goEnv("GOPROXY")
-	cache := filepath.Join(goEnv("GOMODCACHE"), "cache", "download")
-	modcache := t.TempDir()
-	t.Cleanup(func() {
-		c := exec.Command("go", "clean", "-modcache")
-		c.Env = append(os.Environ(), "GOMODCACHE="+modcache)
-		c.Run()
+		out, err := exec.Command(filepath.Join(gobin, "ratekit-schema"), "-schema", "ratekit_release").CombinedOutput()
+		if err != nil || !strings.Contains(strings.ToUpper(string(out)), "CREATE") {
+			t.Fatalf("ratekit-schema: %v\n%s", err, modproxy.FirstLines(string(out), 20))
+		}
 	})
-	env := append(os.Environ(),
-		"GOPROXY=file://"+filepath.ToSlash(proxy)+",file://"+filepath.ToSlash(cache)+","+upstream,
-		"GOMODCACHE="+modcache,
-		"GONOSUMDB="+root, // the simulated modules are in no checksum database
-		"GOFLAGS=-mod=mod",
-		"GOWORK=off",
-	)
 
 	for _, m := range mods {
 		name := strings.TrimPrefix(strings.TrimPrefix(m.path, root), "/")
@@ -487,7 +466,7 @@ func TestInstallAsAUser(t *testing.T) {
 			}
 			run("go", "mod", "tidy")
 			if out, err := func() (string, error) {
-				c := exec.Command("go", "build", "-o", t.TempDir()+string(filepath.Separator), "./...")
+				c := exec.Command("go", "build", "-trimpath", "-o", t.TempDir()+string(filepath.Separator), "./...")
 				c.Dir, c.Env = dir, env
 				o, err := c.CombinedOutput()
 				return string(o), err
@@ -550,4 +529,77 @@ func checkList(t *testing.T, installed string, list []string, graph string, mods
 	if installed == root && len(list) != 2 {
 		t.Errorf("a user of the root module alone lists %v, want the user's module and ratekit alone", list)
 	}
+}
+
+// nextVersion returns the version after v: its minor version plus one.
+func nextVersion(t *testing.T, v string) string {
+	t.Helper()
+	var major, minor, patch int
+	if _, err := fmt.Sscanf(semver.Canonical(v), "v%d.%d.%d", &major, &minor, &patch); err != nil {
+		t.Fatalf("version %s: %v", v, err)
+	}
+	return fmt.Sprintf("v%d.%d.0", major, minor+1)
+}
+
+// cutRelease runs scripts/release.sh version --tag in a git repository
+// holding a copy of the working tree, after checking that it refuses a
+// dirty tree, and returns the tree of the commit the tags name. It fails t
+// unless every library module's tag names one commit, the script's own,
+// the script left the tree clean, and the commit after the release has the
+// library modules' replace lines back.
+func cutRelease(t *testing.T, version string) string {
+	t.Helper()
+	clone := t.TempDir()
+	modproxy.CopyWorkingTree(t, repo, clone)
+	env := append(os.Environ(), "GIT_AUTHOR_NAME=release test", "GIT_AUTHOR_EMAIL=release@example.com",
+		"GIT_COMMITTER_NAME=release test", "GIT_COMMITTER_EMAIL=release@example.com", "GOWORK=off", "GOTOOLCHAIN=local")
+	modproxy.MustRun(t, clone, env, "git", "init", "-q")
+	modproxy.MustRun(t, clone, env, "git", "add", "-A")
+	modproxy.MustRun(t, clone, env, "git", "commit", "-q", "-m", "the working tree")
+	base := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", "HEAD"))
+
+	if err := os.WriteFile(filepath.Join(clone, "durable", "go.mod"), []byte("module github.com/ratekit/ratekit/durable\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := modproxy.Run(clone, env, "bash", "scripts/release.sh", version, "--tag"); err == nil {
+		t.Fatalf("release.sh released a dirty tree:\n%s", out)
+	}
+	if tags := modproxy.MustRun(t, clone, env, "git", "tag"); tags != "" || strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", "HEAD")) != base {
+		t.Fatalf("release.sh refused a dirty tree but committed or tagged: tags %q", tags)
+	}
+	modproxy.MustRun(t, clone, env, "git", "checkout", "-q", "--", "durable/go.mod")
+
+	out := modproxy.MustRun(t, clone, env, "bash", "scripts/release.sh", version, "--tag")
+	t.Logf("release.sh %s --tag:\n%s", version, out)
+	if st := modproxy.MustRun(t, clone, env, "git", "status", "--porcelain"); st != "" {
+		t.Errorf("release.sh left the tree dirty:\n%s", st)
+	}
+	release := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "rev-parse", version+"^{commit}"))
+	if release == base {
+		t.Fatalf("release.sh tagged the commit it was given, not one it made")
+	}
+	if subject := strings.TrimSpace(modproxy.MustRun(t, clone, env, "git", "log", "-1", "--format=%s", release)); subject != "release: "+version {
+		t.Errorf("the tagged commit is %q, want the script's \"release: %s\"", subject, version)
+	}
+	// After the release commit, every library module builds against its
+	// siblings in the tree again.
+	for _, m := range libraryModules(t, clone) {
+		for _, r := range m.file.Require {
+			if modproxy.IsRatekit(r.Mod.Path) && !slices.ContainsFunc(m.file.Replace, func(rep *modfile.Replace) bool { return rep.Old.Path == r.Mod.Path }) {
+				t.Errorf("after release.sh, %s requires %s with no replace line: the tree no longer builds from itself", m.path, r.Mod.Path)
+			}
+		}
+	}
+	tree := t.TempDir()
+	modproxy.Archive(t, clone, release, tree, "")
+	for _, m := range libraryModules(t, tree) {
+		tag := version
+		if m.path != root {
+			tag = strings.TrimPrefix(m.path, root+"/") + "/" + version
+		}
+		if c, err := modproxy.Run(clone, env, "git", "rev-parse", tag+"^{commit}"); err != nil || strings.TrimSpace(c) != release {
+			t.Errorf("tag %s: %s, want the release commit %s", tag, strings.TrimSpace(c), release)
+		}
+	}
+	return tree
 }
