@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/mod/modfile"
 
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/modproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
@@ -208,7 +209,7 @@ var skewStores = map[string]func() (variants [][2]string){
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/` + pg + `"
 `, `func limiter(ctx context.Context) (allower, func(), error) {
-	pool, err := pgxpool.New(ctx, os.Getenv("` + testenv.PostgresEnv + `"))
+	pool, err := pgxpool.New(ctx, os.Getenv("` + pgstoretest.PostgresEnv + `"))
 	if err != nil {
 		return nil, func() {}, err
 	}
@@ -262,7 +263,7 @@ func TestVersionSkew(t *testing.T) {
 	}
 	servers := []string{
 		testenv.RedisEnv + "=" + testenv.RedisAddr(t),
-		testenv.PostgresEnv + "=" + testenv.PostgresURL(t),
+		pgstoretest.PostgresEnv + "=" + pgstoretest.PostgresURL(t),
 		testenv.DynamoDBEnv + "=" + testenv.DynamoDBEndpoint(t),
 	}
 	base := os.Getenv(skewBaseEnv)
