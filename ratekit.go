@@ -370,6 +370,20 @@ var (
 	// ErrInvalidConfig is matched by every error a constructor returns for
 	// an invalid configuration.
 	ErrInvalidConfig = errors.New("invalid config")
+
+	// ErrClockSkew is matched by the error of a decision on a policy counted
+	// over calendar periods ([Policy.Period], or a fixed window of
+	// tokenbucket.Planned) when two clocks disagree by more than a period.
+	// The client (this process) computes, from its own clock and calendar,
+	// the period around its clock and the two beside it; the store counts
+	// in the one that contains the store's clock, read once per call, so
+	// that decisions follow one clock. A store clock outside all three
+	// fails the call. The store's clock is the server's for Redis
+	// (kvstore/redisstore, kvstore/rueidisstore: TIME) and PostgreSQL
+	// (durable: the database clock); for kvstore/memstore it is its
+	// Config.Now, which is this process's clock unless a test injects
+	// another. Nothing was decided: no count changed, nothing was recorded.
+	ErrClockSkew = errors.New("clock skew")
 )
 
 // invalidRequestError is an error that matches [ErrInvalidRequest]. Unlike

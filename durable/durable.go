@@ -87,7 +87,7 @@ type Config struct {
 	// true start. This process computes the period around its clock and
 	// its two neighbours; the database picks among them the one its clock
 	// is in, so decisions use the database clock, and an error matching
-	// [ErrClockSkew] reports clocks more than a period apart. Decisions
+	// [ratekit.ErrClockSkew] reports clocks more than a period apart. Decisions
 	// report the current period's length in Policy.Window and its end in
 	// ResetAfter (and RetryAfter when denied); an IdempotencyKey is
 	// remembered 32 days. Such decisions are never coalesced with others

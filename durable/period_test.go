@@ -135,7 +135,7 @@ func TestPeriodPick(t *testing.T) {
 	skewed := newStore(t, testenv.PostgresURL(t), 2)
 	pgengine.From(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
 	daily := periodLimiter(t, skewed, prefix+"d", 3, ratekit.Period{Unit: ratekit.Day})
-	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, durable.ErrClockSkew) {
+	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, ratekit.ErrClockSkew) {
 		t.Fatalf("skewed allow: %v, want ErrClockSkew", err)
 	}
 }

@@ -13,12 +13,6 @@ import (
 	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
-// ErrClockSkew is matched by the error of a decision on a policy with a
-// Period when the database clock is outside the three periods around this
-// process's clock (the two clocks differ by more than a period). Nothing
-// was decided.
-var ErrClockSkew = pgengine.ErrClockSkew
-
 // PeriodUsage is what one key used in one period of a policy with a
 // Period, as [Planned.PeriodUsage] and [Limiter.PeriodUsage] report it.
 type PeriodUsage struct {
@@ -249,7 +243,7 @@ func (p *Planned) decide(ctx context.Context, op pgengine.Op, req ratekit.Reques
 // contract. Errors: those of [ratekit.Request.Validate];
 // [ratekit.ErrCostExceedsLimit] when a cost exceeds a policy's quota; an
 // error matching [ratekit.ErrInvalidConfig] for an invalid plan (see
-// [ratekit.Plan.Validate]); the Plan func's error, wrapped; [ErrClockSkew];
+// [ratekit.Plan.Validate]); the Plan func's error, wrapped; [ratekit.ErrClockSkew];
 // store errors wrapping the pgx error (and ctx.Err()), after which the
 // request may have been counted by every policy or by none.
 func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -288,7 +282,7 @@ func (p *Planned) Reset(ctx context.Context, key string) error {
 // used of its current window or period, what remains and when it resets,
 // read in one statement (one snapshot, on the database clock) that takes
 // and locks nothing: the figures of a Peek. It returns the plan errors of
-// Allow, [ErrClockSkew] and store errors wrapping the pgx error.
+// Allow, [ratekit.ErrClockSkew] and store errors wrapping the pgx error.
 func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error) {
 	plan, c, periods, err := p.plan(ctx, key)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -37,7 +38,7 @@ func TestPeriodApply(t *testing.T) {
 		}
 	}
 	for _, now := range []int64{99, 400, -1} {
-		if _, _, _, err := p.Apply(kvstore.Record{}, false, now, kvstore.OpPeek, 1); !errors.Is(err, kvstore.ErrClockSkew) {
+		if _, _, _, err := p.Apply(kvstore.Record{}, false, now, kvstore.OpPeek, 1); !errors.Is(err, ratekit.ErrClockSkew) {
 			t.Errorf("now %d: err = %v, want ErrClockSkew", now, err)
 		}
 	}

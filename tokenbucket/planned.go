@@ -42,7 +42,7 @@ type PlannedConfig struct {
 	// counts in the one that contains ITS clock (see
 	// kvstore.PeriodBounds). Nil means time.Now. A clock more than a
 	// period away from the store's fails decisions with
-	// kvstore.ErrClockSkew.
+	// ratekit.ErrClockSkew.
 	Now func() time.Time
 }
 
@@ -68,7 +68,7 @@ type PlannedConfig struct {
 //     Window aligned to the Unix epoch (Window a whole number of
 //     microseconds). Its bounds come from this process's clock too, so a
 //     clock more than one Window from the store's fails with
-//     kvstore.ErrClockSkew: prefer a TokenBucket for windows of seconds.
+//     ratekit.ErrClockSkew: prefer a TokenBucket for windows of seconds.
 //   - SlidingWindow and SlidingLog are refused (ratekit.ErrInvalidConfig).
 //
 // Counts are kept per key and policy name, not per plan. A period
@@ -397,7 +397,7 @@ func decimalLen(n int64) int {
 // policies; ratekit.ErrCostExceedsLimit when a cost exceeds a policy's
 // quota; an error matching ratekit.ErrInvalidConfig for a plan that
 // ratekit.Plan.Validate refuses or that Planned cannot count (see
-// [Planned]); the Plan func's error, wrapped; kvstore.ErrClockSkew; and
+// [Planned]); the Plan func's error, wrapped; ratekit.ErrClockSkew; and
 // the store's error (wrapped; one caused by ctx wraps ctx.Err()), after
 // which the request was counted by every policy or by none.
 func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -434,7 +434,7 @@ func (p *Planned) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // its buckets are full again and its period counts zero. Records kept
 // under other plans' policies, or under a bucket's earlier shape, are not
 // touched. It returns ratekit.ErrEmptyKey or ratekit.ErrKeyTooLong for an
-// invalid key, the plan errors of Allow, kvstore.ErrClockSkew, and the
+// invalid key, the plan errors of Allow, ratekit.ErrClockSkew, and the
 // store's error (wrapped).
 func (p *Planned) Reset(ctx context.Context, key string) error {
 	if _, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil); err != nil {

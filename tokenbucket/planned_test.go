@@ -66,7 +66,7 @@ func TestPlannedStoreClock(t *testing.T) {
 		t.Fatalf("allow in May by the store's clock: %+v, %v", d, err)
 	}
 	process.Add(62 * 24 * time.Hour)
-	if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, kvstore.ErrClockSkew) {
+	if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, ratekit.ErrClockSkew) {
 		t.Fatalf("process clock two months ahead: err = %v, want ErrClockSkew", err)
 	}
 	process.Add(-62 * 24 * time.Hour)

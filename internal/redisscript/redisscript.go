@@ -354,7 +354,7 @@ return out
 
 // ClockSkew is the message of the error MultiPeriod returns when Redis's
 // clock is outside a period counter's bounds; the stores turn it into
-// kvstore.ErrClockSkew.
+// ratekit.ErrClockSkew.
 const ClockSkew = "kvstore: clock skew"
 
 // MultiPeriod is kvstore.PeriodCounter's UpdateMulti in Lua: Multi's token

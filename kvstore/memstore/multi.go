@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -52,7 +53,7 @@ const maxStackKeys = 8
 //
 // It returns the errors of [kvstore.CheckMultiPeriods],
 // [kvstore.ErrDuplicateKey] for a key given twice,
-// [kvstore.ErrClockSkew] when the clock is outside a period counter's
+// [ratekit.ErrClockSkew] when the clock is outside a period counter's
 // bounds (nothing changes), and ctx.Err() when ctx is done before it starts.
 func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
@@ -105,7 +106,7 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			now := micros(nowNano)
 			for i := range updates {
 				if p := updates[i].Period; p != nil && p.Pick(now) == 0 {
-					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", kvstore.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
+					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", ratekit.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -54,7 +55,7 @@ func (s *Store) Partitioned() bool {
 // contacting Redis. A key holding something this package did not write (a
 // bucket's record where a counter is asked for, or the reverse, included)
 // gives kvstore.ErrMalformedRecord, and Redis's clock outside a counter's
-// bounds kvstore.ErrClockSkew; nothing changes then.
+// bounds ratekit.ErrClockSkew; nothing changes then.
 func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
 	if err != nil {
@@ -172,7 +173,7 @@ func (s *Store) updatePeriods(ctx context.Context, op kvstore.Op, updates []kvst
 		case strings.Contains(msg, malformedMsg):
 			return kvstore.ErrMalformedRecord
 		case strings.Contains(msg, redisscript.ClockSkew):
-			return fmt.Errorf("redisstore: %w (%s)", kvstore.ErrClockSkew, msg)
+			return fmt.Errorf("redisstore: %w (%s)", ratekit.ErrClockSkew, msg)
 		}
 		return wrap(ctx, "EVALSHA", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redisscript"
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -92,7 +93,7 @@ func multiSHA() string {
 // contacting Redis. A key holding something no ratekit store wrote (a
 // bucket's record where a counter is asked for, or the reverse, included)
 // gives kvstore.ErrMalformedRecord, and Redis's clock outside a counter's
-// bounds kvstore.ErrClockSkew; nothing changes then.
+// bounds ratekit.ErrClockSkew; nothing changes then.
 func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
 	if err != nil {
@@ -207,7 +208,7 @@ func (s *Store) updatePeriods(ctx context.Context, op kvstore.Op, updates []kvst
 		case strings.Contains(msg, redisscript.Malformed):
 			return kvstore.ErrMalformedRecord
 		case strings.Contains(msg, redisscript.ClockSkew):
-			return fmt.Errorf("rueidisstore: %w (%s)", kvstore.ErrClockSkew, msg)
+			return fmt.Errorf("rueidisstore: %w (%s)", ratekit.ErrClockSkew, msg)
 		}
 		return wrap(ctx, "EVALSHA", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -139,7 +140,7 @@ func testPeriodClockSkew(t *testing.T, s kvstore.PeriodCounter) {
 	for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
 		for _, p := range []*kvstore.PeriodBounds{future, past} {
 			u := []kvstore.Update{{Key: "b", Refill: slow, N: unit}, counter("c", centred(10), 1), counter("d", p, 1)}
-			if err := s.UpdateMulti(ctx(t), g, op, u, make([]kvstore.OpResult, 3)); !errors.Is(err, kvstore.ErrClockSkew) {
+			if err := s.UpdateMulti(ctx(t), g, op, u, make([]kvstore.OpResult, 3)); !errors.Is(err, ratekit.ErrClockSkew) {
 				t.Fatalf("op %d with bounds %v: err = %v, want ErrClockSkew", op, p.Bounds, err)
 			}
 		}
