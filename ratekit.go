@@ -57,6 +57,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -326,7 +327,7 @@ const MaxPolicyNameLen = 64
 // matches [ErrInvalidConfig].
 func ValidatePolicyName(name string) error {
 	if name == "" || len(name) > MaxPolicyNameLen {
-		return fmt.Errorf("%w: policy name must be 1 to %d bytes, got %d", ErrInvalidConfig, MaxPolicyNameLen, len(name))
+		return configErr("policy name must be 1 to %d bytes, got %d", MaxPolicyNameLen, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -334,7 +335,7 @@ func ValidatePolicyName(name string) error {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case c == '-', c == '_', c == '.', c == ':':
 		default:
-			return fmt.Errorf("%w: policy name %q has byte %q; use letters, digits, '-', '_', '.', ':'", ErrInvalidConfig, name, c)
+			return configErr("policy name %q has byte %q; use letters, digits, '-', '_', '.', ':'", name, c)
 		}
 	}
 	return nil
@@ -368,7 +369,10 @@ var (
 	ErrUnexpectedParts error = &invalidRequestError{"invalid request: parts given to a limiter of a single policy"}
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
-	// an invalid configuration.
+	// an invalid configuration, and by a decision's error when a
+	// configuration given at decision time (a plan) is invalid. Such an
+	// error reads "<package>: invalid config: " and what is wrong, the
+	// package being the one called.
 	ErrInvalidConfig = errors.New("invalid config")
 
 	// ErrClockSkew is matched by the error of a decision on a policy counted
@@ -403,3 +407,19 @@ type invalidConfigError struct{ msg string }
 func (e *invalidConfigError) Error() string { return e.msg }
 
 func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// configErr returns an error matching [ErrInvalidConfig] that reads
+// "ratekit: invalid config: " and format's text: every configuration error
+// of this package is made here. An error among args is printed without its
+// own "<package>: invalid config: ", so that a message adding context to
+// another configuration error names the package and the class once.
+func configErr(format string, args ...any) error {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
+				args[i] = detail
+			}
+		}
+	}
+	return &invalidConfigError{"ratekit: invalid config: " + fmt.Sprintf(format, args...)}
+}

@@ -2,7 +2,6 @@ package durable
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
@@ -52,13 +51,13 @@ func NewComposite(limiters ...*Limiter) (*Composite, error) {
 	counters := make([]*pgengine.Counter, len(limiters))
 	for i, l := range limiters {
 		if l == nil {
-			return nil, fmt.Errorf("durable: %w: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
+			return nil, configErr("composite limiter %d is nil", i)
 		}
 		counters[i] = l.counter
 	}
 	c, err := pgengine.NewComposite(counters...)
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	return &Composite{c: c, limiters: append([]*Limiter(nil), limiters...)}, nil
 }

@@ -36,6 +36,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -184,36 +185,53 @@ var (
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
 
+// configErr returns an error matching [ratekit.ErrInvalidConfig] that reads
+// "durable: invalid config: " and format's text: every configuration error
+// of this package is made here. An error among args (one of ratekit's
+// validators, or the engine's) is printed without its own "<package>:
+// invalid config: ", so that the message names the package and the class
+// once.
+func configErr(format string, args ...any) error {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
+				args[i] = detail
+			}
+		}
+	}
+	return fmt.Errorf("durable: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
 // New returns a Limiter for cfg. It returns an error matching
 // [ratekit.ErrInvalidConfig] for an invalid configuration and does not
 // contact the database.
 func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Store")
 	}
 	store := pgengine.From(cfg.Store)
 	if store == nil {
-		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+		return nil, configErr("Store not made by pgstore.New")
 	}
 	if cfg.Durability == 0 {
-		return nil, fmt.Errorf("durable: %w: Durability is not set; choose durable.Logged for quotas that are money or durable.Unlogged for abuse counters", ratekit.ErrInvalidConfig)
+		return nil, configErr("Durability is not set; choose durable.Logged for quotas that are money or durable.Unlogged for abuse counters")
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("durable: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, configErr("unknown durability %d", int(cfg.Durability))
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	if cfg.Policy.Quota < 1 || cfg.Policy.Quota > ratekit.MaxQuota {
-		return nil, fmt.Errorf("durable: %w: policy quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+		return nil, configErr("policy quota must be from 1 to ratekit.MaxQuota, got %d", cfg.Policy.Quota)
 	}
 	if !cfg.Policy.Period.IsZero() {
 		if err := cfg.Policy.ValidatePeriod(); err != nil {
-			return nil, fmt.Errorf("durable: %w", err)
+			return nil, configErr("%v", err)
 		}
 	}
 	if cfg.DeniedCacheSize < 0 {
-		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
+		return nil, configErr("negative denied cache size %d", cfg.DeniedCacheSize)
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {
@@ -230,7 +248,7 @@ func New(cfg Config) (*Limiter, error) {
 		CleanupProbability: cfg.CleanupProbability,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	l := &Limiter{counter: counter, policy: cfg.Policy}
 	if cfg.DeniedCacheSize > 0 {

@@ -108,27 +108,27 @@ const maxCachedPlans = 256
 // contact the database.
 func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Store")
 	}
 	store := pgengine.From(cfg.Store)
 	if store == nil {
-		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+		return nil, configErr("Store not made by pgstore.New")
 	}
 	if cfg.Plan == nil {
-		return nil, fmt.Errorf("durable: %w: nil Plan func", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Plan func")
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("durable: %w (Prefix)", err)
+		return nil, configErr("Prefix: %v", err)
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("durable: %w: Durability must be durable.Logged or durable.Unlogged, got %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, configErr("Durability must be durable.Logged or durable.Unlogged, got %d", int(cfg.Durability))
 	}
 	idem, err := store.Counter(pgengine.CounterConfig{
 		Prefix: cfg.Prefix, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Millisecond,
 		Durability: pgengine.Durability(cfg.Durability), CleanupProbability: -1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	return &Planned{store: store, cfg: cfg, idem: idem, plans: make(map[string]*pgengine.Composite)}, nil
 }
@@ -143,7 +143,7 @@ func (p *Planned) plan(ctx context.Context, key string) (ratekit.Plan, *pgengine
 		return ratekit.Plan{}, nil, nil, fmt.Errorf("durable: plan of key: %w", err)
 	}
 	if err := plan.Validate(); err != nil {
-		return ratekit.Plan{}, nil, nil, fmt.Errorf("durable: %w", err)
+		return ratekit.Plan{}, nil, nil, configErr("%v", err)
 	}
 	shape := shape(plan)
 	p.mu.Lock()
@@ -193,7 +193,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 	for i, pol := range plan.Policies {
 		prefix := p.cfg.Prefix + ":" + pol.Name
 		if len(prefix) > ratekit.MaxPolicyNameLen {
-			return nil, fmt.Errorf("durable: %w: plan %q: prefix %q is over %d bytes", ratekit.ErrInvalidConfig, plan.Name, prefix, ratekit.MaxPolicyNameLen)
+			return nil, configErr("plan %q: prefix %q is over %d bytes", plan.Name, prefix, ratekit.MaxPolicyNameLen)
 		}
 		c, err := p.store.Counter(pgengine.CounterConfig{
 			Prefix:             prefix,
@@ -206,7 +206,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 			CleanupProbability: p.cfg.CleanupProbability,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("durable: plan %q: policy %q: %w", plan.Name, pol.Name, err)
+			return nil, configErr("plan %q: policy %q: %v", plan.Name, pol.Name, err)
 		}
 		counters[i] = c
 	}
@@ -216,7 +216,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 		IdempotencyTTL:    pgengine.PeriodIdempotencyTTL,
 	}, counters...)
 	if err != nil {
-		return nil, fmt.Errorf("durable: plan %q: %w", plan.Name, err)
+		return nil, configErr("plan %q: %v", plan.Name, err)
 	}
 	return c, nil
 }
@@ -317,7 +317,7 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 // policy name, fn's error as is, and store errors wrapping the pgx error.
 func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.Time, fn func(PeriodUsage) error) error {
 	if err := ratekit.ValidatePolicyName(policy); err != nil {
-		return fmt.Errorf("durable: %w", err)
+		return configErr("%v", err)
 	}
 	return p.store.PeriodUsage(ctx, pgengine.Durability(p.cfg.Durability), p.cfg.Prefix+":"+policy, from, to,
 		func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })

@@ -92,7 +92,7 @@ var (
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	n := len(cfg.Policies)
 	if n < 1 || n > MaxCompositePolicies {
-		return nil, fmt.Errorf("signedwindow: %w: a composite needs 1 to %d policies, got %d", ratekit.ErrInvalidConfig, MaxCompositePolicies, n)
+		return nil, configErr("a composite needs 1 to %d policies, got %d", MaxCompositePolicies, n)
 	}
 	c := &Composite{policies: append([]ratekit.Policy(nil), cfg.Policies...)}
 	var set strings.Builder
@@ -100,11 +100,11 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, p := range cfg.Policies {
 		one, err := Config{Name: p.Name, Quota: p.Quota, Window: p.Window, Keys: cfg.Keys, Now: cfg.Now, MaxSkew: cfg.MaxSkew}.withDefaults()
 		if err != nil {
-			return nil, fmt.Errorf("%w (policy %d)", err, i)
+			return nil, configErr("policy %d: %v", i, err)
 		}
 		for _, q := range cfg.Policies[:i] {
 			if q.Name == p.Name {
-				return nil, fmt.Errorf("signedwindow: %w: policy name %q appears twice", ratekit.ErrInvalidConfig, p.Name)
+				return nil, configErr("policy name %q appears twice", p.Name)
 			}
 		}
 		c.now, c.maxSkew = one.Now, one.MaxSkew
@@ -117,7 +117,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	c.setID = string(sum[:16])
 	kr, err := newKeyring(cfg.Keys, c.set)
 	if err != nil {
-		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, configErr("deriving keys: %v", err)
 	}
 	c.keys = kr
 	c.scratch.New = func() any { return new(cscratch) }

@@ -51,7 +51,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	kr, err := newKeyring(cfg.Keys, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, configErr("deriving keys: %v", err)
 	}
 	l := &Limiter{
 		name:      cfg.Name,

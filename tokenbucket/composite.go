@@ -87,7 +87,7 @@ var (
 // partitioned store (a Redis Cluster) without Group.
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: composite: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return configErr("composite: "+format, args...)
 	}
 	if len(cfg.Buckets) == 0 {
 		return nil, invalid("no Buckets")
@@ -115,7 +115,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, b := range cfg.Buckets {
 		l, err := New(Config{Name: b.Name, Burst: b.Burst, RefillRate: b.RefillRate, Mode: Eventual, Store: cfg.Store})
 		if err != nil {
-			return nil, fmt.Errorf("%w (bucket %d)", err, i)
+			return nil, invalid("bucket %d: %v", i, err)
 		}
 		l.step = clockStep(cfg.Store)
 		for j, p := range c.prefix {

@@ -138,10 +138,10 @@ var (
 // (a Redis Cluster) without Group. It does not contact the store.
 func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: planned: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return configErr("planned: "+format, args...)
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("tokenbucket: planned: Prefix: %w", err)
+		return nil, invalid("Prefix: %v", err)
 	}
 	if cfg.Plan == nil {
 		return nil, invalid("nil Plan func")
@@ -188,12 +188,12 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *plannedScratch) (
 		return nil, fmt.Errorf("tokenbucket: plan of key: %w", err)
 	}
 	if err := plan.Validate(); err != nil {
-		return nil, fmt.Errorf("tokenbucket: %w", err)
+		return nil, configErr("%v", err)
 	}
 	pols := sc.pols[:len(plan.Policies)]
 	for i, pol := range plan.Policies {
 		invalid := func(format string, args ...any) error {
-			return fmt.Errorf("tokenbucket: %w: plan %q: policy %q: %s", ratekit.ErrInvalidConfig, plan.Name, pol.Name, fmt.Sprintf(format, args...))
+			return configErr("plan %q: policy %q: %s", plan.Name, pol.Name, fmt.Sprintf(format, args...))
 		}
 		pols[i] = plannedPolicy{policy: pol}
 		switch pol.Algorithm {

@@ -55,6 +55,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -166,6 +167,22 @@ var (
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
 
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "tokenbucket: invalid config: " and format's text: every configuration
+// error of this package is made here. An error among args (one of
+// ratekit's validators) is printed without its own "<package>: invalid
+// config: ", so that the message names the package and the class once.
+func configErr(format string, args ...any) error {
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
+				args[i] = detail
+			}
+		}
+	}
+	return fmt.Errorf("tokenbucket: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}
+
 // New returns a Limiter for cfg. It returns an error matching
 // ratekit.ErrInvalidConfig for an invalid policy name, a Burst below 1, a
 // RefillRate that is not positive, not whole microseconds or faster than
@@ -174,10 +191,10 @@ var (
 // not a kvstore.Atomic, or a negative DeniedCacheSize.
 func New(cfg Config) (*Limiter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
-		return nil, fmt.Errorf("tokenbucket: %w", err)
+		return nil, configErr("%v", err)
 	}
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: policy %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
+		return configErr("policy %q: %s", cfg.Name, fmt.Sprintf(format, args...))
 	}
 	if cfg.Burst < 1 || cfg.Burst > ratekit.MaxQuota {
 		return nil, invalid("Burst %d is not from 1 to ratekit.MaxQuota", cfg.Burst)

@@ -112,18 +112,15 @@ var (
 // client, an empty table name, a prefix longer than 1024 bytes or a negative
 // MaxAttempts.
 func New(client *dynamodb.Client, cfg Config) (*Store, error) {
-	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("dynamostore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case client == nil:
-		return nil, invalid("nil client")
+		return nil, configErr("nil client")
 	case cfg.Table == "":
-		return nil, invalid("empty table name")
+		return nil, configErr("empty table name")
 	case len(cfg.Prefix) > MaxKeyLen/2:
-		return nil, invalid("prefix of %d bytes is longer than %d", len(cfg.Prefix), MaxKeyLen/2)
+		return nil, configErr("prefix of %d bytes is longer than %d", len(cfg.Prefix), MaxKeyLen/2)
 	case cfg.MaxAttempts < 0:
-		return nil, invalid("MaxAttempts %d is negative", cfg.MaxAttempts)
+		return nil, configErr("MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -649,4 +646,11 @@ func (h *hints) get(k map[string]types.AttributeValue, now int64) (full, ok bool
 func (h *hints) set(k map[string]types.AttributeValue, fullAt int64) {
 	p, b := h.slot(k)
 	p.Store(&hint{key: b, fullAt: fullAt})
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "dynamostore: invalid config: " and format's text: every configuration
+// error of this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("dynamostore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }

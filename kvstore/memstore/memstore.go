@@ -141,7 +141,7 @@ var (
 // ratekit.ErrInvalidConfig when cfg.MaxKeys is negative.
 func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("memstore: %w: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
+		return nil, configErr("MaxKeys %d is negative", cfg.MaxKeys)
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
@@ -449,4 +449,11 @@ func (sh *shard) evict(s *Store, now int64) bool {
 		e.mu.Unlock()
 	}
 	return removed
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "memstore: invalid config: " and format's text: every configuration error of
+// this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("memstore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }
