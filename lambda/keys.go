@@ -59,7 +59,7 @@ func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 // an error matching [httplimit.ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
 	if _, err := httplimit.APIKeyHeaderKey(name); err != nil {
-		return nil, err
+		return nil, configErr("%v", err)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(_ context.Context, r *Request) (string, error) {

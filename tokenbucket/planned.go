@@ -437,10 +437,8 @@ func (p *Planned) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // invalid key, the plan errors of Allow, ratekit.ErrClockSkew, and the
 // store's error (wrapped).
 func (p *Planned) Reset(ctx context.Context, key string) error {
-	if _, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil); err != nil {
-		return fmt.Errorf("tokenbucket: reset: %w", err)
-	}
-	return nil
+	_, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil)
+	return err
 }
 
 // Usage returns, for each policy of key's current plan in order, what key
