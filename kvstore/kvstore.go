@@ -153,11 +153,12 @@ type OpResult struct {
 	// or OpPeek found them. OpRefund always reports true.
 	OK bool
 
-	// Value is the level after the operation, between 0 and the Refill's
-	// Max. For a take that was refused it is the (refilled) level that was
-	// too low. For a period counter ([Update].Period) it is the units that
-	// remain of the quota, Quota − Used clamped to [0, Quota].
-	Value int64
+	// Remaining is the units available after the operation, in the
+	// store's units: for a token bucket its level, from 0 to the Refill's
+	// Max (for a take that was refused, the refilled level that was too
+	// low); for a period counter ([Update].Period) what remains of its
+	// quota, Quota − Used clamped to [0, Quota].
+	Remaining int64
 
 	// Used is, for a period counter, the units counted in the current
 	// period after the operation (before it, for a take that was refused).

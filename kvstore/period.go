@@ -175,6 +175,6 @@ func (p PeriodBounds) Apply(rec Record, ok bool, now int64, op Op, n int64) (res
 			write = true
 		}
 	}
-	res.Used, res.Value = used, max(p.Quota-used, 0)
+	res.Used, res.Remaining = used, max(p.Quota-used, 0)
 	return res, Record{Value: used, Time: start}, write, nil
 }

@@ -81,19 +81,19 @@ func (r Refill) Apply(rec Record, ok bool, now int64, op Op, n int64) (res OpRes
 	switch op {
 	case OpTake:
 		if level < n {
-			return OpResult{Value: level}, Record{}, false, nil
+			return OpResult{Remaining: level}, Record{}, false, nil
 		}
 		level -= n
-		return OpResult{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+		return OpResult{OK: true, Remaining: level}, Record{Value: level, Time: at}, true, nil
 	case OpPeek:
-		return OpResult{OK: level >= n, Value: level}, Record{}, false, nil
+		return OpResult{OK: level >= n, Remaining: level}, Record{}, false, nil
 	default: // OpRefund
 		if n >= r.Max-level {
 			level = r.Max
 		} else {
 			level += n
 		}
-		return OpResult{OK: true, Value: level}, Record{Value: level, Time: at}, true, nil
+		return OpResult{OK: true, Remaining: level}, Record{Value: level, Time: at}, true, nil
 	}
 }
 

@@ -22,19 +22,19 @@ func TestRefillApply(t *testing.T) {
 		wantNext  kvstore.Record
 		wantWrite bool
 	}{
-		{"absent take", kvstore.Record{}, false, kvstore.OpTake, 10, kvstore.OpResult{OK: true, Value: 990}, at(990, now), true},
-		{"absent peek", kvstore.Record{}, false, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"refill 100µs", at(0, now-100), true, kvstore.OpTake, 300, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
-		{"refill short by one unit", at(0, now-100), true, kvstore.OpTake, 301, kvstore.OpResult{Value: 300}, kvstore.Record{}, false},
-		{"refill caps at max", at(999, now-100), true, kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"idle for years", at(0, 0), true, kvstore.OpTake, 1000, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
-		{"same microsecond", at(5, now), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Value: 0}, at(0, now), true},
-		{"clock stepped back", at(5, now+50), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Value: 0}, at(0, now+50), true},
-		{"clock stepped back, refused", at(5, now+50), true, kvstore.OpTake, 6, kvstore.OpResult{Value: 5}, kvstore.Record{}, false},
-		{"negative stored value", at(-50, now), true, kvstore.OpPeek, 1, kvstore.OpResult{Value: 0}, kvstore.Record{}, false},
-		{"value above max", at(5000, now), true, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Value: 1000}, kvstore.Record{}, false},
-		{"refund", at(10, now), true, kvstore.OpRefund, 5, kvstore.OpResult{OK: true, Value: 15}, at(15, now), true},
-		{"refund caps", at(10, now), true, kvstore.OpRefund, 1 << 62, kvstore.OpResult{OK: true, Value: 1000}, at(1000, now), true},
+		{"absent take", kvstore.Record{}, false, kvstore.OpTake, 10, kvstore.OpResult{OK: true, Remaining: 990}, at(990, now), true},
+		{"absent peek", kvstore.Record{}, false, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Remaining: 1000}, kvstore.Record{}, false},
+		{"refill 100µs", at(0, now-100), true, kvstore.OpTake, 300, kvstore.OpResult{OK: true, Remaining: 0}, at(0, now), true},
+		{"refill short by one unit", at(0, now-100), true, kvstore.OpTake, 301, kvstore.OpResult{Remaining: 300}, kvstore.Record{}, false},
+		{"refill caps at max", at(999, now-100), true, kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Remaining: 1000}, kvstore.Record{}, false},
+		{"idle for years", at(0, 0), true, kvstore.OpTake, 1000, kvstore.OpResult{OK: true, Remaining: 0}, at(0, now), true},
+		{"same microsecond", at(5, now), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Remaining: 0}, at(0, now), true},
+		{"clock stepped back", at(5, now+50), true, kvstore.OpTake, 5, kvstore.OpResult{OK: true, Remaining: 0}, at(0, now+50), true},
+		{"clock stepped back, refused", at(5, now+50), true, kvstore.OpTake, 6, kvstore.OpResult{Remaining: 5}, kvstore.Record{}, false},
+		{"negative stored value", at(-50, now), true, kvstore.OpPeek, 1, kvstore.OpResult{Remaining: 0}, kvstore.Record{}, false},
+		{"value above max", at(5000, now), true, kvstore.OpPeek, 1000, kvstore.OpResult{OK: true, Remaining: 1000}, kvstore.Record{}, false},
+		{"refund", at(10, now), true, kvstore.OpRefund, 5, kvstore.OpResult{OK: true, Remaining: 15}, at(15, now), true},
+		{"refund caps", at(10, now), true, kvstore.OpRefund, 1 << 62, kvstore.OpResult{OK: true, Remaining: 1000}, at(1000, now), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, next, write, err := r.Apply(tc.rec, tc.ok, now, tc.op, tc.n)
@@ -116,25 +116,25 @@ func FuzzApply(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Value < 0 || res.Value > maxv {
-			t.Fatalf("level %d outside [0, %d]", res.Value, maxv)
+		if res.Remaining < 0 || res.Remaining > maxv {
+			t.Fatalf("level %d outside [0, %d]", res.Remaining, maxv)
 		}
 		level, _ := r.Level(rec, true, now)
 		switch kvstore.Op(op) {
 		case kvstore.OpTake:
-			if res.OK != (level >= n) || (res.OK && res.Value != level-n) || (!res.OK && (write || res.Value != level)) {
+			if res.OK != (level >= n) || (res.OK && res.Remaining != level-n) || (!res.OK && (write || res.Remaining != level)) {
 				t.Fatalf("take %d from %d: %+v write %v", n, level, res, write)
 			}
 		case kvstore.OpPeek:
-			if write || res.Value != level || res.OK != (level >= n) {
+			if write || res.Remaining != level || res.OK != (level >= n) {
 				t.Fatalf("peek %d at %d: %+v write %v", n, level, res, write)
 			}
 		case kvstore.OpRefund:
-			if !write || res.Value != min(maxv, level+min(n, maxv)) {
+			if !write || res.Remaining != min(maxv, level+min(n, maxv)) {
 				t.Fatalf("refund %d to %d: %+v", n, level, res)
 			}
 		}
-		if write && (next.Value != res.Value || next.Time < now && next.Time != recTime) {
+		if write && (next.Value != res.Remaining || next.Time < now && next.Time != recTime) {
 			t.Fatalf("next record %+v for result %+v at %d", next, res, now)
 		}
 		// Refill is exact: the level after elapsed µs is the clamped start

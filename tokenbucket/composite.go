@@ -201,7 +201,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 	}
 	parts := make([]ratekit.Decision, n)
 	for i, b := range c.buckets {
-		b.decide(&parts[i], res[i].OK || op == kvstore.OpRefund, res[i].Value, upd[i].N)
+		b.decide(&parts[i], res[i].OK || op == kvstore.OpRefund, res[i].Remaining, upd[i].N)
 	}
 	return ratekit.Combine(parts), nil
 }

@@ -359,15 +359,15 @@ func (p *Planned) decide(d *ratekit.Decision, pp *plannedPolicy, u *kvstore.Upda
 	d.Limit = pp.policy.Quota
 	d.Policy = pp.policy
 	if pp.unit > 0 {
-		d.Remaining = r.Value / pp.unit
-		d.ResetAfter = p.wait(pp.refill, r.Value, pp.refill.Max)
+		d.Remaining = r.Remaining / pp.unit
+		d.ResetAfter = p.wait(pp.refill, r.Remaining, pp.refill.Max)
 		if !d.Allowed {
-			d.RetryAfter = p.wait(pp.refill, r.Value, u.N)
+			d.RetryAfter = p.wait(pp.refill, r.Remaining, u.N)
 		}
 		return
 	}
 	b := &u.Period.Bounds
-	d.Remaining = r.Value
+	d.Remaining = r.Remaining
 	d.ResetAfter = time.Duration(b[r.Period]-r.Now) * time.Microsecond
 	d.Policy.Window = time.Duration(b[r.Period]-b[r.Period-1]) * time.Microsecond
 	if !d.Allowed {

@@ -337,13 +337,13 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	}
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
 	if err == nil && !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Value, sent, sent.Add(l.wait(res.Value, n)), ticket)
+		l.denied.add(req.Key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
 	}
 	l.denied.finish(req.Key, err != nil || res.OK)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, res.OK, res.Value, n)
+	l.decide(&d, res.OK, res.Remaining, n)
 	return d, nil
 }
 
@@ -358,7 +358,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Deci
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, res.OK, res.Value, n)
+	l.decide(&d, res.OK, res.Remaining, n)
 	return d, nil
 }
 
@@ -377,7 +377,7 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (d ratekit.De
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, true, res.Value, n)
+	l.decide(&d, true, res.Remaining, n)
 	return d, nil
 }
 

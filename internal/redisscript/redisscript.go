@@ -255,7 +255,7 @@ func Decided(op kvstore.Op, levels []int64, updates []kvstore.Update, results []
 		return false
 	}
 	for i, level := range levels {
-		results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
+		results[i] = kvstore.OpResult{OK: level >= updates[i].N, Remaining: level}
 	}
 	return true
 }
@@ -747,9 +747,9 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		p := updates[i].Period
 		if p == nil {
 			if v < 0 {
-				results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+				results[i] = kvstore.OpResult{OK: false, Remaining: -v - 1}
 			} else {
-				results[i] = kvstore.OpResult{OK: true, Value: v}
+				results[i] = kvstore.OpResult{OK: true, Remaining: v}
 			}
 			continue
 		}
@@ -762,7 +762,7 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		if r.Period < 1 || r.Period > 3 || v < 0 {
 			return false
 		}
-		r.Value = max(p.Quota-v, 0)
+		r.Remaining = max(p.Quota-v, 0)
 		results[i] = r
 	}
 	return true

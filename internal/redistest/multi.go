@@ -27,7 +27,7 @@ func CheckMultiArguments(t *testing.T, s kvstore.MultiAtomic, prefix string) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i, w := range want {
-			if !res[i].OK || res[i].Value < w || res[i].Value > w+10_000_000 {
+			if !res[i].OK || res[i].Remaining < w || res[i].Remaining > w+10_000_000 {
 				t.Fatalf("%s: key %d: %+v, want OK and level %d (plus at most 10 s of refill)", name, i, res[i], w)
 			}
 		}

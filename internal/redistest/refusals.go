@@ -62,15 +62,15 @@ func CheckRefusalsRunNoScript(t *testing.T, srv *Server, s Store) {
 			op = kvstore.OpPeek
 		}
 		r, err := s.Update(ctx, "a", slow, op, 1e8)
-		if err != nil || r.OK || r.Value < last || r.Value >= 1e8 {
+		if err != nil || r.OK || r.Remaining < last || r.Remaining >= 1e8 {
 			t.Fatalf("op %d of 10^8 on an empty bucket: %+v, %v (level before %d)", op, r, err, last)
 		}
-		last = r.Value
-		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Value >= 1e8 || !res[1].OK || res[1].Value != plenty.Max {
+		last = r.Remaining
+		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Remaining >= 1e8 || !res[1].OK || res[1].Remaining != plenty.Max {
 			t.Fatalf("op %d of 10^8 on an empty and a full bucket: %+v, %v", op, res, err)
 		}
 	}
-	if r, err := s.Update(ctx, "a", slow, kvstore.OpPeek, 1); err != nil || !r.OK || r.Value < last {
+	if r, err := s.Update(ctx, "a", slow, kvstore.OpPeek, 1); err != nil || !r.OK || r.Remaining < last {
 		t.Fatalf("a peek of 1: %+v, %v", r, err)
 	}
 	if n := srv.Scripts() - before; n != 0 {

@@ -268,7 +268,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		res, failed, err := s.take(ctx, k, r, n, now, full || !seen)
 		if err != nil || failed == nil {
 			if err == nil {
-				s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+				s.hints.set(k, now+int64(r.TimeToFull(res.Remaining)/time.Microsecond))
 			}
 			return res, err
 		}
@@ -321,7 +321,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		}
 		if err != nil || failed == nil {
 			if err == nil && op == kvstore.OpTake {
-				s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+				s.hints.set(k, now+int64(r.TimeToFull(res.Remaining)/time.Microsecond))
 			}
 			return res, err
 		}
@@ -392,7 +392,7 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	if err != nil {
 		return kvstore.OpResult{}, nil, err
 	}
-	return kvstore.OpResult{OK: true, Value: v}, nil, nil
+	return kvstore.OpResult{OK: true, Remaining: v}, nil, nil
 }
 
 // writeIf writes next (the result of Apply on it) with an UpdateItem

@@ -177,7 +177,7 @@ func TestRequests(t *testing.T) {
 	// not return the item with a failed condition, so the Store reads it.
 	check := func(what string, res kvstore.OpResult, err error, ok bool, value int64, failed bool, want map[string]int) {
 		t.Helper()
-		if err != nil || res.OK != ok || res.Value != value {
+		if err != nil || res.OK != ok || res.Remaining != value {
 			t.Fatalf("%s: %+v, %v; want OK %v, value %d", what, res, err, ok, value)
 		}
 		got := c.take()

@@ -29,7 +29,7 @@ func Example() {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("take %d: ok=%v, %d tokens left\n", i, res.OK, res.Value/1_000_000)
+		fmt.Printf("take %d: ok=%v, %d tokens left\n", i, res.OK, res.Remaining/1_000_000)
 	}
 	now = now.Add(time.Second)
 	res, _ := s.Update(ctx, "client-42", r, kvstore.OpTake, 1_000_000)

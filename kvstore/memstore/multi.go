@@ -227,10 +227,10 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 			switch p := updates[i].Period; {
 			case !results[i].OK:
 			case p == nil:
-				results[i].Value += updates[i].N
+				results[i].Remaining += updates[i].N
 			default:
 				results[i].Used -= updates[i].N
-				results[i].Value = max(p.Quota-results[i].Used, 0)
+				results[i].Remaining = max(p.Quota-results[i].Used, 0)
 			}
 		}
 	}

@@ -73,12 +73,12 @@ func TestUpdateMultiOnInjectedClock(t *testing.T) {
 	r := kvstore.Refill{Max: 10, Rate: 1}
 	u := []kvstore.Update{{Key: "a", Refill: r, N: 10}, {Key: "b", Refill: r, N: 10}}
 	res := make([]kvstore.OpResult, 2)
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK || res[0].Value != 0 || res[1].Value != 0 {
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK || res[0].Remaining != 0 || res[1].Remaining != 0 {
 		t.Fatalf("take all = %+v, %v", res, err)
 	}
 	c.Add(3 * time.Microsecond)
 	u[0].N, u[1].N = 4, 3
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || res[0].OK || res[0].Value != 3 || !res[1].OK || res[1].Value != 3 {
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || res[0].OK || res[0].Remaining != 3 || !res[1].OK || res[1].Remaining != 3 {
 		t.Fatalf("3µs later, take 4 and 3 = %+v, %v; want a lacking at 3, b able at 3", res, err)
 	}
 	c.Add(7 * time.Microsecond)

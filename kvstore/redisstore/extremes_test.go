@@ -33,7 +33,7 @@ func TestNewExtremes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("MaxInFlight %d: Update: %v", v, err)
 		}
-		if res.Value < 0 || res.Value > 10 {
+		if res.Remaining < 0 || res.Remaining > 10 {
 			t.Fatalf("MaxInFlight %d: Update: %+v", v, res)
 		}
 	}

@@ -62,9 +62,9 @@ func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refil
 		return kvstore.OpResult{}, err
 	}
 	if v < 0 {
-		return kvstore.OpResult{Value: -v - 1}, nil
+		return kvstore.OpResult{Remaining: -v - 1}, nil
 	}
-	return kvstore.OpResult{OK: true, Value: v}, nil
+	return kvstore.OpResult{OK: true, Remaining: v}, nil
 }
 
 // recordMatches reports whether got, the state of a bucket's key read at
@@ -218,9 +218,9 @@ func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstor
 	res := make([]kvstore.OpResult, len(vals))
 	for i, v := range vals {
 		if v < 0 {
-			res[i] = kvstore.OpResult{Value: -v - 1}
+			res[i] = kvstore.OpResult{Remaining: -v - 1}
 		} else {
-			res[i] = kvstore.OpResult{OK: true, Value: v}
+			res[i] = kvstore.OpResult{OK: true, Remaining: v}
 		}
 	}
 	return res, nil

@@ -141,10 +141,10 @@ func (s *Store) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			return wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", cmd.Val()))
 		}
 		if v < 0 {
-			results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+			results[i] = kvstore.OpResult{OK: false, Remaining: -v - 1}
 			admitted = false
 		} else {
-			results[i] = kvstore.OpResult{OK: true, Value: v}
+			results[i] = kvstore.OpResult{OK: true, Remaining: v}
 		}
 	}
 	s.refusals.Took(opArg, hash, admitted)

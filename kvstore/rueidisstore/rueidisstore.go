@@ -259,9 +259,9 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	}
 	s.refusals.Took(opArg, hash, v >= 0)
 	if v < 0 {
-		return kvstore.OpResult{OK: false, Value: -v - 1}, nil
+		return kvstore.OpResult{OK: false, Remaining: -v - 1}, nil
 	}
-	return kvstore.OpResult{OK: true, Value: v}, nil
+	return kvstore.OpResult{OK: true, Remaining: v}, nil
 }
 
 // levels reads the buckets of updates under keys (their Redis keys) in one

@@ -173,7 +173,7 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 	}
 	for i := range int64(3) {
 		flush()
-		if res, err := s.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !res.OK || !near(res.Value, slow.Max-(i+1)*big) {
+		if res, err := s.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !res.OK || !near(res.Remaining, slow.Max-(i+1)*big) {
 			t.Fatalf("Update after SCRIPT FLUSH = %+v, %v", res, err)
 		}
 	}
@@ -192,7 +192,7 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if res, err := s.Update(ctx, "many", slow, kvstore.OpPeek, 1); err != nil || !near(res.Value, slow.Max-16*big) {
+	if res, err := s.Update(ctx, "many", slow, kvstore.OpPeek, 1); err != nil || !near(res.Remaining, slow.Max-16*big) {
 		t.Errorf("after 16 takes of %d the level is %+v, %v; want about %d", int64(big), res, err, slow.Max-16*big)
 	}
 }

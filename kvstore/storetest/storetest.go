@@ -227,32 +227,32 @@ var slow = kvstore.Refill{Max: 10 * unit, Rate: 1}
 func near(got, want int64) bool { return got >= want && got-want < 1_000_000 }
 
 func testTakePeekRefund(t *testing.T, s kvstore.Atomic) {
-	if res := update(t, s, "b", slow, kvstore.OpPeek, 10*unit); !res.OK || res.Value != 10*unit {
+	if res := update(t, s, "b", slow, kvstore.OpPeek, 10*unit); !res.OK || res.Remaining != 10*unit {
 		t.Fatalf("Peek of an absent key = %+v; want OK, full", res)
 	}
 	if present(t, s, "b") {
 		t.Fatal("Peek wrote a record")
 	}
-	if res := update(t, s, "b", slow, kvstore.OpTake, 3*unit); !res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 3*unit); !res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Take 3 of 10 = %+v; want OK, 7", res)
 	}
 	if !present(t, s, "b") {
 		t.Fatal("no record after a take")
 	}
-	if res := update(t, s, "b", slow, kvstore.OpTake, 8*unit); res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 8*unit); res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Take 8 of 7 = %+v; want refused, 7", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpPeek, 8*unit); res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpPeek, 8*unit); res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Peek 8 of 7 = %+v; want not OK, 7", res)
 	}
 	// A refused take and a peek took nothing: all 7 are still there.
-	if res := update(t, s, "b", slow, kvstore.OpTake, 7*unit); !res.OK || !near(res.Value, 0) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 7*unit); !res.OK || !near(res.Remaining, 0) {
 		t.Fatalf("Take 7 of 7 = %+v; want OK, 0", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpRefund, 2*unit); !res.OK || !near(res.Value, 2*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpRefund, 2*unit); !res.OK || !near(res.Remaining, 2*unit) {
 		t.Fatalf("Refund 2 to 0 = %+v; want 2", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpRefund, 100*unit); !res.OK || res.Value != 10*unit {
+	if res := update(t, s, "b", slow, kvstore.OpRefund, 100*unit); !res.OK || res.Remaining != 10*unit {
 		t.Fatalf("Refund 100 to 2 = %+v; want capped at 10", res)
 	}
 	if present(t, s, "b") {
@@ -306,15 +306,15 @@ func testRefill(t *testing.T, s kvstore.Atomic) {
 		step := cs.ClockStep().Microseconds()
 		lo, hi = lo-step, hi+step
 	}
-	if res.Value < lo || res.Value > hi {
-		t.Fatalf("refilled %d units in about 20ms at 1 unit/µs; want between %d and %d", res.Value, lo, hi)
+	if res.Remaining < lo || res.Remaining > hi {
+		t.Fatalf("refilled %d units in about 20ms at 1 unit/µs; want between %d and %d", res.Remaining, lo, hi)
 	}
 	// A long pause refills to exactly Max, never beyond.
 	r2 := kvstore.Refill{Max: 5000, Rate: 1000} // full in 5µs
 	update(t, s, "k2", r2, kvstore.OpTake, 5000)
 	time.Sleep(time.Millisecond)
-	if res := update(t, s, "k2", r2, kvstore.OpPeek, 1); res.Value != 5000 {
-		t.Fatalf("value after a long pause = %d; want max 5000", res.Value)
+	if res := update(t, s, "k2", r2, kvstore.OpPeek, 1); res.Remaining != 5000 {
+		t.Fatalf("value after a long pause = %d; want max 5000", res.Remaining)
 	}
 }
 

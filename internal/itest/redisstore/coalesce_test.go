@@ -74,8 +74,8 @@ func TestCoalescedUpdatesAreExact(t *testing.T) {
 				// The level after take i+1, plus what refilled since
 				// the first take (one unit a microsecond).
 				want := own.Max - int64(i+1)*cost
-				if !res.OK || res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-					errs <- errors.New(key + ": take " + strconv.Itoa(i+1) + " got level " + strconv.FormatInt(res.Value, 10) + ", want about " + strconv.FormatInt(want, 10))
+				if !res.OK || res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+					errs <- errors.New(key + ": take " + strconv.Itoa(i+1) + " got level " + strconv.FormatInt(res.Remaining, 10) + ", want about " + strconv.FormatInt(want, 10))
 					return
 				}
 			}
@@ -167,8 +167,8 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 	}
 	// One take: the slow one; a queued update that was sent after its
 	// caller left would have taken another 2^30.
-	if want := r.Max - 1<<30; res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-		t.Fatalf("level %d after one take of 2^30 from %d, want about %d", res.Value, r.Max, want)
+	if want := r.Max - 1<<30; res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+		t.Fatalf("level %d after one take of 2^30 from %d, want about %d", res.Remaining, r.Max, want)
 	}
 }
 
@@ -244,8 +244,8 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := r.Max - takes<<20; res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-		t.Fatalf("level %d after %d takes of 2^20 from 2^40, want about %d", res.Value, takes, want)
+	if want := r.Max - takes<<20; res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+		t.Fatalf("level %d after %d takes of 2^20 from 2^40, want about %d", res.Remaining, takes, want)
 	}
 }
 
@@ -348,7 +348,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	// Let pipelines whose callers left reach Redis before reading.
 	time.Sleep(100 * time.Millisecond)
 	res := peekPatiently(t, ds, r)
-	taken := (r.Max - res.Value + 1<<30 - 1) >> 30
+	taken := (r.Max - res.Remaining + 1<<30 - 1) >> 30
 	t.Logf("%d admitted, %d failed (%d at their deadline), %d taken in Redis; %d commands, %d in pipelines",
 		admitted.Load(), failed.Load(), timedOut.Load(), taken, counter.N.Load(), counter.Pipelined.Load())
 	if admitted.Load() < 100 || timedOut.Load() == 0 || counter.Pipelined.Load() == 0 {

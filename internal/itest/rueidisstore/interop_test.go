@@ -57,10 +57,10 @@ func TestSharesRecords(t *testing.T) {
 	rs, gs := stores(t)
 	ctx := context.Background()
 	for i := range int64(3) {
-		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+1)*big) {
+		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Remaining, slow.Max-(2*i+1)*big) {
 			t.Fatalf("redisstore take %d = %+v, %v", i, res, err)
 		}
-		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+2)*big) {
+		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Remaining, slow.Max-(2*i+2)*big) {
 			t.Fatalf("rueidisstore take %d = %+v, %v", i, res, err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestUpdateMultiSharesRecords(t *testing.T) {
 		if err := gs.UpdateMulti(ctx, g, kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK {
 			t.Fatalf("group %q: redisstore take = %+v, %v", g, res, err)
 		}
-		if err := rs.UpdateMulti(ctx, g, kvstore.OpPeek, u, res); err != nil || !near(res[0].Value, slow.Max-2*big) || !near(res[1].Value, slow.Max-6*big) {
+		if err := rs.UpdateMulti(ctx, g, kvstore.OpPeek, u, res); err != nil || !near(res[0].Remaining, slow.Max-2*big) || !near(res[1].Remaining, slow.Max-6*big) {
 			t.Fatalf("group %q: peek after a take through each store = %+v, %v; want about %d and %d", g, res, err, int64(slow.Max-2*big), int64(slow.Max-6*big))
 		}
 	}
