@@ -18,17 +18,21 @@
 //
 // One word means one thing in every package:
 //
-//   - Quota: the units a policy grants per Window ([Policy.Quota], the
-//     Quota of signedwindow's and limitertest's Config, of durable's
-//     Policy).
+//   - Quota: the capacity of a policy, the units it grants per Window
+//     ([Policy.Quota], [Decision.Quota], the Quota of signedwindow's and
+//     limitertest's Config, of durable's Policy).
 //   - Window: the period a Quota applies to; for a token bucket, the time
 //     it takes to fill from empty.
 //   - Burst: the capacity of a token bucket, the most units a client can
-//     use at once (tokenbucket.Config.Burst). A bucket advertises its Burst
-//     as its Quota.
+//     use at once (tokenbucket.Config.Burst; kvstore.Refill.Burst in a
+//     store's units), as golang.org/x/time/rate uses the word. A bucket
+//     advertises its Burst as its Quota.
 //   - RefillRate: how fast a token bucket refills (tokenbucket.Config).
-//   - Limit: only [Decision.Limit], the capacity behind a decision (the
-//     Quota, or the Burst); it always equals Decision.Policy.Quota.
+//   - Remaining: the units still available after a decision
+//     ([Decision.Remaining]; kvstore.OpResult.Remaining in a store's
+//     units), from 0 to the Quota.
+//   - RetryAfter and ResetAfter: how long until a denied request could
+//     pass, and until the full Quota is back ([Decision]).
 //   - Period: a calendar day, week or month that a Quota applies to
 //     instead of a Window ([Period], [Policy.Period]), in a time zone and
 //     optionally from a billing anchor.
@@ -36,8 +40,9 @@
 //   - Cost: the units one request takes ([Request.Cost]).
 //   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
 //   - Key: the subject a request is counted under ([Request.Key]). Two
-//     names use the word in its other standard senses: signedwindow.Key is
-//     a signing key (an ID and a secret), pglock.Key an advisory lock's key.
+//     names use the word in its other standard senses: signedwindow.Key
+//     is a signing key (an ID and a secret), pglock.LockKey an advisory
+//     lock's key.
 //   - Allow is the act, Allowed (or, in limitertest, Admitted) its
 //     outcome; Peek, Refund and Reset are the other acts.
 //   - A refill rate is tokens per period (tokenbucket.Rate); kvstore.Refill
@@ -78,7 +83,7 @@ const MaxKeyLen = 512
 //
 // Allow validates req with [Request.Validate] and returns its error (an
 // [ErrInvalidRequest]) for bad input. A cost larger than the policy's limit
-// can never be admitted and is reported as [ErrCostExceedsLimit]. Errors
+// can never be admitted and is reported as [ErrCostExceedsQuota]. Errors
 // caused by ctx wrap ctx.Err().
 //
 // Implementations are safe for concurrent use by multiple goroutines.
@@ -200,19 +205,19 @@ func ValidateKey(key string) error {
 
 // Decision is the outcome of one [Limiter] call.
 //
-// The zero Decision denies with no policy; limiters always fill in Limit and
+// The zero Decision denies with no policy; limiters always fill in Quota and
 // Policy.
 type Decision struct {
 	// Allowed reports whether the request's cost was admitted (and taken).
 	Allowed bool
 
-	// Limit is the capacity: the most units the policy admits at once,
+	// Quota is the capacity: the most units the policy admits at once,
 	// the quota of a window strategy, the burst of a token bucket. It
 	// equals Policy.Quota.
-	Limit int64
+	Quota int64
 
 	// Remaining is the number of units still available after this decision,
-	// between 0 and Limit.
+	// between 0 and Quota.
 	Remaining int64
 
 	// RetryAfter is how long the client should wait before a request of the
@@ -220,7 +225,7 @@ type Decision struct {
 	// when Allowed is false; it is never negative.
 	RetryAfter time.Duration
 
-	// ResetAfter is how long until the full Limit is available again (the
+	// ResetAfter is how long until the full Quota is available again (the
 	// end of the current window, or the time a token bucket needs to fill).
 	// It is never negative.
 	ResetAfter time.Duration
@@ -241,12 +246,12 @@ type Decision struct {
 	StateError error
 
 	// Parts holds one Decision per policy of a composite limiter, in the
-	// order of its policies, each with its own Allowed, Limit, Remaining,
+	// order of its policies, each with its own Allowed, Quota, Remaining,
 	// RetryAfter, ResetAfter and Policy (and no State). It is nil for a
 	// limiter of a single policy. The Decision that holds Parts sums them
 	// up: Allowed when every part admitted (and then every part took its
 	// cost; otherwise none did); RetryAfter the longest among the parts that
-	// denied; Limit, Remaining, ResetAfter and Policy those of the most
+	// denied; Quota, Remaining, ResetAfter and Policy those of the most
 	// restrictive part, the one with the smallest Remaining (ties: the
 	// longest ResetAfter), among the denying parts when it denied.
 	Parts []Decision
@@ -269,7 +274,7 @@ type Decision struct {
 //     per second is `q=20;w=4`, like a window of 20 per 4 seconds.
 //
 // So one logical policy renders the same RateLimit-Policy field through
-// every strategy, Decision.Limit equals Quota, and Decision.Remaining is at
+// every strategy, Decision.Quota equals Policy.Quota, and Decision.Remaining is at
 // most Quota. limitertest's AdvertisedPolicy check holds every strategy to it.
 type Policy struct {
 	// Name identifies the policy to clients, for example "contact-form".
@@ -358,10 +363,10 @@ var (
 	// ErrInvalidCost is returned for a request whose Cost is below 1.
 	ErrInvalidCost error = &invalidRequestError{"invalid request: cost must be at least 1"}
 
-	// ErrCostExceedsLimit is returned when a request's Cost is larger than
-	// the policy's Limit, so that no amount of waiting could admit it. It
+	// ErrCostExceedsQuota is returned when a request's Cost is larger than
+	// the policy's Quota, so that no amount of waiting could admit it. It
 	// also matches ErrInvalidRequest.
-	ErrCostExceedsLimit error = &invalidRequestError{"invalid request: cost exceeds the quota"}
+	ErrCostExceedsQuota error = &invalidRequestError{"invalid request: cost exceeds the quota"}
 
 	// ErrUnexpectedParts is returned by a limiter of a single policy for a
 	// request with [Request.Parts]: its parts would otherwise go uncounted.

@@ -76,7 +76,7 @@ func (c *Composite) Policies() []ratekit.Policy {
 // [ratekit.Limiter] for the contract. Errors: those of
 // [ratekit.Request.Validate]; [ratekit.ErrInvalidRequest] when Parts is
 // non-nil and its length is not the number of policies;
-// [ratekit.ErrCostExceedsLimit] when a part's cost exceeds its policy's
+// [ratekit.ErrCostExceedsQuota] when a part's cost exceeds its policy's
 // limit; store errors wrapping the pgx error (and ctx.Err()), after which
 // the request may have been counted by every policy or by none.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {

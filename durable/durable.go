@@ -268,7 +268,7 @@ func (l *Limiter) Policy() ratekit.Policy { return l.policy }
 // in one round trip. See [ratekit.Limiter] for the contract. With an
 // IdempotencyKey, a request whose earlier attempt was admitted within
 // Policy.Window is admitted again without taking anything. Errors: those of
-// [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit], and store
+// [ratekit.Request.Validate], [ratekit.ErrCostExceedsQuota], and store
 // errors wrapping the pgx error (and ctx.Err()); after a store error the
 // request may or may not have been counted.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -360,7 +360,7 @@ func outcomeDecision(p ratekit.Policy, r pgengine.Outcome) ratekit.Decision {
 	}
 	return ratekit.Decision{
 		Allowed:    r.Allowed,
-		Limit:      p.Quota,
+		Quota:      p.Quota,
 		Remaining:  r.Remaining,
 		RetryAfter: r.RetryAfter,
 		ResetAfter: r.ResetAfter,

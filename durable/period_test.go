@@ -398,7 +398,7 @@ func TestPlannedBadInput(t *testing.T) {
 		}
 	}
 	pl.set("ok", tier("pro", 5, 5, time.Time{}))
-	if _, err := p.Allow(ctx, ratekit.Request{Key: "ok", Cost: 6}); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
+	if _, err := p.Allow(ctx, ratekit.Request{Key: "ok", Cost: 6}); !errors.Is(err, ratekit.ErrCostExceedsQuota) {
 		t.Errorf("cost 6: %v", err)
 	}
 	if _, err := p.Allow(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {

@@ -241,7 +241,7 @@ func (p *Planned) decide(ctx context.Context, op pgengine.Op, req ratekit.Reques
 // key's plan when all have them available, and otherwise takes nothing, in
 // one round trip after the plan lookup. See [ratekit.Limiter] for the
 // contract. Errors: those of [ratekit.Request.Validate];
-// [ratekit.ErrCostExceedsLimit] when a cost exceeds a policy's quota; an
+// [ratekit.ErrCostExceedsQuota] when a cost exceeds a policy's quota; an
 // error matching [ratekit.ErrInvalidConfig] for an invalid plan (see
 // [ratekit.Plan.Validate]); the Plan func's error, wrapped; [ratekit.ErrClockSkew];
 // store errors wrapping the pgx error (and ctx.Err()), after which the

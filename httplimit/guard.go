@@ -456,7 +456,7 @@ func clientDetail(err error) string {
 		return "The request's client identity (address, API key or idempotency key) is too long."
 	case errors.Is(err, ratekit.ErrInvalidCost):
 		return "The request's cost is not a positive number."
-	case errors.Is(err, ratekit.ErrCostExceedsLimit):
+	case errors.Is(err, ratekit.ErrCostExceedsQuota):
 		return "The request costs more than the whole quota, so it can never be admitted."
 	}
 	return "The request cannot be counted as sent."

@@ -9,7 +9,7 @@ import (
 )
 
 func TestRefillApply(t *testing.T) {
-	r := kvstore.Refill{Max: 1000, Rate: 3}
+	r := kvstore.Refill{Burst: 1000, Rate: 3}
 	const now = 1_000_000
 	at := func(v, tm int64) kvstore.Record { return kvstore.Record{Value: v, Time: tm} }
 	for _, tc := range []struct {
@@ -49,17 +49,17 @@ func TestRefillApply(t *testing.T) {
 }
 
 func TestRefillErrors(t *testing.T) {
-	good := kvstore.Refill{Max: 10, Rate: 1}
+	good := kvstore.Refill{Burst: 10, Rate: 1}
 	for _, tc := range []struct {
 		r    kvstore.Refill
 		op   kvstore.Op
 		n    int64
 		want error
 	}{
-		{kvstore.Refill{Max: 0, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: kvstore.MaxValue + 1, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: 10, Rate: 0}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: 10, Rate: 11}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 0, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: kvstore.MaxValue + 1, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 10, Rate: 0}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 10, Rate: 11}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
 		{good, kvstore.OpTake, 0, kvstore.ErrInvalidOp},
 		{good, kvstore.OpTake, 11, kvstore.ErrInvalidOp},
 		{good, kvstore.OpPeek, 11, kvstore.ErrInvalidOp},
@@ -74,7 +74,7 @@ func TestRefillErrors(t *testing.T) {
 }
 
 func TestTimeUntil(t *testing.T) {
-	r := kvstore.Refill{Max: 1000, Rate: 3}
+	r := kvstore.Refill{Burst: 1000, Rate: 3}
 	for _, tc := range []struct {
 		level, target int64
 		want          time.Duration
@@ -90,20 +90,20 @@ func TestTimeUntil(t *testing.T) {
 			t.Errorf("TimeUntil(%d, %d) = %v, want %v", tc.level, tc.target, got, tc.want)
 		}
 	}
-	if got := (kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}).TimeToFull(0); got != kvstore.MaxValue*time.Microsecond {
+	if got := (kvstore.Refill{Burst: kvstore.MaxValue, Rate: 1}).TimeToFull(0); got != kvstore.MaxValue*time.Microsecond {
 		t.Errorf("TimeToFull at the largest max = %v (overflow?)", got)
 	}
 }
 
 // FuzzApply checks Apply's invariants on arbitrary inputs: the level stays in
-// [0, Max], a take never creates units, a refused take and a peek write
+// [0, Burst], a take never creates units, a refused take and a peek write
 // nothing, and the refill after a take equals elapsed × Rate (capped).
 func FuzzApply(f *testing.F) {
 	f.Add(int64(1000), int64(3), int64(500), int64(100), int64(200), uint8(1), int64(10))
 	f.Add(int64(1), int64(1), int64(0), int64(0), int64(0), uint8(1), int64(1))
 	f.Add(int64(kvstore.MaxValue), int64(7), int64(-1), int64(1<<62), int64(-1<<62), uint8(3), int64(1<<62))
 	f.Fuzz(func(t *testing.T, maxv, rate, value, recTime, now int64, op uint8, n int64) {
-		r := kvstore.Refill{Max: maxv, Rate: rate}
+		r := kvstore.Refill{Burst: maxv, Rate: rate}
 		if r.Validate() != nil || r.CheckOp(kvstore.Op(op), n) != nil {
 			return
 		}

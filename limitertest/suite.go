@@ -166,8 +166,8 @@ func (c *client) keep(what string, d ratekit.Decision) error {
 // policy's Quota (the RateLimit-Policy q), and Remaining (the RateLimit r)
 // is between 0 and it. The suite checks it on every decision it gets.
 func advertised(what string, d ratekit.Decision) error {
-	if d.Limit != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
-		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Limit, d.Remaining, d.Policy.Quota)
+	if d.Quota != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
+		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Quota, d.Remaining, d.Policy.Quota)
 	}
 	return nil
 }
@@ -193,10 +193,10 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 
 func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
-	case d.Limit != cfg.Quota:
-		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Quota)
-	case d.Remaining < 0 || d.Remaining > d.Limit:
-		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Limit)
+	case d.Quota != cfg.Quota:
+		return fmt.Errorf("%s: Limit %d, want %d", what, d.Quota, cfg.Quota)
+	case d.Remaining < 0 || d.Remaining > d.Quota:
+		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Quota)
 	case d.RetryAfter < 0 || d.ResetAfter < 0:
 		return fmt.Errorf("%s: negative RetryAfter %v or ResetAfter %v", what, d.RetryAfter, d.ResetAfter)
 	case d.Allowed && d.RetryAfter != 0:
@@ -733,7 +733,7 @@ func checkValidation(t testing.TB, h Harness) error {
 		{"idempotency key of MaxKeyLen+1 bytes", ratekit.Request{Key: "v", Cost: 1, IdempotencyKey: tooLong}, ratekit.ErrKeyTooLong},
 		{"cost 0", ratekit.Request{Key: "v", Cost: 0}, ratekit.ErrInvalidCost},
 		{"cost -1", ratekit.Request{Key: "v", Cost: -1}, ratekit.ErrInvalidCost},
-		{"cost above the limit", ratekit.Request{Key: "v", Cost: 4}, ratekit.ErrCostExceedsLimit},
+		{"cost above the limit", ratekit.Request{Key: "v", Cost: 4}, ratekit.ErrCostExceedsQuota},
 	} {
 		_, err := l.Allow(ctx, tc.req)
 		if !errors.Is(err, tc.want) || !errors.Is(err, ratekit.ErrInvalidRequest) {

@@ -147,7 +147,7 @@ func (c *Composite) Policies() []ratekit.Policy {
 // Allow returns an error, and no decision, when req is invalid (an
 // [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], parts of
 // the wrong number or of another key than req.Key, or
-// [ratekit.ErrCostExceedsLimit] when a cost is above its policy's quota),
+// [ratekit.ErrCostExceedsQuota] when a cost is above its policy's quota),
 // when ctx is done (the error wraps ctx.Err()), or when the clock reads a
 // time before 1970. req.IdempotencyKey is ignored.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -193,7 +193,7 @@ func (c *Composite) validate(req ratekit.Request) error {
 			cost = req.Parts[i].Cost
 		}
 		if cost > p.Quota {
-			return fmt.Errorf("%w (policy %q: cost %d, quota %d)", ratekit.ErrCostExceedsLimit, p.Name, cost, p.Quota)
+			return fmt.Errorf("%w (policy %q: cost %d, quota %d)", ratekit.ErrCostExceedsQuota, p.Name, cost, p.Quota)
 		}
 	}
 	return nil
@@ -267,7 +267,7 @@ func (c *Composite) decide(ctx context.Context, req ratekit.Request, op op) (rat
 	for i := range parts {
 		p, d := &c.policies[i], &parts[i]
 		reset := time.Unix(ws[i].start+c.windows[i], 0).Sub(now)
-		d.Limit = p.Quota
+		d.Quota = p.Quota
 		d.Remaining = min(max(p.Quota-ws[i].count, 0), p.Quota)
 		d.ResetAfter = reset
 		d.Policy = *p

@@ -91,7 +91,7 @@ func (l *Limiter) Policy() ratekit.Policy {
 //
 // Allow returns an error, and no decision, when req is invalid (a
 // [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], or
-// [ratekit.ErrCostExceedsLimit] when req.Cost is above Quota), when ctx is
+// [ratekit.ErrCostExceedsQuota] when req.Cost is above Quota), when ctx is
 // done (the error wraps ctx.Err()), or when the clock reads a time before
 // 1970. req.IdempotencyKey is ignored: the strategy keeps no record of past
 // requests.
@@ -155,7 +155,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
 	}
 	if req.Cost > l.limit {
-		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
+		return ratekit.Decision{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsQuota, req.Cost, l.limit)
 	}
 	if err := ctx.Err(); err != nil {
 		return ratekit.Decision{}, fmt.Errorf("signedwindow: %w", err)
@@ -236,7 +236,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 
 	d := ratekit.Decision{
 		Allowed:    allowed,
-		Limit:      l.limit,
+		Quota:      l.limit,
 		Remaining:  min(max(l.limit-newCount, 0), l.limit),
 		ResetAfter: time.Unix(end, 0).Sub(now),
 		Policy:     l.Policy(),

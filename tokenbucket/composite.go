@@ -168,7 +168,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 			key, cost = req.Parts[i].Key, req.Parts[i].Cost
 		}
 		if cost > b.burst {
-			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsLimit, i, b.policy.Name, cost, b.burst)
+			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsQuota, i, b.policy.Name, cost, b.burst)
 		}
 		buf = append(buf, c.prefix[i]...)
 		buf = append(buf, key...)
@@ -210,7 +210,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op)
 // holds its cost, and otherwise takes nothing. It returns the errors of
 // ratekit.Request.Validate, an error matching ratekit.ErrInvalidRequest
 // when Parts is non-nil and its length is not the number of buckets,
-// ratekit.ErrCostExceedsLimit for a part's cost above its bucket's Burst, and
+// ratekit.ErrCostExceedsQuota for a part's cost above its bucket's Burst, and
 // the store's error (wrapped; an error caused by ctx wraps ctx.Err()) when
 // the store fails. After a store error the step was applied to every bucket
 // or to none.
@@ -243,7 +243,7 @@ func (c *Composite) Reset(ctx context.Context, key string) error {
 	}
 	upd := make([]kvstore.Update, len(c.buckets))
 	for i, b := range c.buckets {
-		upd[i] = kvstore.Update{Key: c.prefix[i] + key, Refill: b.refill, N: b.refill.Max}
+		upd[i] = kvstore.Update{Key: c.prefix[i] + key, Refill: b.refill, N: b.refill.Burst}
 	}
 	group := ""
 	if c.group {

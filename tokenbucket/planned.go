@@ -278,7 +278,7 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 			key, cost = req.Parts[i].Key, req.Parts[i].Cost
 		}
 		if op != kvstore.OpRefund && cost > pp.policy.Quota {
-			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, pp.policy.Name, cost, pp.policy.Quota)
+			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsQuota, i, pp.policy.Name, cost, pp.policy.Quota)
 		}
 		buf = append(buf, p.prefix...)
 		buf = append(buf, pp.policy.Name...)
@@ -292,7 +292,7 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 			// the burst, which also keeps cost × unit from overflowing.
 			u.Refill, u.N = pp.refill, min(cost, pp.policy.Quota)*pp.unit
 			if reset {
-				u.N = pp.refill.Max
+				u.N = pp.refill.Burst
 			}
 		} else {
 			buf = append(buf, "/p"...)
@@ -356,11 +356,11 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 // decide fills in the zero Decision *d of policy pp after op with u.
 func (p *Planned) decide(d *ratekit.Decision, pp *plannedPolicy, u *kvstore.Update, r kvstore.OpResult, op kvstore.Op) {
 	d.Allowed = r.OK || op == kvstore.OpRefund
-	d.Limit = pp.policy.Quota
+	d.Quota = pp.policy.Quota
 	d.Policy = pp.policy
 	if pp.unit > 0 {
 		d.Remaining = r.Remaining / pp.unit
-		d.ResetAfter = p.wait(pp.refill, r.Remaining, pp.refill.Max)
+		d.ResetAfter = p.wait(pp.refill, r.Remaining, pp.refill.Burst)
 		if !d.Allowed {
 			d.RetryAfter = p.wait(pp.refill, r.Remaining, u.N)
 		}
@@ -394,7 +394,7 @@ func decimalLen(n int64) int {
 // nothing, in one step of the store after the plan lookup. Errors: those
 // of ratekit.Request.Validate; an error matching ratekit.ErrInvalidRequest
 // when Parts is non-nil and its length is not the number of the plan's
-// policies; ratekit.ErrCostExceedsLimit when a cost exceeds a policy's
+// policies; ratekit.ErrCostExceedsQuota when a cost exceeds a policy's
 // quota; an error matching ratekit.ErrInvalidConfig for a plan that
 // ratekit.Plan.Validate refuses or that Planned cannot count (see
 // [Planned]); the Plan func's error, wrapped; ratekit.ErrClockSkew; and
@@ -460,7 +460,7 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 	}
 	u := make([]ratekit.Usage, len(parts))
 	for i, d := range parts {
-		u[i] = ratekit.Usage{Policy: d.Policy, Used: d.Limit - d.Remaining, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
+		u[i] = ratekit.Usage{Policy: d.Policy, Used: d.Quota - d.Remaining, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if d.Policy.Algorithm == ratekit.FixedWindow {
 			u[i].Used = used[i]
 		}

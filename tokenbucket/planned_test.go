@@ -116,7 +116,7 @@ func TestPlannedErrors(t *testing.T) {
 	}{
 		"no key":           {ratekit.Request{Cost: 1}, ratekit.ErrEmptyKey},
 		"zero cost":        {ratekit.Request{Key: "ok"}, ratekit.ErrInvalidCost},
-		"cost above quota": {ratekit.Request{Key: "ok", Cost: 6}, ratekit.ErrCostExceedsLimit},
+		"cost above quota": {ratekit.Request{Key: "ok", Cost: 6}, ratekit.ErrCostExceedsQuota},
 		"parts":            {ratekit.Request{Key: "ok", Cost: 1, Parts: []ratekit.Part{{Key: "x", Cost: 1}}}, ratekit.ErrInvalidRequest},
 	} {
 		if _, err := l.Allow(ctx, tc.req); !errors.Is(err, tc.want) {

@@ -278,7 +278,7 @@ func bucketRefill(burst int64, r Rate) (refill kvstore.Refill, unit int64, probl
 	if unit > kvstore.MaxValue/burst {
 		return kvstore.Refill{}, 0, fmt.Sprintf("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^52; use a shorter period", burst, r.Tokens, r.Per, burst, unit)
 	}
-	refill = kvstore.Refill{Max: burst * unit, Rate: rate}
+	refill = kvstore.Refill{Burst: burst * unit, Rate: rate}
 	if refill.Validate() != nil {
 		return kvstore.Refill{}, 0, fmt.Sprintf("RefillRate %d per %v refills more than Burst %d per microsecond", r.Tokens, r.Per, burst)
 	}
@@ -307,14 +307,14 @@ func (l *Limiter) check(req ratekit.Request) (int64, error) {
 		return 0, ratekit.ErrUnexpectedParts
 	}
 	if req.Cost > l.burst {
-		return 0, fmt.Errorf("%w: cost %d, burst %d", ratekit.ErrCostExceedsLimit, req.Cost, l.burst)
+		return 0, fmt.Errorf("%w: cost %d, burst %d", ratekit.ErrCostExceedsQuota, req.Cost, l.burst)
 	}
 	return req.Cost * l.unit, nil
 }
 
 // Allow takes req.Cost tokens from the bucket of req.Key when it holds that
 // many, and reports the decision. A denied request takes nothing. It returns
-// the errors of ratekit.Request.Validate, ratekit.ErrCostExceedsLimit for a
+// the errors of ratekit.Request.Validate, ratekit.ErrCostExceedsQuota for a
 // cost above Burst, and the store's error (wrapped; an error caused by ctx
 // wraps ctx.Err()) when the store fails.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
@@ -434,7 +434,7 @@ func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int
 	if err != nil || !write {
 		return res, err
 	}
-	if next.Value >= l.refill.Max {
+	if next.Value >= l.refill.Burst {
 		err = l.store.Delete(ctx, key)
 	} else {
 		// The record is current at next.Time, later than now when the clock
@@ -450,9 +450,9 @@ func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int
 // returning a Decision, so the struct is not copied twice on the hot path.
 func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Allowed = allowed
-	d.Limit = l.burst
+	d.Quota = l.burst
 	d.Remaining = level / l.unit
-	d.ResetAfter = l.wait(level, l.refill.Max)
+	d.ResetAfter = l.wait(level, l.refill.Burst)
 	d.Policy = l.policy
 	if !allowed {
 		d.RetryAfter = l.wait(level, n)

@@ -295,13 +295,13 @@ func (s *server) current(r *http.Request) (challengeJSON, error) {
 	if err != nil {
 		return challengeJSON{}, err
 	}
-	out := challengeJSON{Remaining: d.Remaining, Limit: d.Limit, ResetAfter: int64(math.Ceil(d.ResetAfter.Seconds()))}
+	out := challengeJSON{Remaining: d.Remaining, Limit: d.Quota, ResetAfter: int64(math.Ceil(d.ResetAfter.Seconds()))}
 	if !d.Allowed {
 		out.RetryAfter = retryAfter(d)
 		return out, nil
 	}
 	if s.cfg.pow {
-		c, err := s.limiter.NewChallenge(key, s.limiter.Difficulty(d.Limit-d.Remaining))
+		c, err := s.limiter.NewChallenge(key, s.limiter.Difficulty(d.Quota-d.Remaining))
 		if err != nil {
 			return challengeJSON{}, err
 		}
@@ -360,7 +360,7 @@ func (s *server) requireWork(next http.Handler) http.Handler {
 			s.deny(w, r, d)
 			return
 		}
-		need := s.limiter.Difficulty(d.Limit - d.Remaining)
+		need := s.limiter.Difficulty(d.Quota - d.Remaining)
 		if err := s.limiter.VerifySolution(r.PostForm.Get("pow"), key, need); err != nil {
 			// The page fetches a new challenge and tries again on 403; the
 			// reason is for the log, not for people.
@@ -416,7 +416,7 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, d ratekit.Decision
 			Limit   int64
 			Window  string
 			Seconds string
-		}{d.Limit, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
+		}{d.Quota, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
 		return
 	}
 	w.Header().Set("Content-Type", httplimit.ProblemContentType)

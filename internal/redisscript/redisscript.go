@@ -556,13 +556,13 @@ func (r *Refusals) Took(op string, h uint64, admitted bool) {
 }
 
 // RateArg returns the rate argument of Update and Multi for r: r's refill in
-// units per millisecond, r.Rate×1000, capped at r.Max (a bucket that refills
+// units per millisecond, r.Rate×1000, capped at r.Burst (a bucket that refills
 // more than its maximum in one millisecond is full at the next one either
 // way, and the cap keeps every number of the script below 2^53). r must be
 // valid.
 func RateArg(r kvstore.Refill) int64 {
-	if r.Rate > r.Max/1000 {
-		return r.Max
+	if r.Rate > r.Burst/1000 {
+		return r.Burst
 	}
 	return r.Rate * 1000
 }
@@ -718,7 +718,7 @@ func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string 
 				strconv.FormatInt(p.Quota, 10), strconv.FormatInt(u.N, 10))
 			continue
 		}
-		dst = append(dst, "b", strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		dst = append(dst, "b", strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
 	return dst
 }

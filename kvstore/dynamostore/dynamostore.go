@@ -300,7 +300,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// A refused take or a peek: nothing to write.
 			return res, err
 		}
-		if next.Value >= r.Max && !live {
+		if next.Value >= r.Burst && !live {
 			// Full and absent (or expired) already.
 			return res, nil
 		}
@@ -314,7 +314,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// A range condition accepts the item as it is now, and a
 			// concurrent take does not make it fail again.
 			res, failed, err = s.take(ctx, k, r, n, now, !it.partial(r, now))
-		case next.Value >= r.Max:
+		case next.Value >= r.Burst:
 			failed, err = s.deleteIf(ctx, k, it)
 		default:
 			failed, err = s.writeIf(ctx, k, it, r, next)
@@ -338,11 +338,11 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 // or, for the full form, its bucket is full at now.
 //
 // The item keeps, besides the level v at time t, x = t×Rate − v: the level
-// at a time T is T×Rate − x, capped at Max (see item.view), so the
+// at a time T is T×Rate − x, capped at Burst (see item.view), so the
 // conditions and updates need no arithmetic DynamoDB lacks. With
-// f = now×Rate − Max and c = now×Rate − n, the bucket holds n units or more
+// f = now×Rate − Burst and c = now×Rate − n, the bucket holds n units or more
 // without being full when f ≤ x ≤ c, and a take sets x to x + n and v to
-// c − x; it is full when x ≤ f, and a take sets x to f + n and v to Max − n.
+// c − x; it is full when x ≤ f, and a take sets x to f + n and v to Burst − n.
 // An absent item is full. Neither condition names a time or an exact value,
 // so takes racing on one key do not make each other's conditions fail. The
 // numbers reach 2^104 (a time in microseconds times a rate up to 2^53);
@@ -352,7 +352,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 // condition failed, or the error.
 func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, n, now int64, full bool) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
 	nowR := new(big.Int).Mul(big.NewInt(now), big.NewInt(r.Rate))
-	f := new(big.Int).Sub(nowR, big.NewInt(r.Max))
+	f := new(big.Int).Sub(nowR, big.NewInt(r.Burst))
 	exp := now + int64(r.TimeToFull(0)/time.Microsecond)
 	values := map[string]types.AttributeValue{
 		":f":   &types.AttributeValueMemberN{Value: f.String()},
@@ -371,7 +371,7 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	}
 	if full {
 		values[":x"] = &types.AttributeValueMemberN{Value: f.Add(f, big.NewInt(n)).String()}
-		values[":v"] = num(r.Max - n)
+		values[":v"] = num(r.Burst - n)
 		in.UpdateExpression = aws.String("SET x = :x, v = :v, t = :now, r = :r, e = :e, #ttl = :ttl")
 		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x <= :f)")
 	} else {
@@ -482,15 +482,15 @@ func (it item) live(now int64) bool { return it.present && it.exp > now }
 // partial reports whether the bucket of an item written by Update with r's
 // rate is not full at now (see item.view).
 func (it item) partial(r kvstore.Refill, now int64) bool {
-	if !it.present || it.rate != r.Rate || it.rec.Value >= r.Max {
+	if !it.present || it.rate != r.Rate || it.rec.Value >= r.Burst {
 		return false
 	}
 	if it.rec.Time >= now {
 		return true
 	}
-	// v + (now-t)×Rate < Max, in 128 bits.
+	// v + (now-t)×Rate < Burst, in 128 bits.
 	hi, lo := bits.Mul64(uint64(now-it.rec.Time), uint64(r.Rate))
-	return hi == 0 && lo < uint64(r.Max-it.rec.Value)
+	return hi == 0 && lo < uint64(r.Burst-it.rec.Value)
 }
 
 // fullAt returns when the bucket of an item written by Update with r's rate
@@ -501,7 +501,7 @@ func (it item) fullAt(r kvstore.Refill) int64 {
 
 // view returns the record an item written by Update with r's rate stands
 // for at now. Such an item is a line, the level at time T being
-// T×Rate − x (capped at Max), as in GCRA; its v and t are the point of the
+// T×Rate − x (capped at Burst), as in GCRA; its v and t are the point of the
 // line at the time of the write. Read at a now before t (the writer's clock
 // was ahead, or a request of this instance that read the clock later
 // arrived first), the line gives v − (t−now)×Rate at now: fewer units than

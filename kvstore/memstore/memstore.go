@@ -292,7 +292,7 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// below full is stored; another goroutine may add the key
 			// first, and then the update runs on its entry.
 			res, next, write, err := r.Apply(kvstore.Record{}, false, nowMicro, op, n)
-			if err != nil || !write || next.Value >= r.Max {
+			if err != nil || !write || next.Value >= r.Burst {
 				return res, err
 			}
 			if c.insert(key, next, expiry(r, next), nowNano) {
@@ -307,7 +307,7 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		}
 		res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
 		switch {
-		case err == nil && write && next.Value < r.Max:
+		case err == nil && write && next.Value < r.Burst:
 			// The record goes into the key's entry even when that
 			// entry had expired: the same keys as removing it and
 			// inserting the key afresh, without the allocations (a

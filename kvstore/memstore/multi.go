@@ -211,7 +211,7 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 			case write || nowNano >= e.expires:
 				c.s.remove(e)
 			}
-		case write && next[i].Value < u.Refill.Max:
+		case write && next[i].Value < u.Refill.Burst:
 			e.rec, e.expires = next[i], expiry(u.Refill, next[i])
 		case write || nowNano >= e.expires:
 			// A full record, an expired one or a placeholder that is

@@ -216,7 +216,7 @@ func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	m := &multiArgs{Updates: redisscript.NewUpdates(updates), args: make([]any, 0, 3*len(updates))}
 	for i := range updates {
 		u := &updates[i]
-		m.args = append(m.args, u.Refill.Max, redisscript.RateArg(u.Refill), u.N)
+		m.args = append(m.args, u.Refill.Burst, redisscript.RateArg(u.Refill), u.N)
 	}
 	return m
 }

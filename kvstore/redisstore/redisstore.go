@@ -67,13 +67,13 @@
 //     it resynchronises from the new master.
 //
 // Each master's history of a key is exact on its own: over any interval of
-// length T it takes at most Max + Rate × T units (the [kvstore.Refill]'s
+// length T it takes at most Burst + Rate × T units (the [kvstore.Refill]'s
 // fields, Rate in units per microsecond and T in microseconds). The new
 // master's history continues a prefix of the old one's, and that shared
 // prefix is counted once. So over an interval that contains one failover a
-// key takes at most 2 × (Max + Rate × T) units, twice what one store takes,
+// key takes at most 2 × (Burst + Rate × T) units, twice what one store takes,
 // less the units of the shared prefix; with n failovers in the interval, at
-// most (n+1) × (Max + Rate × T). Keys not updated between the last
+// most (n+1) × (Burst + Rate × T). Keys not updated between the last
 // replicated update and the switch stay exact. The new master's clock takes
 // over too (a replica holds each key's expiry as an absolute time): one that runs s ahead of the old master's refills
 // s × Rate early, which adds to the bound; one behind refills nothing until
@@ -341,7 +341,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		if err := r.Validate(); err != nil {
 			return kvstore.OpResult{}, err
 		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
+		a = &refillArgs{r: r, max: strconv.FormatInt(r.Burst, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
 		s.args.Store(a)
 	}
 	if err := r.CheckOp(op, n); err != nil {
@@ -444,7 +444,7 @@ func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Upd
 		r := updates[i].Refill
 		ttl, w := cmds[2*i].(*redis.IntCmd).Val(), cmds[2*i+1].(*redis.StringCmd).Val()
 		var ok bool
-		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
+		if levels[i], ok = redisscript.Level(r.Burst, redisscript.RateArg(r), ttl, w); !ok {
 			return false, nil
 		}
 	}

@@ -48,7 +48,7 @@ func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	m.take[0] = "T"
 	for i := range updates {
 		u := &updates[i]
-		m.take = append(m.take, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		m.take = append(m.take, strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
 	m.read = append([]string{"t"}, m.take[1:]...)
 	m.peek = append([]string{"p"}, m.take[1:]...)

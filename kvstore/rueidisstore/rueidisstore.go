@@ -221,7 +221,7 @@ func (s *Store) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		if err := r.Validate(); err != nil {
 			return kvstore.OpResult{}, err
 		}
-		a = &refillArgs{r: r, max: strconv.FormatInt(r.Max, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
+		a = &refillArgs{r: r, max: strconv.FormatInt(r.Burst, 10), rate: strconv.FormatInt(redisscript.RateArg(r), 10)}
 		s.args.Store(a)
 	}
 	if err := r.CheckOp(op, n); err != nil {
@@ -299,7 +299,7 @@ func (s *Store) levels(ctx context.Context, keys []string, updates []kvstore.Upd
 		}
 		r := updates[i].Refill
 		var ok bool
-		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttl, w); !ok {
+		if levels[i], ok = redisscript.Level(r.Burst, redisscript.RateArg(r), ttl, w); !ok {
 			return false, nil
 		}
 	}

@@ -42,7 +42,7 @@ func multi(t *testing.T, s kvstore.MultiAtomic, g string, op kvstore.Op, u ...kv
 
 func testMultiAllOrNothing(t *testing.T, s kvstore.MultiAtomic) {
 	g := group(s)
-	big := kvstore.Refill{Max: 100 * unit, Rate: 1}
+	big := kvstore.Refill{Burst: 100 * unit, Rate: 1}
 	res := multi(t, s, g, kvstore.OpTake, kvstore.Update{Key: "a", Refill: slow, N: 4 * unit}, kvstore.Update{Key: "b", Refill: big, N: 30 * unit})
 	if !res[0].OK || !near(res[0].Remaining, 6*unit) || !res[1].OK || !near(res[1].Remaining, 70*unit) {
 		t.Fatalf("take 4 of 10 and 30 of 100 = %+v; want OK 6 and OK 70 units", res)
@@ -86,7 +86,7 @@ func testMultiInvalid(t *testing.T, s kvstore.MultiAtomic) {
 		"unknown op":      {0, []kvstore.Update{ok}, 1, kvstore.ErrInvalidOp},
 		"n above max":     {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow, N: 11 * unit}}, 2, kvstore.ErrInvalidOp},
 		"zero n":          {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow}}, 2, kvstore.ErrInvalidOp},
-		"invalid refill":  {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: kvstore.Refill{Max: 1, Rate: 2}, N: 1}}, 2, kvstore.ErrInvalidRefill},
+		"invalid refill":  {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: kvstore.Refill{Burst: 1, Rate: 2}, N: 1}}, 2, kvstore.ErrInvalidRefill},
 		"duplicate key":   {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow, N: unit}, ok}, 3, kvstore.ErrDuplicateKey},
 		"duplicate, peek": {kvstore.OpPeek, []kvstore.Update{ok, ok}, 2, kvstore.ErrDuplicateKey},
 	} {
@@ -133,7 +133,7 @@ func testMultiGroups(t *testing.T, s kvstore.MultiAtomic) {
 func testMultiConcurrent(t *testing.T, s kvstore.MultiAtomic) {
 	const workers, perWorker, capacity = 64, 40, 300
 	g := group(s)
-	r := kvstore.Refill{Max: capacity * unit, Rate: 1}
+	r := kvstore.Refill{Burst: capacity * unit, Rate: 1}
 	keys := []string{"w", "x", "y", "z"}
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -198,7 +198,7 @@ func testPeriodConcurrent(t *testing.T, s kvstore.PeriodCounter) {
 	const workers, perWorker, quota = 64, 10, 100
 	g := group(s)
 	p := centred(quota)
-	big := kvstore.Refill{Max: 1000 * unit, Rate: 1}
+	big := kvstore.Refill{Burst: 1000 * unit, Rate: 1}
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (

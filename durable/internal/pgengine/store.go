@@ -491,7 +491,7 @@ const (
 // that fails takes nothing and records nothing.
 //
 // Take returns errors matching [ratekit.ErrInvalidRequest] for bad input
-// (see [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit]) before
+// (see [ratekit.Request.Validate], [ratekit.ErrCostExceedsQuota]) before
 // contacting the database; other errors wrap the pgx error and, when ctx
 // ended, ctx.Err(). After an error that is not bad input, the decision may
 // or may not have been applied: a retry with the same idempotency key
@@ -531,7 +531,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		return Outcome{}, err
 	}
 	if op != opRefund && cost > c.quota {
-		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
+		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsQuota, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return Outcome{}, err

@@ -472,7 +472,7 @@ func TestRequestErrors(t *testing.T) {
 			{ratekit.Request{Key: "", Cost: 1}, ratekit.ErrEmptyKey},
 			{ratekit.Request{Key: strings.Repeat("k", ratekit.MaxKeyLen+1), Cost: 1}, ratekit.ErrKeyTooLong},
 			{ratekit.Request{Key: "k", Cost: 0}, ratekit.ErrInvalidCost},
-			{ratekit.Request{Key: "k", Cost: 3}, ratekit.ErrCostExceedsLimit},
+			{ratekit.Request{Key: "k", Cost: 3}, ratekit.ErrCostExceedsQuota},
 		} {
 			_, err := l.Allow(context.Background(), tc.req)
 			if !errors.Is(err, tc.want) || !errors.Is(err, ratekit.ErrInvalidRequest) {
