@@ -82,7 +82,7 @@ const MaxKeyLen = 512
 // one way to make it).
 //
 // Allow validates req with [Request.Validate] and returns its error (an
-// [ErrInvalidRequest]) for bad input. A cost larger than the policy's limit
+// [ErrInvalidRequest]) for bad input. A cost larger than the policy's Quota
 // can never be admitted and is reported as [ErrCostExceedsQuota]. Errors
 // caused by ctx wrap ctx.Err().
 //
@@ -106,7 +106,7 @@ type Peeker interface {
 // when a paid call's downstream work failed.
 //
 // Refund returns req.Cost units to the quota of req.Key, never raising it
-// above the policy's limit, and returns the resulting Decision (Allowed is
+// above the policy's Quota, and returns the resulting Decision (Allowed is
 // true; for client-carried strategies Decision.State holds the updated
 // state). It returns the same errors as [Limiter.Allow].
 type Refunder interface {

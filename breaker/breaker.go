@@ -171,7 +171,7 @@ func (b *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decis
 	d, err := b.cb.Execute(func() (ratekit.Decision, error) {
 		d, err := b.l.Allow(ctx, req)
 		if errors.Is(err, ratekit.ErrInvalidRequest) {
-			// A cost above the limit: the request's fault, not the store's.
+			// A cost above the quota: the request's fault, not the store's.
 			invalid = err
 			return d, nil
 		}

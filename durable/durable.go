@@ -310,7 +310,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 // limit, and removes the key from this
 // process's denied cache. A non-empty IdempotencyKey makes a retried refund
 // count once. It returns the same errors as Allow, except that a cost above
-// the limit is accepted.
+// the quota is accepted.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	if len(req.Parts) > 0 {
 		return ratekit.Decision{}, ratekit.ErrUnexpectedParts

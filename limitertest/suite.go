@@ -495,7 +495,7 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err := take(c, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after a refund of 2: %w", err)
 	}
-	// Refunds never raise the quota above the limit.
+	// Refunds never raise the remaining units above the quota.
 	fresh := newClient(h, l, "refund-fresh-key")
 	if err := take(fresh, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
