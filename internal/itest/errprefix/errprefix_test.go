@@ -373,21 +373,54 @@ func decisionErr(t *testing.T, pkg, what string, err error) {
 	checkPrefix(t, pkg, "invalid config", err)
 }
 
-// libraryRoot is the repository's root, which holds the root module and
-// the library modules nested in it.
-const libraryRoot = "../../.."
+// TestConfigErrorsThroughHelper holds the rule by construction: in every
+// library package (those discover reads), ErrInvalidConfig is named only
+// by the package's configErr, the one function that writes "<package>:
+// invalid config: ", and by errors.Is. Another function that wraps it
+// would write the prefix by hand.
+func TestConfigErrorsThroughHelper(t *testing.T) {
+	// inline are the packages whose constructors build their few config
+	// errors inline; TestConfigErrorPrefix still holds their text.
+	inline := map[string]bool{"redisstore": true, "rueidisstore": true}
+	walkLibrary(t, func(path string, fset *token.FileSet, f *ast.File) {
+		if inline[f.Name.Name] {
+			return
+		}
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil || fd.Name.Name == "configErr" || fd.Name.Name == "Unwrap" {
+				continue
+			}
+			allowed := map[ast.Node]bool{}
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				if call, ok := n.(*ast.CallExpr); ok && types.ExprString(call.Fun) == "errors.Is" && len(call.Args) == 2 {
+					allowed[call.Args[1]] = true
+				}
+				var name string
+				switch x := n.(type) {
+				case *ast.SelectorExpr:
+					name = x.Sel.Name
+				case *ast.Ident:
+					name = x.Name
+				}
+				if name == "ErrInvalidConfig" && !allowed[n] {
+					t.Errorf("%s: %s names ErrInvalidConfig; make the error with the package's configErr", fset.Position(n.Pos()), fd.Name.Name)
+				}
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					return !allowed[sel] // the Sel ident of an allowed selector is allowed too
+				}
+				return true
+			})
+		}
+	})
+}
 
-// discover returns, sorted, "package.Func" for every exported function of
-// the library packages whose name starts with New or whose last result is
-// an error, and "package.Type.Method" for every exported method whose name
-// starts with Validate. The library packages are those under libraryRoot
-// outside internal, cmd, testdata, examples and benchmarks directories,
-// except the conformance suites (packages named *test), whose errors are
-// the limiter's under test. It reads the files with go/parser, so it needs
-// no build and misses nothing that compiles.
-func discover(t *testing.T) []string {
+// walkLibrary calls fn with every non-test file of the library packages:
+// those under libraryRoot outside internal, cmd, testdata, examples and
+// benchmarks directories, except the conformance suites (packages named
+// *test), whose errors are the limiter's under test.
+func walkLibrary(t *testing.T, fn func(path string, fset *token.FileSet, f *ast.File)) {
 	t.Helper()
-	var found []string
 	skip := map[string]bool{"internal": true, "cmd": true, "testdata": true, "examples": true, "benchmarks": true}
 	err := filepath.WalkDir(libraryRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -402,14 +435,36 @@ func discover(t *testing.T) []string {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
 		if err != nil {
 			return err
 		}
-		pkg := f.Name.Name
-		if strings.HasSuffix(pkg, "test") {
-			return nil
+		if !strings.HasSuffix(f.Name.Name, "test") {
+			fn(path, fset, f)
 		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// libraryRoot is the repository's root, which holds the root module and
+// the library modules nested in it.
+const libraryRoot = "../../.."
+
+// discover returns, sorted, "package.Func" for every exported function of
+// the library packages whose name starts with New or whose last result is
+// an error, and "package.Type.Method" for every exported method whose name
+// starts with Validate, in the library packages (see walkLibrary). It
+// reads the files with go/parser, so it needs no build and misses nothing
+// that compiles.
+func discover(t *testing.T) []string {
+	t.Helper()
+	var found []string
+	walkLibrary(t, func(_ string, _ *token.FileSet, f *ast.File) {
+		pkg := f.Name.Name
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
 			if !ok || !fd.Name.IsExported() {
@@ -432,11 +487,7 @@ func discover(t *testing.T) []string {
 				found = append(found, pkg+"."+name)
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if len(found) < 40 {
 		t.Fatalf("discovered %d functions under %s, fewer than the 40 there are: %v", len(found), libraryRoot, found)
 	}
