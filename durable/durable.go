@@ -375,6 +375,9 @@ func outcomeDecision(p ratekit.Policy, r pgengine.Outcome) ratekit.Decision {
 // matching [ratekit.ErrInvalidConfig] when the policy has no Period, fn's
 // error as is, and store errors wrapping the pgx error.
 func (l *Limiter) PeriodUsage(ctx context.Context, from, to time.Time, fn func(PeriodUsage) error) error {
+	if l.policy.Period.IsZero() {
+		return configErr("policy %q has no period", l.policy.Name)
+	}
 	return l.counter.PeriodUsage(ctx, from, to, func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })
 }
 

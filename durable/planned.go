@@ -319,6 +319,9 @@ func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.
 	if err := ratekit.ValidatePolicyName(policy); err != nil {
 		return configErr("%v", err)
 	}
+	if prefix := p.cfg.Prefix + ":" + policy; len(prefix) > ratekit.MaxPolicyNameLen {
+		return configErr("prefix %q is over %d bytes", prefix, ratekit.MaxPolicyNameLen)
+	}
 	return p.store.PeriodUsage(ctx, pgengine.Durability(p.cfg.Durability), p.cfg.Prefix+":"+policy, from, to,
 		func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })
 }

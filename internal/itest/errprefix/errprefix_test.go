@@ -346,6 +346,23 @@ func TestDecisionConfigErrors(t *testing.T) {
 		decisionErr(t, "durable", plan.Name+": Allow", err)
 		decisionErr(t, "durable", plan.Name+": Reset", l.Reset(ctx, "k"))
 	}
+	// Usage reports name a policy: of a limiter without a period, or one
+	// that no plan could hold.
+	planned, err := durable.NewPlanned(durable.PlannedConfig{Prefix: "p", Store: pg, Durability: durable.Unlogged,
+		Plan: func(context.Context, string) (ratekit.Plan, error) { return ratekit.Plan{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func(durable.PeriodUsage) error { return nil }
+	for _, name := range []string{"a b", strings.Repeat("a", ratekit.MaxPolicyNameLen)} {
+		decisionErr(t, "durable", "PeriodUsage of "+name, planned.PeriodUsage(ctx, name, time.Time{}, time.Now(), none))
+	}
+	windowed, err := durable.New(durable.Config{Store: pg, Durability: durable.Unlogged,
+		Policy: ratekit.Policy{Name: "w", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	decisionErr(t, "durable", "PeriodUsage without a period", windowed.PeriodUsage(ctx, time.Time{}, time.Now(), none))
 	// Two limiters that each return client state: one token cannot carry
 	// both, which ratekit.All finds only when they answer.
 	keys := []signedwindow.Key{{ID: 1, Secret: []byte(strings.Repeat("k", signedwindow.MinSecretLen))}}
