@@ -102,7 +102,7 @@ func TestTokenBucketBurst(t *testing.T) {
 			t.Fatal(err)
 		}
 		if d.Quota != 5 {
-			t.Fatalf("Limit %d, want the burst 5", d.Quota)
+			t.Fatalf("Quota %d, want the burst 5", d.Quota)
 		}
 		if d.Allowed {
 			n++

@@ -167,7 +167,7 @@ func (c *client) keep(what string, d ratekit.Decision) error {
 // is between 0 and it. The suite checks it on every decision it gets.
 func advertised(what string, d ratekit.Decision) error {
 	if d.Quota != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
-		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Quota, d.Remaining, d.Policy.Quota)
+		return fmt.Errorf("%s: Quota %d, Remaining (r) %d, Policy.Quota (q) %d: want Quota = q and 0 <= r <= q", what, d.Quota, d.Remaining, d.Policy.Quota)
 	}
 	return nil
 }
@@ -194,7 +194,7 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
 	case d.Quota != cfg.Quota:
-		return fmt.Errorf("%s: Limit %d, want %d", what, d.Quota, cfg.Quota)
+		return fmt.Errorf("%s: Quota %d, want %d", what, d.Quota, cfg.Quota)
 	case d.Remaining < 0 || d.Remaining > d.Quota:
 		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Quota)
 	case d.RetryAfter < 0 || d.ResetAfter < 0:

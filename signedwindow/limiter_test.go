@@ -85,7 +85,7 @@ func TestAllowCountsWindow(t *testing.T) {
 			t.Fatalf("request %d: StateError = %v, want nil", i, d.StateError)
 		}
 		if d.Quota != 3 || d.Policy != (ratekit.Policy{Name: "contact-form", Quota: 3, Window: time.Minute, Algorithm: ratekit.FixedWindow}) {
-			t.Fatalf("Limit=%d Policy=%+v", d.Quota, d.Policy)
+			t.Fatalf("Quota=%d Policy=%+v", d.Quota, d.Policy)
 		}
 		tok, err := l.VerifyToken(d.State, alice)
 		if err != nil || tok.Count != i || !tok.WindowStart.Equal(time.Unix(t0.Unix(), 0)) || !tok.Expires.Equal(windowEnd) {
