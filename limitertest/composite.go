@@ -243,7 +243,7 @@ func saneComposite(what string, d ratekit.Decision, policies []Config, fam ratek
 		return fmt.Errorf("%s: RetryAfter %v, want %v, the longest among the denying parts (decision %+v)", what, d.RetryAfter, retry, d)
 	}
 	if d.Quota != m.Quota || d.Remaining != m.Remaining || d.ResetAfter != m.ResetAfter || d.Policy != m.Policy {
-		return fmt.Errorf("%s: top-level Limit %d, Remaining %d, ResetAfter %v, Policy %+v; want those of part %d, the most restrictive (decision %+v)",
+		return fmt.Errorf("%s: top-level Quota %d, Remaining %d, ResetAfter %v, Policy %+v; want those of part %d, the most restrictive (decision %+v)",
 			what, d.Quota, d.Remaining, d.ResetAfter, d.Policy, pick, d)
 	}
 	return nil

@@ -162,7 +162,7 @@ func (c *client) keep(what string, d ratekit.Decision) error {
 }
 
 // advertised returns an error when d breaks the rule every strategy
-// advertises its policy by (see ratekit.Policy): the capacity Limit is the
+// advertises its policy by (see ratekit.Policy): the capacity Decision.Quota is the
 // policy's Quota (the RateLimit-Policy q), and Remaining (the RateLimit r)
 // is between 0 and it. The suite checks it on every decision it gets.
 func advertised(what string, d ratekit.Decision) error {
@@ -560,7 +560,7 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 
 // checkRefundRecipe: two charges and a refund of the second through the
 // recipe of httplimit.RequestFromContext leave exactly one unit used, and
-// alternating refunded and kept calls admit exactly Limit kept calls.
+// alternating refunded and kept calls admit exactly Quota kept calls.
 func checkRefundRecipe(t testing.TB, h Harness) error {
 	cfg := Config{Name: "refund-recipe", Quota: 4, Window: longWindow}
 	l := h.New(t, cfg)
@@ -749,7 +749,7 @@ func checkValidation(t testing.TB, h Harness) error {
 }
 
 // checkConcurrency: Workers goroutines, each a client of its own, make
-// requests of cost 1 on one fresh key until 10 × Limit requests were made;
+// requests of cost 1 on one fresh key until 10 × Quota requests were made;
 // the admissions are counted exactly.
 func checkConcurrency(t testing.TB, h Harness) error {
 	cfg := Config{Name: "concurrency", Quota: 100, Window: longWindow}
