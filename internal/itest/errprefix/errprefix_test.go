@@ -297,6 +297,20 @@ func TestConfigErrorPrefix(t *testing.T) {
 	}
 }
 
+// TestStoreInputErrors: kvstore's checks of a store call name the class
+// first and the update after it, as every other error does.
+func TestStoreInputErrors(t *testing.T) {
+	period := []kvstore.Update{{Key: "k", Period: &kvstore.PeriodBounds{}, N: 1}}
+	res := make([]kvstore.OpResult, 1)
+	checkPrefix(t, "kvstore", "invalid period", kvstore.CheckMulti(kvstore.OpTake, period, res))
+	_, err := kvstore.CheckMultiPeriods(kvstore.OpTake, period, res)
+	checkPrefix(t, "kvstore", "invalid period", err)
+	bucket := []kvstore.Update{{Key: "k", Refill: kvstore.Refill{Burst: 1, Rate: 1}, N: 2}}
+	checkPrefix(t, "kvstore", "invalid operation", kvstore.CheckMulti(kvstore.OpTake, bucket, res))
+	bucket[0].Refill = kvstore.Refill{}
+	checkPrefix(t, "kvstore", "invalid refill", kvstore.CheckMulti(kvstore.OpTake, bucket, res))
+}
+
 // TestDecisionConfigErrors: a configuration met at decision time, a plan
 // that a Plan func returns, is refused as a constructor's would be, in the
 // words of the package called, by both planned limiters and by
