@@ -415,16 +415,10 @@ func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
 
 // configErr returns an error matching [ErrInvalidConfig] that reads
 // "ratekit: invalid config: " and format's text: every configuration error
-// of this package is made here. An error among args is printed without its
-// own "<package>: invalid config: ", so that a message adding context to
-// another configuration error names the package and the class once.
+// of this package is made here. Another of its errors that the text
+// includes loses its "ratekit: invalid config: ", so that a message adding
+// context to it names the package and the class once.
 func configErr(format string, args ...any) error {
-	for i, a := range args {
-		if err, ok := a.(error); ok {
-			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
-				args[i] = detail
-			}
-		}
-	}
-	return &invalidConfigError{"ratekit: invalid config: " + fmt.Sprintf(format, args...)}
+	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "ratekit: invalid config: ", "")
+	return &invalidConfigError{"ratekit: invalid config: " + msg}
 }

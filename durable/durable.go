@@ -187,19 +187,12 @@ var (
 
 // configErr returns an error matching [ratekit.ErrInvalidConfig] that reads
 // "durable: invalid config: " and format's text: every configuration error
-// of this package is made here. An error among args (one of ratekit's
-// validators, or the engine's) is printed without its own "<package>:
-// invalid config: ", so that the message names the package and the class
-// once.
+// of this package is made here. The text of a configuration error of
+// ratekit or of the engine that it includes loses its "[ratekit: ]invalid
+// config: ", so that the message names the package and the class once.
 func configErr(format string, args ...any) error {
-	for i, a := range args {
-		if err, ok := a.(error); ok {
-			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
-				args[i] = detail
-			}
-		}
-	}
-	return fmt.Errorf("durable: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("durable: %w: %s", ratekit.ErrInvalidConfig, msg)
 }
 
 // New returns a Limiter for cfg. It returns an error matching

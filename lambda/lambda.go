@@ -296,16 +296,9 @@ func mustHandler(isNil bool) {
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
 // "lambda: invalid config: " and format's text: every configuration error of
-// this package is made here. An error among args (one of httplimit's) is
-// printed without its own "<package>: invalid config: ", so that the
-// message names the package and the class once.
+// this package is made here. An httplimit configuration error in the text
+// loses its "httplimit: invalid config: ", so the class is said once.
 func configErr(format string, args ...any) error {
-	for i, a := range args {
-		if err, ok := a.(error); ok {
-			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
-				args[i] = detail
-			}
-		}
-	}
-	return fmt.Errorf("lambda: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "httplimit: invalid config: ", "")
+	return fmt.Errorf("lambda: %w: %s", ratekit.ErrInvalidConfig, msg)
 }

@@ -192,18 +192,12 @@ func (p DifficultyPolicy) validate() error {
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
 // "signedwindow: invalid config: " and format's text: every configuration
-// error of this package is made here. An error among args (one of
-// ratekit's validators) is printed without its own "<package>: invalid
-// config: ", so that the message names the package and the class once.
+// error of this package is made here. Text it includes from another
+// configuration error (ratekit's validators', or this package's own) drops
+// that error's "<package>: invalid config: ", so the message says it once.
 func configErr(format string, args ...any) error {
-	for i, a := range args {
-		if err, ok := a.(error); ok {
-			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
-				args[i] = detail
-			}
-		}
-	}
-	return fmt.Errorf("signedwindow: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "signedwindow: invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("signedwindow: %w: %s", ratekit.ErrInvalidConfig, msg)
 }
 
 // withDefaults returns cfg with defaults applied, or an error wrapping

@@ -169,18 +169,12 @@ var (
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
 // "tokenbucket: invalid config: " and format's text: every configuration
-// error of this package is made here. An error among args (one of
-// ratekit's validators) is printed without its own "<package>: invalid
-// config: ", so that the message names the package and the class once.
+// error of this package is made here. A configuration error of ratekit's
+// validators, or of this package, that the text includes loses its
+// "<package>: invalid config: ": the message names both once.
 func configErr(format string, args ...any) error {
-	for i, a := range args {
-		if err, ok := a.(error); ok {
-			if _, detail, found := strings.Cut(err.Error(), "invalid config: "); found {
-				args[i] = detail
-			}
-		}
-	}
-	return fmt.Errorf("tokenbucket: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "tokenbucket: invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("tokenbucket: %w: %s", ratekit.ErrInvalidConfig, msg)
 }
 
 // New returns a Limiter for cfg. It returns an error matching

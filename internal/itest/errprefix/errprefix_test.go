@@ -81,14 +81,7 @@ type entry struct {
 // discover), so a new one fails this test, naming it, until the table
 // below has an invalid call for it.
 func TestConfigErrorPrefix(t *testing.T) {
-	store, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg, err := pgstore.New(&fakeDB{}, pgstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, pg := stores(t)
 	keys := []signedwindow.Key{{ID: 1, Secret: []byte(strings.Repeat("k", signedwindow.MinSecretLen))}}
 	e := func(_ any, err error) error { return err }
 	plan := func(context.Context, string) (ratekit.Plan, error) { return ratekit.Plan{}, nil }
@@ -317,14 +310,7 @@ func TestStoreInputErrors(t *testing.T) {
 // ratekit.All.
 func TestDecisionConfigErrors(t *testing.T) {
 	ctx := context.Background()
-	store, err := memstore.New(memstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg, err := pgstore.New(&fakeDB{}, pgstore.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, pg := stores(t)
 	plans := []ratekit.Plan{
 		{Name: "empty"},
 		{Name: "bad-name", Policies: []ratekit.Policy{{Name: "a b", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}}},
@@ -340,25 +326,31 @@ func TestDecisionConfigErrors(t *testing.T) {
 		ratekit.Plan{Name: "long", Policies: []ratekit.Policy{{Name: strings.Repeat("a", ratekit.MaxPolicyNameLen-1), Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}}},
 		ratekit.Plan{Name: "slow", Policies: []ratekit.Policy{{Name: "a", Quota: 600, Window: time.Millisecond, Algorithm: ratekit.TokenBucket}}},
 	)
-	for _, plan := range tbPlans {
-		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "p", Store: store,
-			Plan: func(context.Context, string) (ratekit.Plan, error) { return plan, nil }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
-		decisionErr(t, "tokenbucket", plan.Name+": Allow", err)
-		decisionErr(t, "tokenbucket", plan.Name+": Reset", l.Reset(ctx, "k"))
+	type plannedLimiter interface {
+		ratekit.Limiter
+		ratekit.Resetter
 	}
-	for _, plan := range durablePlans {
-		l, err := durable.NewPlanned(durable.PlannedConfig{Prefix: "p", Store: pg, Durability: durable.Unlogged,
-			Plan: func(context.Context, string) (ratekit.Plan, error) { return plan, nil }})
-		if err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		pkg   string
+		plans []ratekit.Plan
+		new   func(func(context.Context, string) (ratekit.Plan, error)) (plannedLimiter, error)
+	}{
+		{"tokenbucket", tbPlans, func(plan func(context.Context, string) (ratekit.Plan, error)) (plannedLimiter, error) {
+			return tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "p", Store: store, Plan: plan})
+		}},
+		{"durable", durablePlans, func(plan func(context.Context, string) (ratekit.Plan, error)) (plannedLimiter, error) {
+			return durable.NewPlanned(durable.PlannedConfig{Prefix: "p", Store: pg, Durability: durable.Unlogged, Plan: plan})
+		}},
+	} {
+		for _, plan := range tc.plans {
+			l, err := tc.new(func(context.Context, string) (ratekit.Plan, error) { return plan, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
+			decisionErr(t, tc.pkg, plan.Name+": Allow", err)
+			decisionErr(t, tc.pkg, plan.Name+": Reset", l.Reset(ctx, "k"))
 		}
-		_, err = l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
-		decisionErr(t, "durable", plan.Name+": Allow", err)
-		decisionErr(t, "durable", plan.Name+": Reset", l.Reset(ctx, "k"))
 	}
 	// Usage reports name a policy: of a limiter without a period, or one
 	// that no plan could hold.
@@ -566,6 +558,21 @@ func TestRequestErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// stores returns a memstore and a pgstore over a database that is never
+// called: constructors and plan checks contact no store.
+func stores(t *testing.T) (*memstore.Store, *pgstore.Store) {
+	t.Helper()
+	store, err := memstore.New(memstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := pgstore.New(&fakeDB{}, pgstore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, pg
 }
 
 // fakeDB satisfies pgstore.DB for constructors, which never call it.
