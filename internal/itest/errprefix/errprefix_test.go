@@ -426,13 +426,13 @@ func TestConfigErrorsThroughHelper(t *testing.T) {
 				case *ast.Ident:
 					name = x.Name
 				}
-				if name == "ErrInvalidConfig" && !allowed[n] {
+				if name != "ErrInvalidConfig" {
+					return true
+				}
+				if !allowed[n] {
 					t.Errorf("%s: %s names ErrInvalidConfig; make the error with the package's configErr", fset.Position(n.Pos()), fd.Name.Name)
 				}
-				if sel, ok := n.(*ast.SelectorExpr); ok {
-					return !allowed[sel] // the Sel ident of an allowed selector is allowed too
-				}
-				return true
+				return false // a selector's Sel is the same name
 			})
 		}
 	})
