@@ -65,16 +65,16 @@ const rollbackTimeout = 10 * time.Second
 // concurrent use when the limiters are.
 func All(limiters ...Limiter) (Limiter, error) {
 	if len(limiters) == 0 {
-		return nil, fmt.Errorf("%w: All of no limiters", ErrInvalidConfig)
+		return nil, configErr("All of no limiters")
 	}
 	peek, refund, reset := true, true, true
 	for i, l := range limiters {
 		if l == nil {
-			return nil, fmt.Errorf("%w: All: limiter %d is nil", ErrInvalidConfig, i)
+			return nil, configErr("All: limiter %d is nil", i)
 		}
 		_, ok := l.(Refunder)
 		if !ok && i < len(limiters)-1 {
-			return nil, fmt.Errorf("%w: All: limiter %d (%T) is not a ratekit.Refunder; every limiter but the last must be, to give back what it took when a later one denies", ErrInvalidConfig, i, l)
+			return nil, configErr("All: limiter %d (%T) is not a ratekit.Refunder; every limiter but the last must be, to give back what it took when a later one denies", i, l)
 		}
 		refund = refund && ok
 		_, ok = l.(Peeker)

@@ -30,7 +30,7 @@ func newCounter(name string, quota int64) *counter {
 }
 
 func (c *counter) decision(key string, allowed bool) ratekit.Decision {
-	d := ratekit.Decision{Allowed: allowed, Limit: c.policy.Quota, Remaining: c.policy.Quota - c.used[key], ResetAfter: time.Minute, Policy: c.policy}
+	d := ratekit.Decision{Allowed: allowed, Quota: c.policy.Quota, Remaining: c.policy.Quota - c.used[key], ResetAfter: time.Minute, Policy: c.policy}
 	if !allowed {
 		d.RetryAfter = time.Minute
 	}

@@ -5,7 +5,7 @@ import "time"
 // Combine returns the Decision of a composite limiter whose policies decided
 // parts, one per policy in policy order, by the rule [Decision.Parts]
 // documents: Allowed when every part admitted; when any denied, RetryAfter is
-// the longest among the denying parts; Limit, Remaining, ResetAfter and Policy
+// the longest among the denying parts; Quota, Remaining, ResetAfter and Policy
 // are those of the most restrictive part (the smallest Remaining, ties broken
 // by the longest ResetAfter, then by the earlier part), chosen among the
 // denying parts when any denied. Parts is set to parts itself; State and
@@ -41,7 +41,7 @@ func Combine(parts []Decision) Decision {
 	m := &parts[pick]
 	d := Decision{
 		Allowed:    allowed,
-		Limit:      m.Limit,
+		Quota:      m.Quota,
 		Remaining:  m.Remaining,
 		ResetAfter: m.ResetAfter,
 		Policy:     m.Policy,

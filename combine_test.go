@@ -13,12 +13,12 @@ func TestCombine(t *testing.T) {
 	daily := ratekit.Policy{Name: "daily", Quota: 1000, Window: 24 * time.Hour}
 	org := ratekit.Policy{Name: "org", Quota: 5000, Window: time.Minute}
 	part := func(p ratekit.Policy, allowed bool, remaining int64, retry, reset time.Duration) ratekit.Decision {
-		return ratekit.Decision{Allowed: allowed, Limit: p.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Policy: p}
+		return ratekit.Decision{Allowed: allowed, Quota: p.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset, Policy: p}
 	}
 	tests := []struct {
 		name  string
 		parts []ratekit.Decision
-		want  int // index of the part whose Limit, Remaining, ResetAfter and Policy the sum carries
+		want  int // index of the part whose Quota, Remaining, ResetAfter and Policy the sum carries
 		allow bool
 		retry time.Duration
 	}{
@@ -37,7 +37,7 @@ func TestCombine(t *testing.T) {
 	for _, tc := range tests {
 		d := ratekit.Combine(tc.parts)
 		m := tc.parts[tc.want]
-		if d.Allowed != tc.allow || d.RetryAfter != tc.retry || d.Limit != m.Limit || d.Remaining != m.Remaining ||
+		if d.Allowed != tc.allow || d.RetryAfter != tc.retry || d.Quota != m.Quota || d.Remaining != m.Remaining ||
 			d.ResetAfter != m.ResetAfter || d.Policy != m.Policy || !reflect.DeepEqual(d.Parts, tc.parts) {
 			t.Errorf("%s: Combine = %+v", tc.name, d)
 		}

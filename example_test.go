@@ -14,7 +14,7 @@ import (
 func ExampleSetHeaders() {
 	d := ratekit.Decision{
 		Allowed:    false,
-		Limit:      5,
+		Quota:      5,
 		Remaining:  0,
 		RetryAfter: 41500 * time.Millisecond,
 		ResetAfter: 41500 * time.Millisecond,
@@ -42,7 +42,7 @@ func (q *quota) Allow(_ context.Context, req ratekit.Request) (ratekit.Decision,
 	if err := req.Validate(); err != nil {
 		return ratekit.Decision{}, err
 	}
-	d := ratekit.Decision{Limit: q.policy.Quota, Policy: q.policy, ResetAfter: q.policy.Window}
+	d := ratekit.Decision{Quota: q.policy.Quota, Policy: q.policy, ResetAfter: q.policy.Window}
 	if q.used[req.Key]+req.Cost > q.policy.Quota {
 		d.RetryAfter = q.policy.Window
 		return d, nil

@@ -23,9 +23,9 @@ func (l countLimiter) Allow(_ context.Context, req ratekit.Request) (ratekit.Dec
 		return ratekit.Decision{}, err
 	}
 	if req.Cost > l.limit {
-		return ratekit.Decision{}, ratekit.ErrCostExceedsLimit
+		return ratekit.Decision{}, ratekit.ErrCostExceedsQuota
 	}
-	return ratekit.Decision{Allowed: true, Limit: l.limit, Remaining: l.limit - req.Cost, Policy: ratekit.Policy{Name: "p", Quota: l.limit, Window: time.Minute}}, nil
+	return ratekit.Decision{Allowed: true, Quota: l.limit, Remaining: l.limit - req.Cost, Policy: ratekit.Policy{Name: "p", Quota: l.limit, Window: time.Minute}}, nil
 }
 
 // TestConstructorExtremes feeds the numeric fields and arguments of the

@@ -16,7 +16,7 @@ func TestInvalidRequestErrors(t *testing.T) {
 		{ErrEmptyKey, "empty key"},
 		{ErrKeyTooLong, fmt.Sprintf("key longer than %d bytes", MaxKeyLen)},
 		{ErrInvalidCost, "cost must be at least 1"},
-		{ErrCostExceedsLimit, "cost exceeds the quota"},
+		{ErrCostExceedsQuota, "cost exceeds the quota"},
 	} {
 		if !errors.Is(tt.err, ErrInvalidRequest) || errors.Is(tt.err, ErrInvalidConfig) {
 			t.Errorf("%v: errors.Is ErrInvalidRequest %v, ErrInvalidConfig %v", tt.err, errors.Is(tt.err, ErrInvalidRequest), errors.Is(tt.err, ErrInvalidConfig))

@@ -174,8 +174,8 @@ type DecisionEvent struct {
 	// Cost is the request's Cost, as given.
 	Cost int64
 
-	// Limit and Remaining are the Decision's, 0 on an error.
-	Limit, Remaining int64
+	// Quota and Remaining are the Decision's, 0 on an error.
+	Quota, Remaining int64
 
 	// Duration is the wall time the limiter took, measured on the
 	// monotonic clock.
@@ -346,7 +346,7 @@ func (o *observed) call(ctx context.Context, op Op, req Request, f func(context.
 			e.Outcome = OutcomeDenied
 		}
 		if err == nil {
-			e.Limit, e.Remaining = d.Limit, d.Remaining
+			e.Quota, e.Remaining = d.Quota, d.Remaining
 			if d.Policy.Name != "" {
 				e.Policy = d.Policy.Name
 			}

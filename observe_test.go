@@ -18,7 +18,7 @@ func TestClassifyError(t *testing.T) {
 	}{
 		{nil, ErrorNone, ""},
 		{ErrEmptyKey, ErrorInvalidRequest, "invalid_request"},
-		{fmt.Errorf("tokenbucket: %w", ErrCostExceedsLimit), ErrorInvalidRequest, "invalid_request"},
+		{fmt.Errorf("tokenbucket: %w", ErrCostExceedsQuota), ErrorInvalidRequest, "invalid_request"},
 		{context.Canceled, ErrorCanceled, "canceled"},
 		{fmt.Errorf("redis: %w", context.Canceled), ErrorCanceled, "canceled"},
 		{fmt.Errorf("pg: %w", context.DeadlineExceeded), ErrorDeadline, "deadline"},
@@ -152,8 +152,8 @@ func TestObserveDecisions(t *testing.T) {
 		if (e.Err != nil) != (s.outcome == OutcomeError) || (e.Err != nil && e.Err != err) {
 			t.Fatalf("step %d: event error %v, Allow returned %v", i, e.Err, err)
 		}
-		if s.outcome != OutcomeError && e.Limit != 2 {
-			t.Fatalf("step %d: event limit %d, want 2", i, e.Limit)
+		if s.outcome != OutcomeError && e.Quota != 2 {
+			t.Fatalf("step %d: event limit %d, want 2", i, e.Quota)
 		}
 		if st := log.starts[i]; st != (DecisionStartEvent{Op: OpAllow, Policy: "api", Cost: s.req.Cost}) {
 			t.Fatalf("step %d: start event %+v", i, st)
@@ -185,21 +185,21 @@ type capBase struct{ calls *[]string }
 
 func (c capBase) Allow(context.Context, Request) (Decision, error) {
 	*c.calls = append(*c.calls, "allow")
-	return Decision{Allowed: true, Limit: 1, Remaining: 1, Policy: Policy{Name: "cap"}}, nil
+	return Decision{Allowed: true, Quota: 1, Remaining: 1, Policy: Policy{Name: "cap"}}, nil
 }
 
 type capPeek struct{ calls *[]string }
 
 func (c capPeek) Peek(context.Context, Request) (Decision, error) {
 	*c.calls = append(*c.calls, "peek")
-	return Decision{Limit: 1, Policy: Policy{Name: "cap"}}, nil
+	return Decision{Quota: 1, Policy: Policy{Name: "cap"}}, nil
 }
 
 type capRefund struct{ calls *[]string }
 
 func (c capRefund) Refund(context.Context, Request) (Decision, error) {
 	*c.calls = append(*c.calls, "refund")
-	return Decision{Allowed: true, Limit: 1, Remaining: 1, Policy: Policy{Name: "cap"}}, nil
+	return Decision{Allowed: true, Quota: 1, Remaining: 1, Policy: Policy{Name: "cap"}}, nil
 }
 
 type capReset struct{ calls *[]string }

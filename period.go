@@ -1,7 +1,6 @@
 package ratekit
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 )
@@ -89,7 +88,7 @@ func (p Period) IsZero() bool {
 // error matches [ErrInvalidConfig].
 func (p Period) Validate() error {
 	if p.Unit < Day || p.Unit > Month {
-		return fmt.Errorf("%w: period unit must be ratekit.Day, ratekit.Week or ratekit.Month, got %v", ErrInvalidConfig, p.Unit)
+		return configErr("period unit must be ratekit.Day, ratekit.Week or ratekit.Month, got %v", p.Unit)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package ratekit
 
 import (
-	"fmt"
 	"time"
 )
 
@@ -35,15 +34,15 @@ type Plan struct {
 // matches [ErrInvalidConfig].
 func (p Plan) Validate() error {
 	if len(p.Policies) == 0 || len(p.Policies) > MaxPlanPolicies {
-		return fmt.Errorf("%w: plan %q has %d policies, want 1 to %d", ErrInvalidConfig, p.Name, len(p.Policies), MaxPlanPolicies)
+		return configErr("plan %q has %d policies, want 1 to %d", p.Name, len(p.Policies), MaxPlanPolicies)
 	}
 	for i, pol := range p.Policies {
 		if err := pol.validate(); err != nil {
-			return fmt.Errorf("plan %q: policy %d: %w", p.Name, i, err)
+			return configErr("plan %q: policy %d: %v", p.Name, i, err)
 		}
 		for _, q := range p.Policies[:i] {
 			if q.Name == pol.Name {
-				return fmt.Errorf("%w: plan %q names policy %q twice", ErrInvalidConfig, p.Name, pol.Name)
+				return configErr("plan %q names policy %q twice", p.Name, pol.Name)
 			}
 		}
 	}
@@ -56,10 +55,10 @@ func (p Policy) validate() error {
 		return err
 	}
 	if p.Quota < 1 || p.Quota > MaxQuota {
-		return fmt.Errorf("%w: policy %q: quota must be from 1 to ratekit.MaxQuota, got %d", ErrInvalidConfig, p.Name, p.Quota)
+		return configErr("policy %q: quota must be from 1 to ratekit.MaxQuota, got %d", p.Name, p.Quota)
 	}
 	if p.Algorithm < FixedWindow || p.Algorithm > SlidingLog {
-		return fmt.Errorf("%w: policy %q: unknown algorithm %v", ErrInvalidConfig, p.Name, p.Algorithm)
+		return configErr("policy %q: unknown algorithm %v", p.Name, p.Algorithm)
 	}
 	return p.ValidatePeriod()
 }
@@ -71,18 +70,18 @@ func (p Policy) validate() error {
 func (p Policy) ValidatePeriod() error {
 	if p.Period.IsZero() {
 		if p.Window <= 0 {
-			return fmt.Errorf("%w: policy %q: window must be positive, got %v", ErrInvalidConfig, p.Name, p.Window)
+			return configErr("policy %q: window must be positive, got %v", p.Name, p.Window)
 		}
 		return nil
 	}
 	if err := p.Period.Validate(); err != nil {
-		return fmt.Errorf("policy %q: %w", p.Name, err)
+		return configErr("policy %q: %v", p.Name, err)
 	}
 	if p.Algorithm != FixedWindow {
-		return fmt.Errorf("%w: policy %q: a period is a fixed window; its algorithm must be ratekit.FixedWindow, got %v", ErrInvalidConfig, p.Name, p.Algorithm)
+		return configErr("policy %q: a period is a fixed window; its algorithm must be ratekit.FixedWindow, got %v", p.Name, p.Algorithm)
 	}
 	if p.Window != 0 {
-		return fmt.Errorf("%w: policy %q: a policy with a period takes its windows from the period; its Window must be zero, got %v", ErrInvalidConfig, p.Name, p.Window)
+		return configErr("policy %q: a policy with a period takes its windows from the period; its Window must be zero, got %v", p.Name, p.Window)
 	}
 	return nil
 }

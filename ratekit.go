@@ -18,17 +18,21 @@
 //
 // One word means one thing in every package:
 //
-//   - Quota: the units a policy grants per Window ([Policy.Quota], the
-//     Quota of signedwindow's and limitertest's Config, of durable's
-//     Policy).
+//   - Quota: the capacity of a policy, the units it grants per Window
+//     ([Policy.Quota], [Decision.Quota], the Quota of signedwindow's and
+//     limitertest's Config, of durable's Policy).
 //   - Window: the period a Quota applies to; for a token bucket, the time
 //     it takes to fill from empty.
 //   - Burst: the capacity of a token bucket, the most units a client can
-//     use at once (tokenbucket.Config.Burst). A bucket advertises its Burst
-//     as its Quota.
+//     use at once (tokenbucket.Config.Burst; kvstore.Refill.Burst in a
+//     store's units), as golang.org/x/time/rate uses the word. A bucket
+//     advertises its Burst as its Quota.
 //   - RefillRate: how fast a token bucket refills (tokenbucket.Config).
-//   - Limit: only [Decision.Limit], the capacity behind a decision (the
-//     Quota, or the Burst); it always equals Decision.Policy.Quota.
+//   - Remaining: the units still available after a decision
+//     ([Decision.Remaining]; kvstore.OpResult.Remaining in a store's
+//     units), from 0 to the Quota.
+//   - RetryAfter and ResetAfter: how long until a denied request could
+//     pass, and until the full Quota is back ([Decision]).
 //   - Period: a calendar day, week or month that a Quota applies to
 //     instead of a Window ([Period], [Policy.Period]), in a time zone and
 //     optionally from a billing anchor.
@@ -36,8 +40,9 @@
 //   - Cost: the units one request takes ([Request.Cost]).
 //   - [Algorithm]: FixedWindow, SlidingWindow, TokenBucket or SlidingLog.
 //   - Key: the subject a request is counted under ([Request.Key]). Two
-//     names use the word in its other standard senses: signedwindow.Key is
-//     a signing key (an ID and a secret), pglock.Key an advisory lock's key.
+//     names use the word in its other standard senses: signedwindow.Key
+//     is a signing key (an ID and a secret), pglock.LockKey an advisory
+//     lock's key.
 //   - Allow is the act, Allowed (or, in limitertest, Admitted) its
 //     outcome; Peek, Refund and Reset are the other acts.
 //   - A refill rate is tokens per period (tokenbucket.Rate); kvstore.Refill
@@ -57,6 +62,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -76,8 +82,8 @@ const MaxKeyLen = 512
 // one way to make it).
 //
 // Allow validates req with [Request.Validate] and returns its error (an
-// [ErrInvalidRequest]) for bad input. A cost larger than the policy's limit
-// can never be admitted and is reported as [ErrCostExceedsLimit]. Errors
+// [ErrInvalidRequest]) for bad input. A cost larger than the policy's Quota
+// can never be admitted and is reported as [ErrCostExceedsQuota]. Errors
 // caused by ctx wrap ctx.Err().
 //
 // Implementations are safe for concurrent use by multiple goroutines.
@@ -100,7 +106,7 @@ type Peeker interface {
 // when a paid call's downstream work failed.
 //
 // Refund returns req.Cost units to the quota of req.Key, never raising it
-// above the policy's limit, and returns the resulting Decision (Allowed is
+// above the policy's Quota, and returns the resulting Decision (Allowed is
 // true; for client-carried strategies Decision.State holds the updated
 // state). It returns the same errors as [Limiter.Allow].
 type Refunder interface {
@@ -199,19 +205,19 @@ func ValidateKey(key string) error {
 
 // Decision is the outcome of one [Limiter] call.
 //
-// The zero Decision denies with no policy; limiters always fill in Limit and
+// The zero Decision denies with no policy; limiters always fill in Quota and
 // Policy.
 type Decision struct {
 	// Allowed reports whether the request's cost was admitted (and taken).
 	Allowed bool
 
-	// Limit is the capacity: the most units the policy admits at once,
+	// Quota is the capacity: the most units the policy admits at once,
 	// the quota of a window strategy, the burst of a token bucket. It
 	// equals Policy.Quota.
-	Limit int64
+	Quota int64
 
 	// Remaining is the number of units still available after this decision,
-	// between 0 and Limit.
+	// between 0 and Quota.
 	Remaining int64
 
 	// RetryAfter is how long the client should wait before a request of the
@@ -219,7 +225,7 @@ type Decision struct {
 	// when Allowed is false; it is never negative.
 	RetryAfter time.Duration
 
-	// ResetAfter is how long until the full Limit is available again (the
+	// ResetAfter is how long until the full Quota is available again (the
 	// end of the current window, or the time a token bucket needs to fill).
 	// It is never negative.
 	ResetAfter time.Duration
@@ -240,12 +246,12 @@ type Decision struct {
 	StateError error
 
 	// Parts holds one Decision per policy of a composite limiter, in the
-	// order of its policies, each with its own Allowed, Limit, Remaining,
+	// order of its policies, each with its own Allowed, Quota, Remaining,
 	// RetryAfter, ResetAfter and Policy (and no State). It is nil for a
 	// limiter of a single policy. The Decision that holds Parts sums them
 	// up: Allowed when every part admitted (and then every part took its
 	// cost; otherwise none did); RetryAfter the longest among the parts that
-	// denied; Limit, Remaining, ResetAfter and Policy those of the most
+	// denied; Quota, Remaining, ResetAfter and Policy those of the most
 	// restrictive part, the one with the smallest Remaining (ties: the
 	// longest ResetAfter), among the denying parts when it denied.
 	Parts []Decision
@@ -268,7 +274,7 @@ type Decision struct {
 //     per second is `q=20;w=4`, like a window of 20 per 4 seconds.
 //
 // So one logical policy renders the same RateLimit-Policy field through
-// every strategy, Decision.Limit equals Quota, and Decision.Remaining is at
+// every strategy, Decision.Quota equals Policy.Quota, and Decision.Remaining is at
 // most Quota. limitertest's AdvertisedPolicy check holds every strategy to it.
 type Policy struct {
 	// Name identifies the policy to clients, for example "contact-form".
@@ -326,7 +332,7 @@ const MaxPolicyNameLen = 64
 // matches [ErrInvalidConfig].
 func ValidatePolicyName(name string) error {
 	if name == "" || len(name) > MaxPolicyNameLen {
-		return fmt.Errorf("%w: policy name must be 1 to %d bytes, got %d", ErrInvalidConfig, MaxPolicyNameLen, len(name))
+		return configErr("policy name must be 1 to %d bytes, got %d", MaxPolicyNameLen, len(name))
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
@@ -334,7 +340,7 @@ func ValidatePolicyName(name string) error {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case c == '-', c == '_', c == '.', c == ':':
 		default:
-			return fmt.Errorf("%w: policy name %q has byte %q; use letters, digits, '-', '_', '.', ':'", ErrInvalidConfig, name, c)
+			return configErr("policy name %q has byte %q; use letters, digits, '-', '_', '.', ':'", name, c)
 		}
 	}
 	return nil
@@ -357,10 +363,10 @@ var (
 	// ErrInvalidCost is returned for a request whose Cost is below 1.
 	ErrInvalidCost error = &invalidRequestError{"invalid request: cost must be at least 1"}
 
-	// ErrCostExceedsLimit is returned when a request's Cost is larger than
-	// the policy's Limit, so that no amount of waiting could admit it. It
+	// ErrCostExceedsQuota is returned when a request's Cost is larger than
+	// the policy's Quota, so that no amount of waiting could admit it. It
 	// also matches ErrInvalidRequest.
-	ErrCostExceedsLimit error = &invalidRequestError{"invalid request: cost exceeds the quota"}
+	ErrCostExceedsQuota error = &invalidRequestError{"invalid request: cost exceeds the quota"}
 
 	// ErrUnexpectedParts is returned by a limiter of a single policy for a
 	// request with [Request.Parts]: its parts would otherwise go uncounted.
@@ -368,8 +374,25 @@ var (
 	ErrUnexpectedParts error = &invalidRequestError{"invalid request: parts given to a limiter of a single policy"}
 
 	// ErrInvalidConfig is matched by every error a constructor returns for
-	// an invalid configuration.
+	// an invalid configuration, and by a decision's error when a
+	// configuration given at decision time (a plan) is invalid. Such an
+	// error reads "<package>: invalid config: " and what is wrong, the
+	// package being the one called.
 	ErrInvalidConfig = errors.New("invalid config")
+
+	// ErrClockSkew is matched by the error of a decision on a policy counted
+	// over calendar periods ([Policy.Period], or a fixed window of
+	// tokenbucket.Planned) when two clocks disagree by more than a period.
+	// The client (this process) computes, from its own clock and calendar,
+	// the period around its clock and the two beside it; the store counts
+	// in the one that contains the store's clock, read once per call, so
+	// that decisions follow one clock. A store clock outside all three
+	// fails the call. The store's clock is the server's for Redis
+	// (kvstore/redisstore, kvstore/rueidisstore: TIME) and PostgreSQL
+	// (durable: the database clock); for kvstore/memstore it is its
+	// Config.Now, which is this process's clock unless a test injects
+	// another. Nothing was decided: no count changed, nothing was recorded.
+	ErrClockSkew = errors.New("clock skew")
 )
 
 // invalidRequestError is an error that matches [ErrInvalidRequest]. Unlike
@@ -389,3 +412,13 @@ type invalidConfigError struct{ msg string }
 func (e *invalidConfigError) Error() string { return e.msg }
 
 func (e *invalidConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// configErr returns an error matching [ErrInvalidConfig] that reads
+// "ratekit: invalid config: " and format's text: every configuration error
+// of this package is made here. Another of its errors that the text
+// includes loses its "ratekit: invalid config: ", so that a message adding
+// context to it names the package and the class once.
+func configErr(format string, args ...any) error {
+	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "ratekit: invalid config: ", "")
+	return &invalidConfigError{"ratekit: invalid config: " + msg}
+}

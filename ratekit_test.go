@@ -33,12 +33,12 @@ func (l *windowLimiter) Allow(ctx context.Context, req Request) (Decision, error
 		return Decision{}, err
 	}
 	if req.Cost > l.policy.Quota {
-		return Decision{}, ErrCostExceedsLimit
+		return Decision{}, ErrCostExceedsQuota
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
-	d := Decision{Limit: l.policy.Quota, Policy: l.policy, ResetAfter: l.resetIn}
+	d := Decision{Quota: l.policy.Quota, Policy: l.policy, ResetAfter: l.resetIn}
 	if req.State != "" {
 		d.State = req.State + "+"
 	}
@@ -80,8 +80,8 @@ func TestRequestValidate(t *testing.T) {
 			}
 		})
 	}
-	if !errors.Is(ErrCostExceedsLimit, ErrInvalidRequest) {
-		t.Fatal("ErrCostExceedsLimit does not match ErrInvalidRequest")
+	if !errors.Is(ErrCostExceedsQuota, ErrInvalidRequest) {
+		t.Fatal("ErrCostExceedsQuota does not match ErrInvalidRequest")
 	}
 }
 

@@ -128,11 +128,11 @@ type Limiter struct {
 func New(l ratekit.Limiter, cfg Config) (*Limiter, error) {
 	switch {
 	case l == nil:
-		return nil, fmt.Errorf("breaker: %w: the limiter is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("the limiter is nil")
 	case cfg.Failures < 0 || cfg.Probes < 0 || cfg.OpenFor < 0:
-		return nil, fmt.Errorf("breaker: %w: Failures, Probes and OpenFor must not be negative", ratekit.ErrInvalidConfig)
+		return nil, configErr("Failures, Probes and OpenFor must not be negative")
 	case cfg.Failures > 1<<31 || cfg.Probes > 1<<31:
-		return nil, fmt.Errorf("breaker: %w: Failures and Probes must fit in 32 bits", ratekit.ErrInvalidConfig)
+		return nil, configErr("Failures and Probes must fit in 32 bits")
 	}
 	failures := uint32(DefaultFailures)
 	if cfg.Failures > 0 {
@@ -171,7 +171,7 @@ func (b *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decis
 	d, err := b.cb.Execute(func() (ratekit.Decision, error) {
 		d, err := b.l.Allow(ctx, req)
 		if errors.Is(err, ratekit.ErrInvalidRequest) {
-			// A cost above the limit: the request's fault, not the store's.
+			// A cost above the quota: the request's fault, not the store's.
 			invalid = err
 			return d, nil
 		}
@@ -191,3 +191,10 @@ func (b *Limiter) State() State { return state(b.cb.State()) }
 
 // Unwrap returns the wrapped limiter.
 func (b *Limiter) Unwrap() ratekit.Limiter { return b.l }
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "breaker: invalid config: " and format's text: every configuration error of
+// this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("breaker: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+}

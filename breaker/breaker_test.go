@@ -28,12 +28,12 @@ type switchable struct {
 func (s *switchable) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	s.calls.Add(1)
 	if req.Cost > 10 {
-		return ratekit.Decision{}, ratekit.ErrCostExceedsLimit
+		return ratekit.Decision{}, ratekit.ErrCostExceedsQuota
 	}
 	if !s.up.Load() {
 		return ratekit.Decision{}, errStore
 	}
-	return ratekit.Decision{Allowed: true, Limit: 10, Remaining: 9}, nil
+	return ratekit.Decision{Allowed: true, Quota: 10, Remaining: 9}, nil
 }
 
 func req() ratekit.Request { return ratekit.Request{Key: "k", Cost: 1} }
@@ -61,7 +61,7 @@ func TestStates(t *testing.T) {
 		if _, err := b.Allow(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {
 			t.Fatalf("empty key: %v", err)
 		}
-		if _, err := b.Allow(ctx, ratekit.Request{Key: "k", Cost: 11}); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
+		if _, err := b.Allow(ctx, ratekit.Request{Key: "k", Cost: 11}); !errors.Is(err, ratekit.ErrCostExceedsQuota) {
 			t.Fatalf("cost above the limit: %v", err)
 		}
 	}

@@ -12,7 +12,7 @@ func TestDeniedCacheUnit(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
 	denial := func(retry time.Duration) ratekit.Decision {
-		return ratekit.Decision{Limit: 5, RetryAfter: retry, ResetAfter: 2 * retry}
+		return ratekit.Decision{Quota: 5, RetryAfter: retry, ResetAfter: 2 * retry}
 	}
 	c := newDeniedCache(3, clock)
 

@@ -2,7 +2,6 @@ package durable
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
@@ -52,13 +51,13 @@ func NewComposite(limiters ...*Limiter) (*Composite, error) {
 	counters := make([]*pgengine.Counter, len(limiters))
 	for i, l := range limiters {
 		if l == nil {
-			return nil, fmt.Errorf("durable: %w: composite limiter %d is nil", ratekit.ErrInvalidConfig, i)
+			return nil, configErr("composite limiter %d is nil", i)
 		}
 		counters[i] = l.counter
 	}
 	c, err := pgengine.NewComposite(counters...)
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	return &Composite{c: c, limiters: append([]*Limiter(nil), limiters...)}, nil
 }
@@ -77,7 +76,7 @@ func (c *Composite) Policies() []ratekit.Policy {
 // [ratekit.Limiter] for the contract. Errors: those of
 // [ratekit.Request.Validate]; [ratekit.ErrInvalidRequest] when Parts is
 // non-nil and its length is not the number of policies;
-// [ratekit.ErrCostExceedsLimit] when a part's cost exceeds its policy's
+// [ratekit.ErrCostExceedsQuota] when a part's cost exceeds its policy's
 // limit; store errors wrapping the pgx error (and ctx.Err()), after which
 // the request may have been counted by every policy or by none.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {

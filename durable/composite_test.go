@@ -59,7 +59,7 @@ func TestCompositeContract(t *testing.T) {
 			for i := int64(0); i < 3; i++ {
 				d, err := c.Allow(ctx, req)
 				if err != nil || !d.Allowed || len(d.Parts) != 2 || d.Parts[0].Remaining != 2-i || d.Parts[1].Remaining != 4-i ||
-					d.Remaining != 2-i || d.Policy != small.Policy() || d.Limit != 3 || d.RetryAfter != 0 {
+					d.Remaining != 2-i || d.Policy != small.Policy() || d.Quota != 3 || d.RetryAfter != 0 {
 					t.Fatalf("allow %d: %+v, %v", i, d, err)
 				}
 			}
@@ -109,8 +109,8 @@ func TestCompositeValidation(t *testing.T) {
 	}{
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}}}, ratekit.ErrInvalidRequest},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}, {Key: "k", Cost: 1}}}, ratekit.ErrInvalidRequest},
-		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 4}, {Key: "k", Cost: 1}}}, ratekit.ErrCostExceedsLimit},
-		{ratekit.Request{Key: "k", Cost: 4}, ratekit.ErrCostExceedsLimit},
+		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 4}, {Key: "k", Cost: 1}}}, ratekit.ErrCostExceedsQuota},
+		{ratekit.Request{Key: "k", Cost: 4}, ratekit.ErrCostExceedsQuota},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "", Cost: 1}, {Key: "k", Cost: 1}}}, ratekit.ErrEmptyKey},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "k", Cost: 0}}}, ratekit.ErrInvalidCost},
 		{ratekit.Request{Key: "", Cost: 1}, ratekit.ErrEmptyKey},

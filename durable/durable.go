@@ -36,6 +36,7 @@ package durable
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -87,7 +88,7 @@ type Config struct {
 	// true start. This process computes the period around its clock and
 	// its two neighbours; the database picks among them the one its clock
 	// is in, so decisions use the database clock, and an error matching
-	// [ErrClockSkew] reports clocks more than a period apart. Decisions
+	// [ratekit.ErrClockSkew] reports clocks more than a period apart. Decisions
 	// report the current period's length in Policy.Window and its end in
 	// ResetAfter (and RetryAfter when denied); an IdempotencyKey is
 	// remembered 32 days. Such decisions are never coalesced with others
@@ -184,36 +185,46 @@ var (
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
 
+// configErr returns an error matching [ratekit.ErrInvalidConfig] that reads
+// "durable: invalid config: " and format's text: every configuration error
+// of this package is made here. The text of a configuration error of
+// ratekit or of the engine that it includes loses its "[ratekit: ]invalid
+// config: ", so that the message names the package and the class once.
+func configErr(format string, args ...any) error {
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("durable: %w: %s", ratekit.ErrInvalidConfig, msg)
+}
+
 // New returns a Limiter for cfg. It returns an error matching
 // [ratekit.ErrInvalidConfig] for an invalid configuration and does not
 // contact the database.
 func New(cfg Config) (*Limiter, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Store")
 	}
 	store := (*pgengine.Store)(cfg.Store)
 	if !store.Made() {
-		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+		return nil, configErr("Store not made by pgstore.New")
 	}
 	if cfg.Durability == 0 {
-		return nil, fmt.Errorf("durable: %w: Durability is not set; choose durable.Logged for quotas that are money or durable.Unlogged for abuse counters", ratekit.ErrInvalidConfig)
+		return nil, configErr("Durability is not set; choose durable.Logged for quotas that are money or durable.Unlogged for abuse counters")
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("durable: %w: unknown durability %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, configErr("unknown durability %d", int(cfg.Durability))
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Policy.Name); err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	if cfg.Policy.Quota < 1 || cfg.Policy.Quota > ratekit.MaxQuota {
-		return nil, fmt.Errorf("durable: %w: policy quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Policy.Quota)
+		return nil, configErr("policy quota must be from 1 to ratekit.MaxQuota, got %d", cfg.Policy.Quota)
 	}
 	if !cfg.Policy.Period.IsZero() {
 		if err := cfg.Policy.ValidatePeriod(); err != nil {
-			return nil, fmt.Errorf("durable: %w", err)
+			return nil, configErr("%v", err)
 		}
 	}
 	if cfg.DeniedCacheSize < 0 {
-		return nil, fmt.Errorf("durable: %w: negative denied cache size %d", ratekit.ErrInvalidConfig, cfg.DeniedCacheSize)
+		return nil, configErr("negative denied cache size %d", cfg.DeniedCacheSize)
 	}
 	prefix := cfg.Prefix
 	if prefix == "" {
@@ -230,7 +241,7 @@ func New(cfg Config) (*Limiter, error) {
 		CleanupProbability: cfg.CleanupProbability,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	l := &Limiter{counter: counter, policy: cfg.Policy}
 	if cfg.DeniedCacheSize > 0 {
@@ -250,7 +261,7 @@ func (l *Limiter) Policy() ratekit.Policy { return l.policy }
 // in one round trip. See [ratekit.Limiter] for the contract. With an
 // IdempotencyKey, a request whose earlier attempt was admitted within
 // Policy.Window is admitted again without taking anything. Errors: those of
-// [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit], and store
+// [ratekit.Request.Validate], [ratekit.ErrCostExceedsQuota], and store
 // errors wrapping the pgx error (and ctx.Err()); after a store error the
 // request may or may not have been counted.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -292,7 +303,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (ratekit.Decisi
 // limit, and removes the key from this
 // process's denied cache. A non-empty IdempotencyKey makes a retried refund
 // count once. It returns the same errors as Allow, except that a cost above
-// the limit is accepted.
+// the quota is accepted.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	if len(req.Parts) > 0 {
 		return ratekit.Decision{}, ratekit.ErrUnexpectedParts
@@ -342,7 +353,7 @@ func outcomeDecision(p ratekit.Policy, r pgengine.Outcome) ratekit.Decision {
 	}
 	return ratekit.Decision{
 		Allowed:    r.Allowed,
-		Limit:      p.Quota,
+		Quota:      p.Quota,
 		Remaining:  r.Remaining,
 		RetryAfter: r.RetryAfter,
 		ResetAfter: r.ResetAfter,
@@ -357,6 +368,9 @@ func outcomeDecision(p ratekit.Policy, r pgengine.Outcome) ratekit.Decision {
 // matching [ratekit.ErrInvalidConfig] when the policy has no Period, fn's
 // error as is, and store errors wrapping the pgx error.
 func (l *Limiter) PeriodUsage(ctx context.Context, from, to time.Time, fn func(PeriodUsage) error) error {
+	if l.policy.Period.IsZero() {
+		return configErr("policy %q has no period", l.policy.Name)
+	}
 	return l.counter.PeriodUsage(ctx, from, to, func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })
 }
 

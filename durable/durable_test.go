@@ -50,7 +50,7 @@ func TestLimiterContract(t *testing.T) {
 			req := ratekit.Request{Key: "customer-7", Cost: 1}
 			for i := 0; i < 3; i++ {
 				d, err := l.Allow(ctx, req)
-				if err != nil || !d.Allowed || d.Remaining != int64(2-i) || d.Limit != 3 || d.Policy != policy || d.RetryAfter != 0 {
+				if err != nil || !d.Allowed || d.Remaining != int64(2-i) || d.Quota != 3 || d.Policy != policy || d.RetryAfter != 0 {
 					t.Fatalf("allow %d: %+v, %v", i, d, err)
 				}
 			}
@@ -101,8 +101,8 @@ func TestTokenBucketBurst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Limit != 5 {
-			t.Fatalf("Limit %d, want the burst 5", d.Limit)
+		if d.Quota != 5 {
+			t.Fatalf("Quota %d, want the burst 5", d.Quota)
 		}
 		if d.Allowed {
 			n++
@@ -174,7 +174,7 @@ func TestDeniedCache(t *testing.T) {
 	pool.Close()
 	for _, cost := range []int64{1, 2} {
 		d, err := l.Allow(ctx, ratekit.Request{Key: "blocked", Cost: cost})
-		if err != nil || d.Allowed || d.RetryAfter != denied.RetryAfter || d.Policy != denied.Policy || d.Limit != 2 {
+		if err != nil || d.Allowed || d.RetryAfter != denied.RetryAfter || d.Policy != denied.Policy || d.Quota != 2 {
 			t.Fatalf("cached denial for cost %d: %+v, %v", cost, d, err)
 		}
 		if d, err := l.Peek(ctx, ratekit.Request{Key: "blocked", Cost: cost}); err != nil || d.Allowed {

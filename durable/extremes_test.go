@@ -74,7 +74,7 @@ func TestNewExtremes(t *testing.T) {
 						}
 						continue
 					}
-					if d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0 {
+					if d.Remaining < 0 || d.Remaining > d.Quota || d.RetryAfter < 0 || d.ResetAfter < 0 {
 						t.Fatalf("%v/%s: %s cost %d: decision out of range: %+v", alg, c.name, name, cost, d)
 					}
 				}

@@ -134,7 +134,7 @@ func TestPeriodPick(t *testing.T) {
 	skewed := newStore(t, pgstoretest.PostgresURL(t), 2)
 	(*pgengine.Store)(skewed).SetPeriodClock(func() time.Time { return time.Now().Add(72 * time.Hour) }, 0)
 	daily := periodLimiter(t, skewed, prefix+"d", 3, ratekit.Period{Unit: ratekit.Day})
-	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, durable.ErrClockSkew) {
+	if _, err := daily.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, ratekit.ErrClockSkew) {
 		t.Fatalf("skewed allow: %v, want ErrClockSkew", err)
 	}
 }
@@ -397,7 +397,7 @@ func TestPlannedBadInput(t *testing.T) {
 		}
 	}
 	pl.set("ok", tier("pro", 5, 5, time.Time{}))
-	if _, err := p.Allow(ctx, ratekit.Request{Key: "ok", Cost: 6}); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
+	if _, err := p.Allow(ctx, ratekit.Request{Key: "ok", Cost: 6}); !errors.Is(err, ratekit.ErrCostExceedsQuota) {
 		t.Errorf("cost 6: %v", err)
 	}
 	if _, err := p.Allow(ctx, ratekit.Request{Key: "", Cost: 1}); !errors.Is(err, ratekit.ErrEmptyKey) {

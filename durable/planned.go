@@ -13,12 +13,6 @@ import (
 	"github.com/ratekit/ratekit/durable/pgstore"
 )
 
-// ErrClockSkew is matched by the error of a decision on a policy with a
-// Period when the database clock is outside the three periods around this
-// process's clock (the two clocks differ by more than a period). Nothing
-// was decided.
-var ErrClockSkew = pgengine.ErrClockSkew
-
 // PeriodUsage is what one key used in one period of a policy with a
 // Period, as [Planned.PeriodUsage] and [Limiter.PeriodUsage] report it.
 type PeriodUsage struct {
@@ -114,27 +108,27 @@ const maxCachedPlans = 256
 // contact the database.
 func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	if cfg.Store == nil {
-		return nil, fmt.Errorf("durable: %w: nil Store", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Store")
 	}
 	store := (*pgengine.Store)(cfg.Store)
 	if !store.Made() {
-		return nil, fmt.Errorf("durable: %w: Store not made by pgstore.New", ratekit.ErrInvalidConfig)
+		return nil, configErr("Store not made by pgstore.New")
 	}
 	if cfg.Plan == nil {
-		return nil, fmt.Errorf("durable: %w: nil Plan func", ratekit.ErrInvalidConfig)
+		return nil, configErr("nil Plan func")
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("durable: %w (Prefix)", err)
+		return nil, configErr("Prefix: %v", err)
 	}
 	if cfg.Durability != Unlogged && cfg.Durability != Logged {
-		return nil, fmt.Errorf("durable: %w: Durability must be durable.Logged or durable.Unlogged, got %d", ratekit.ErrInvalidConfig, int(cfg.Durability))
+		return nil, configErr("Durability must be durable.Logged or durable.Unlogged, got %d", int(cfg.Durability))
 	}
 	idem, err := store.Counter(pgengine.CounterConfig{
 		Prefix: cfg.Prefix, Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Millisecond,
 		Durability: pgengine.Durability(cfg.Durability), CleanupProbability: -1,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("durable: %w", err)
+		return nil, configErr("%v", err)
 	}
 	return &Planned{store: store, cfg: cfg, idem: idem, plans: make(map[string]*pgengine.Composite)}, nil
 }
@@ -147,7 +141,7 @@ func (p *Planned) plan(ctx context.Context, key string) (ratekit.Plan, *pgengine
 		return ratekit.Plan{}, nil, nil, fmt.Errorf("durable: plan of key: %w", err)
 	}
 	if err := plan.Validate(); err != nil {
-		return ratekit.Plan{}, nil, nil, fmt.Errorf("durable: %w", err)
+		return ratekit.Plan{}, nil, nil, configErr("%v", err)
 	}
 	shape := shape(plan)
 	p.mu.Lock()
@@ -197,7 +191,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 	for i, pol := range plan.Policies {
 		prefix := p.cfg.Prefix + ":" + pol.Name
 		if len(prefix) > ratekit.MaxPolicyNameLen {
-			return nil, fmt.Errorf("durable: %w: plan %q: prefix %q is over %d bytes", ratekit.ErrInvalidConfig, plan.Name, prefix, ratekit.MaxPolicyNameLen)
+			return nil, configErr("plan %q: prefix %q is over %d bytes", plan.Name, prefix, ratekit.MaxPolicyNameLen)
 		}
 		c, err := p.store.Counter(pgengine.CounterConfig{
 			Prefix:             prefix,
@@ -210,7 +204,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 			CleanupProbability: p.cfg.CleanupProbability,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("durable: plan %q: policy %q: %w", plan.Name, pol.Name, err)
+			return nil, configErr("plan %q: policy %q: %v", plan.Name, pol.Name, err)
 		}
 		counters[i] = c
 	}
@@ -220,7 +214,7 @@ func (p *Planned) prepare(plan ratekit.Plan) (*pgengine.Composite, error) {
 		IdempotencyTTL:    pgengine.PeriodIdempotencyTTL,
 	}, counters...)
 	if err != nil {
-		return nil, fmt.Errorf("durable: plan %q: %w", plan.Name, err)
+		return nil, configErr("plan %q: %v", plan.Name, err)
 	}
 	return c, nil
 }
@@ -249,9 +243,9 @@ func (p *Planned) decide(ctx context.Context, op pgengine.Op, req ratekit.Reques
 // key's plan when all have them available, and otherwise takes nothing, in
 // one round trip after the plan lookup. See [ratekit.Limiter] for the
 // contract. Errors: those of [ratekit.Request.Validate];
-// [ratekit.ErrCostExceedsLimit] when a cost exceeds a policy's quota; an
+// [ratekit.ErrCostExceedsQuota] when a cost exceeds a policy's quota; an
 // error matching [ratekit.ErrInvalidConfig] for an invalid plan (see
-// [ratekit.Plan.Validate]); the Plan func's error, wrapped; [ErrClockSkew];
+// [ratekit.Plan.Validate]); the Plan func's error, wrapped; [ratekit.ErrClockSkew];
 // store errors wrapping the pgx error (and ctx.Err()), after which the
 // request may have been counted by every policy or by none.
 func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -293,7 +287,7 @@ func (p *Planned) Reset(ctx context.Context, key string) error {
 // used of its current window or period, what remains and when it resets,
 // read in one statement (one snapshot, on the database clock) that takes
 // and locks nothing: the figures of a Peek. It returns the plan errors of
-// Allow, [ErrClockSkew] and store errors wrapping the pgx error.
+// Allow, [ratekit.ErrClockSkew] and store errors wrapping the pgx error.
 func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error) {
 	if err := ratekit.ValidateKey(key); err != nil {
 		return nil, err
@@ -331,7 +325,10 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 // policy name, fn's error as is, and store errors wrapping the pgx error.
 func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.Time, fn func(PeriodUsage) error) error {
 	if err := ratekit.ValidatePolicyName(policy); err != nil {
-		return fmt.Errorf("durable: %w", err)
+		return configErr("%v", err)
+	}
+	if prefix := p.cfg.Prefix + ":" + policy; len(prefix) > ratekit.MaxPolicyNameLen {
+		return configErr("prefix %q is over %d bytes", prefix, ratekit.MaxPolicyNameLen)
 	}
 	return p.store.PeriodUsage(ctx, pgengine.Durability(p.cfg.Durability), p.cfg.Prefix+":"+policy, from, to,
 		func(u pgengine.PeriodUsage) error { return fn(PeriodUsage(u)) })

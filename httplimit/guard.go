@@ -211,21 +211,21 @@ func (g *Guard) warn(ctx context.Context, t *throttle, msg string, args ...any) 
 func NewGuard(cfg GuardConfig) (*Guard, error) {
 	switch {
 	case cfg.Limiter == nil:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Limiter is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.Limiter is nil")
 	case cfg.OnError < FailClosed || cfg.OnError > UseFallback:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", ratekit.ErrInvalidConfig, cfg.OnError)
+		return nil, configErr("GuardConfig.OnError must be FailClosed, FailOpen or UseFallback, got %v", cfg.OnError)
 	case cfg.OnError == UseFallback && cfg.Fallback == nil:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.OnError is UseFallback but Fallback is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.OnError is UseFallback but Fallback is nil")
 	case cfg.OnError != UseFallback && cfg.Fallback != nil:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Fallback is set but OnError is %v", ratekit.ErrInvalidConfig, cfg.OnError)
+		return nil, configErr("GuardConfig.Fallback is set but OnError is %v", cfg.OnError)
 	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.Timeout is negative", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.Timeout is negative")
 	case cfg.DeadlineMargin < 0:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.DeadlineMargin is negative", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.DeadlineMargin is negative")
 	case cfg.RetrySpread < 0:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.RetrySpread is negative", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.RetrySpread is negative")
 	case cfg.UnavailableRetryAfter < 0:
-		return nil, fmt.Errorf("httplimit: %w: GuardConfig.UnavailableRetryAfter is negative", ratekit.ErrInvalidConfig)
+		return nil, configErr("GuardConfig.UnavailableRetryAfter is negative")
 	}
 	if cfg.DeadlineMargin == 0 {
 		cfg.DeadlineMargin = DefaultDeadlineMargin
@@ -240,10 +240,10 @@ func NewGuard(cfg GuardConfig) (*Guard, error) {
 		cfg.StateCookie = DefaultStateCookie
 	}
 	if !isToken(cfg.StateHeader) {
-		return nil, fmt.Errorf("httplimit: %w: StateHeader %q is not a valid header field name", ratekit.ErrInvalidConfig, cfg.StateHeader)
+		return nil, configErr("StateHeader %q is not a valid header field name", cfg.StateHeader)
 	}
 	if !isToken(cfg.StateCookie) {
-		return nil, fmt.Errorf("httplimit: %w: StateCookie %q is not a valid cookie name", ratekit.ErrInvalidConfig, cfg.StateCookie)
+		return nil, configErr("StateCookie %q is not a valid cookie name", cfg.StateCookie)
 	}
 	cfg.StateHeader = http.CanonicalHeaderKey(cfg.StateHeader)
 	g := &Guard{cfg: cfg, log: cfg.Logger}
@@ -456,7 +456,7 @@ func clientDetail(err error) string {
 		return "The request's client identity (address, API key or idempotency key) is too long."
 	case errors.Is(err, ratekit.ErrInvalidCost):
 		return "The request's cost is not a positive number."
-	case errors.Is(err, ratekit.ErrCostExceedsLimit):
+	case errors.Is(err, ratekit.ErrCostExceedsQuota):
 		return "The request costs more than the whole quota, so it can never be admitted."
 	}
 	return "The request cannot be counted as sent."
@@ -565,4 +565,11 @@ func policyName(l ratekit.Limiter) string {
 		return p.Policy().Name
 	}
 	return ""
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "httplimit: invalid config: " and format's text: every configuration error of
+// this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("httplimit: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }

@@ -52,7 +52,7 @@ type countingLimiter struct{ calls atomic.Int64 }
 func (l *countingLimiter) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	l.calls.Add(1)
 	p := ratekit.Policy{Name: "count", Quota: 100, Window: time.Minute}
-	return ratekit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: time.Minute, Policy: p}, nil
+	return ratekit.Decision{Allowed: true, Quota: 100, Remaining: 99, ResetAfter: time.Minute, Policy: p}, nil
 }
 
 // A caller that gave up (its context ended before or during the limiter
@@ -234,9 +234,9 @@ func (l fixedLimiter) Allow(context.Context, ratekit.Request) (ratekit.Decision,
 // values spread over whole seconds from the true wait to the wait plus
 // the spread, never earlier, and each denying policy's t says the same.
 func TestRetrySpread(t *testing.T) {
-	burst := ratekit.Decision{Allowed: false, Limit: 5, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute,
+	burst := ratekit.Decision{Allowed: false, Quota: 5, RetryAfter: 2500 * time.Millisecond, ResetAfter: time.Minute,
 		Policy: ratekit.Policy{Name: "burst", Quota: 5, Window: time.Minute, Algorithm: ratekit.FixedWindow}}
-	daily := ratekit.Decision{Allowed: true, Limit: 100, Remaining: 40, ResetAfter: time.Hour,
+	daily := ratekit.Decision{Allowed: true, Quota: 100, Remaining: 40, ResetAfter: time.Hour,
 		Policy: ratekit.Policy{Name: "daily", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}}
 	composite := ratekit.Combine([]ratekit.Decision{burst, daily})
 	g, err := NewGuard(GuardConfig{Limiter: fixedLimiter{d: composite}, OnError: FailClosed, RetrySpread: 10 * time.Second})
@@ -330,7 +330,7 @@ func TestBadRequestWords(t *testing.T) {
 	}{
 		{ratekit.ErrEmptyKey, "is empty"},
 		{fmt.Errorf("%w: 600 bytes", ratekit.ErrKeyTooLong), "too long"},
-		{ratekit.ErrCostExceedsLimit, "whole quota"},
+		{ratekit.ErrCostExceedsQuota, "whole quota"},
 		{errors.New("something else"), "cannot be counted"},
 	} {
 		var p Problem

@@ -111,7 +111,7 @@ func SetHeaders(h http.Header, d ratekit.Decision, legacy bool) {
 		h[canonRetryAfter] = []string{strconv.FormatInt(retryAfterSeconds(d), 10)}
 	}
 	if legacy {
-		h[canonXRateLimitLimit] = []string{strconv.FormatInt(nonNegative(d.Limit), 10)}
+		h[canonXRateLimitLimit] = []string{strconv.FormatInt(nonNegative(d.Quota), 10)}
 		h[canonXRateLimitRemaining] = []string{strconv.FormatInt(nonNegative(d.Remaining), 10)}
 		h[canonXRateLimitReset] = []string{strconv.FormatInt(resetSeconds(d), 10)}
 	}

@@ -28,8 +28,8 @@ func TestSetHeadersComposite(t *testing.T) {
 		{
 			name: "both admit",
 			parts: []ratekit.Decision{
-				{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond, Policy: burstPolicy},
-				{Allowed: true, Limit: 1000, Remaining: 998, ResetAfter: 50999500 * time.Millisecond, Policy: dailyPolicy},
+				{Allowed: true, Quota: 10, Remaining: 9, ResetAfter: 100 * time.Millisecond, Policy: burstPolicy},
+				{Allowed: true, Quota: 1000, Remaining: 998, ResetAfter: 50999500 * time.Millisecond, Policy: dailyPolicy},
 			},
 			legacy: true,
 			want: http.Header{
@@ -43,8 +43,8 @@ func TestSetHeadersComposite(t *testing.T) {
 		{
 			name: "the daily quota denies: its t is its RetryAfter, Retry-After the top level's",
 			parts: []ratekit.Decision{
-				{Allowed: true, Limit: 10, Remaining: 10, ResetAfter: 0, Policy: burstPolicy},
-				{Allowed: false, Limit: 1000, Remaining: 0, RetryAfter: 3*time.Hour + 1, ResetAfter: 20 * time.Hour, Policy: dailyPolicy},
+				{Allowed: true, Quota: 10, Remaining: 10, ResetAfter: 0, Policy: burstPolicy},
+				{Allowed: false, Quota: 1000, Remaining: 0, RetryAfter: 3*time.Hour + 1, ResetAfter: 20 * time.Hour, Policy: dailyPolicy},
 			},
 			want: http.Header{
 				"Ratelimit-Policy": {`"burst";q=10;w=1, "daily";q=1000;w=86400`},
@@ -55,8 +55,8 @@ func TestSetHeadersComposite(t *testing.T) {
 		{
 			name: "a part whose name cannot be written is left out of both lists",
 			parts: []ratekit.Decision{
-				{Allowed: false, Limit: 10, Remaining: 0, RetryAfter: 400 * time.Millisecond, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "bürst", Quota: 10, Window: time.Second}},
-				{Allowed: true, Limit: 1000, Remaining: 990, ResetAfter: time.Hour, Policy: dailyPolicy},
+				{Allowed: false, Quota: 10, Remaining: 0, RetryAfter: 400 * time.Millisecond, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "bürst", Quota: 10, Window: time.Second}},
+				{Allowed: true, Quota: 1000, Remaining: 990, ResetAfter: time.Hour, Policy: dailyPolicy},
 			},
 			want: http.Header{
 				"Ratelimit-Policy": {`"daily";q=1000;w=86400`},
@@ -67,7 +67,7 @@ func TestSetHeadersComposite(t *testing.T) {
 		{
 			name: "no part can be written: the stale fields go",
 			parts: []ratekit.Decision{
-				{Allowed: true, Limit: 10, Remaining: 3, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "a\x7f", Quota: 10}},
+				{Allowed: true, Quota: 10, Remaining: 3, ResetAfter: time.Second, Policy: ratekit.Policy{Name: "a\x7f", Quota: 10}},
 			},
 			want: http.Header{},
 		},
@@ -86,9 +86,9 @@ func TestSetHeadersComposite(t *testing.T) {
 func TestDeniedProblemComposite(t *testing.T) {
 	org := ratekit.Policy{Name: "org", Quota: 5000, Window: time.Minute}
 	d := ratekit.Combine([]ratekit.Decision{
-		{Allowed: false, Limit: 10, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second, Policy: burstPolicy},
-		{Allowed: true, Limit: 1000, Remaining: 5, ResetAfter: time.Hour, Policy: dailyPolicy},
-		{Allowed: false, Limit: 5000, Remaining: 1, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Policy: org},
+		{Allowed: false, Quota: 10, RetryAfter: 300 * time.Millisecond, ResetAfter: time.Second, Policy: burstPolicy},
+		{Allowed: true, Quota: 1000, Remaining: 5, ResetAfter: time.Hour, Policy: dailyPolicy},
+		{Allowed: false, Quota: 5000, Remaining: 1, RetryAfter: 30 * time.Second, ResetAfter: time.Minute, Policy: org},
 	})
 	var p Problem
 	if err := json.Unmarshal(DeniedProblem(d), &p); err != nil {
@@ -153,7 +153,7 @@ func (l *windowLimiter) Refund(ctx context.Context, req ratekit.Request) (rateki
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.used[req.Key] = max(l.used[req.Key]-req.Cost, 0)
-	return ratekit.Decision{Allowed: true, Limit: l.policy.Quota, Remaining: l.policy.Quota - l.used[req.Key], ResetAfter: l.resetIn, Policy: l.policy}, nil
+	return ratekit.Decision{Allowed: true, Quota: l.policy.Quota, Remaining: l.policy.Quota - l.used[req.Key], ResetAfter: l.resetIn, Policy: l.policy}, nil
 }
 
 // TestMiddlewareParts: MiddlewareConfig.Parts gives each policy its own

@@ -25,7 +25,7 @@ func TestSetHeadersPeriod(t *testing.T) {
 	}
 	policy := ratekit.Policy{Name: "monthly", Quota: 100000, Algorithm: ratekit.FixedWindow, Period: p, Window: end.Sub(start)}
 	h := http.Header{}
-	SetHeaders(h, ratekit.Decision{Allowed: true, Limit: 100000, Remaining: 7, ResetAfter: end.Sub(at), Policy: policy}, false)
+	SetHeaders(h, ratekit.Decision{Allowed: true, Quota: 100000, Remaining: 7, ResetAfter: end.Sub(at), Policy: policy}, false)
 	if got, want := h.Get("RateLimit-Policy"), `"monthly";q=100000;w=2674800`; got != want {
 		t.Errorf("RateLimit-Policy %s, want %s", got, want)
 	}

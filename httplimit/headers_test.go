@@ -21,7 +21,7 @@ func TestSetHeaders(t *testing.T) {
 	}{
 		{
 			name: "allowed",
-			d:    ratekit.Decision{Allowed: true, Limit: 5, Remaining: 3, ResetAfter: 41200 * time.Millisecond, Policy: policy},
+			d:    ratekit.Decision{Allowed: true, Quota: 5, Remaining: 3, ResetAfter: 41200 * time.Millisecond, Policy: policy},
 			want: http.Header{
 				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
 				"Ratelimit":        {`"contact-form";r=3;t=42`},
@@ -29,7 +29,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "denied: t and Retry-After agree, rounded up",
-			d:    ratekit.Decision{Limit: 5, Remaining: 0, RetryAfter: 9001 * time.Millisecond, ResetAfter: 9001 * time.Millisecond, Policy: policy},
+			d:    ratekit.Decision{Quota: 5, Remaining: 0, RetryAfter: 9001 * time.Millisecond, ResetAfter: 9001 * time.Millisecond, Policy: policy},
 			want: http.Header{
 				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
 				"Ratelimit":        {`"contact-form";r=0;t=10`},
@@ -38,7 +38,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "denied with a sub-second wait still says 1",
-			d:    ratekit.Decision{Limit: 5, RetryAfter: time.Millisecond, Policy: policy},
+			d:    ratekit.Decision{Quota: 5, RetryAfter: time.Millisecond, Policy: policy},
 			want: http.Header{
 				"Ratelimit-Policy": {`"contact-form";q=5;w=60`},
 				"Ratelimit":        {`"contact-form";r=0;t=1`},
@@ -47,7 +47,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name:   "legacy fields on request",
-			d:      ratekit.Decision{Allowed: true, Limit: 100, Remaining: 99, ResetAfter: 30 * time.Second, Policy: ratekit.Policy{Name: "api", Quota: 100, Window: 1500 * time.Millisecond}},
+			d:      ratekit.Decision{Allowed: true, Quota: 100, Remaining: 99, ResetAfter: 30 * time.Second, Policy: ratekit.Policy{Name: "api", Quota: 100, Window: 1500 * time.Millisecond}},
 			legacy: true,
 			want: http.Header{
 				"Ratelimit-Policy":      {`"api";q=100;w=2`},
@@ -59,7 +59,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "no window: w omitted; negative values clamp to 0",
-			d:    ratekit.Decision{Allowed: true, Limit: 1, Remaining: -2, ResetAfter: -time.Second, Policy: ratekit.Policy{Name: "x", Quota: 1}},
+			d:    ratekit.Decision{Allowed: true, Quota: 1, Remaining: -2, ResetAfter: -time.Second, Policy: ratekit.Policy{Name: "x", Quota: 1}},
 			want: http.Header{
 				"Ratelimit-Policy": {`"x";q=1`},
 				"Ratelimit":        {`"x";r=0;t=0`},
@@ -67,7 +67,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "quotes and backslashes are escaped",
-			d:    ratekit.Decision{Allowed: true, Limit: 1, Policy: ratekit.Policy{Name: `a"b\c`, Quota: 1, Window: time.Second}},
+			d:    ratekit.Decision{Allowed: true, Quota: 1, Policy: ratekit.Policy{Name: `a"b\c`, Quota: 1, Window: time.Second}},
 			want: http.Header{
 				"Ratelimit-Policy": {`"a\"b\\c";q=1;w=1`},
 				"Ratelimit":        {`"a\"b\\c";r=0;t=0`},
@@ -75,7 +75,7 @@ func TestSetHeaders(t *testing.T) {
 		},
 		{
 			name: "a name that is no sf-string omits the RateLimit fields",
-			d:    ratekit.Decision{Limit: 1, RetryAfter: time.Second, Policy: ratekit.Policy{Name: "bad\nname", Quota: 1}},
+			d:    ratekit.Decision{Quota: 1, RetryAfter: time.Second, Policy: ratekit.Policy{Name: "bad\nname", Quota: 1}},
 			want: http.Header{"Retry-After": {"1"}},
 		},
 	}
@@ -94,7 +94,7 @@ func TestSetHeaders(t *testing.T) {
 }
 
 func TestDeniedProblem(t *testing.T) {
-	d := ratekit.Decision{Limit: 5, RetryAfter: 2500 * time.Millisecond, Policy: ratekit.Policy{Name: "contact-form", Quota: 5, Window: time.Minute}}
+	d := ratekit.Decision{Quota: 5, RetryAfter: 2500 * time.Millisecond, Policy: ratekit.Policy{Name: "contact-form", Quota: 5, Window: time.Minute}}
 	var p Problem
 	if err := json.Unmarshal(DeniedProblem(d), &p); err != nil {
 		t.Fatal(err)
@@ -121,17 +121,17 @@ func TestRateLimitT(t *testing.T) {
 		d    ratekit.Decision
 		want string
 	}{
-		{"bucket full", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 20, Policy: bucket}, `"b";r=20;t=0`},
-		{"bucket one short", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond, Policy: bucket}, `"b";r=19;t=1`},
+		{"bucket full", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 20, Policy: bucket}, `"b";r=20;t=0`},
+		{"bucket one short", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 19, ResetAfter: 200 * time.Millisecond, Policy: bucket}, `"b";r=19;t=1`},
 		// 15.5 units: full in 900ms, the 16th unit in 100ms.
-		{"bucket half a unit short", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 15, ResetAfter: 900 * time.Millisecond, Policy: bucket}, `"b";r=15;t=1`},
+		{"bucket half a unit short", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 15, ResetAfter: 900 * time.Millisecond, Policy: bucket}, `"b";r=15;t=1`},
 		// Empty: full in 4s, the first unit in 200ms.
-		{"bucket empty", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 0, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
+		{"bucket empty", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 0, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
 		// 2.33 of 20 a minute (a unit every 3s): full in 53s, the third unit in 2s.
-		{"slow bucket", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 2, ResetAfter: 53 * time.Second, Policy: ratekit.Policy{Name: "b", Quota: 20, Window: time.Minute, Algorithm: ratekit.TokenBucket}}, `"b";r=2;t=2`},
-		{"bucket denied", ratekit.Decision{Allowed: false, Limit: 20, Remaining: 0, RetryAfter: 600 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
-		{"window", ratekit.Decision{Allowed: true, Limit: 20, Remaining: 3, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=3;t=90`},
-		{"window denied", ratekit.Decision{Allowed: false, Limit: 20, Remaining: 0, RetryAfter: 90 * time.Second, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=0;t=90`},
+		{"slow bucket", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 2, ResetAfter: 53 * time.Second, Policy: ratekit.Policy{Name: "b", Quota: 20, Window: time.Minute, Algorithm: ratekit.TokenBucket}}, `"b";r=2;t=2`},
+		{"bucket denied", ratekit.Decision{Allowed: false, Quota: 20, Remaining: 0, RetryAfter: 600 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: bucket}, `"b";r=0;t=1`},
+		{"window", ratekit.Decision{Allowed: true, Quota: 20, Remaining: 3, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=3;t=90`},
+		{"window denied", ratekit.Decision{Allowed: false, Quota: 20, Remaining: 0, RetryAfter: 90 * time.Second, ResetAfter: 90 * time.Second, Policy: window}, `"w";r=0;t=90`},
 	} {
 		h := http.Header{}
 		SetHeaders(h, tt.d, false)

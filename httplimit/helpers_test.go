@@ -32,12 +32,12 @@ func (l *windowLimiter) Allow(ctx context.Context, req ratekit.Request) (ratekit
 		return ratekit.Decision{}, err
 	}
 	if req.Cost > l.policy.Quota {
-		return ratekit.Decision{}, ratekit.ErrCostExceedsLimit
+		return ratekit.Decision{}, ratekit.ErrCostExceedsQuota
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls++
-	d := ratekit.Decision{Limit: l.policy.Quota, Policy: l.policy, ResetAfter: l.resetIn}
+	d := ratekit.Decision{Quota: l.policy.Quota, Policy: l.policy, ResetAfter: l.resetIn}
 	if req.State != "" {
 		d.State = req.State + "+"
 	}

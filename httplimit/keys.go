@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-
-	"github.com/ratekit/ratekit"
 )
 
 // KeyFunc derives the rate-limit key of an HTTP request. It returns an error
@@ -21,7 +19,8 @@ type KeyFunc func(r *http.Request) (string, error)
 
 // ErrNoKey is matched by the errors of this package's key functions when a
 // request carries no usable key: no parseable client address, too few
-// X-Forwarded-For entries, an empty API key header.
+// X-Forwarded-For entries, an empty API key header. Such an error reads
+// "httplimit: no usable rate-limit key: " and what was missing.
 var ErrNoKey = errors.New("no usable rate-limit key")
 
 // IP keys are "ip:" followed by the address. IPv4 addresses (including
@@ -61,11 +60,11 @@ const maxAPIKeyLen = 16 << 10
 // bytes.
 func ParseIPKey(s string) (string, error) {
 	if len(s) > maxIPText {
-		return "", fmt.Errorf("%w: %d bytes is too long for an IP address", ErrNoKey, len(s))
+		return "", fmt.Errorf("httplimit: %w: %d bytes is too long for an IP address", ErrNoKey, len(s))
 	}
 	addr, err := netip.ParseAddr(strings.TrimSpace(s))
 	if err != nil {
-		return "", fmt.Errorf("%w: %q is not an IP address", ErrNoKey, s)
+		return "", fmt.Errorf("httplimit: %w: %q is not an IP address", ErrNoKey, s)
 	}
 	return IPKey(addr), nil
 }
@@ -102,7 +101,7 @@ func RemoteAddrKey() KeyFunc {
 // fewer than trustedProxies entries or that entry is not an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 	if trustedProxies < 1 {
-		return nil, fmt.Errorf("httplimit: %w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return nil, configErr("ForwardedForKey needs at least 1 trusted proxy, got %d", trustedProxies)
 	}
 	return func(r *http.Request) (string, error) {
 		return ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
@@ -118,7 +117,7 @@ func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 // the cost does not grow with what a client writes.
 func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 	if trustedProxies < 1 {
-		return "", fmt.Errorf("httplimit: %w: at least 1 trusted proxy is needed, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return "", configErr("at least 1 trusted proxy is needed, got %d", trustedProxies)
 	}
 	need := trustedProxies
 	for i := len(values) - 1; i >= 0; i-- {
@@ -131,7 +130,7 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 			tail := line[max(len(line)-maxIPText-1, 0):]
 			j := strings.LastIndexByte(tail, ',')
 			if j < 0 && len(tail) < len(line) {
-				return "", fmt.Errorf("%w: an X-Forwarded-For entry is longer than %d bytes", ErrNoKey, maxIPText)
+				return "", fmt.Errorf("httplimit: %w: an X-Forwarded-For entry is longer than %d bytes", ErrNoKey, maxIPText)
 			}
 			if j >= 0 {
 				j += len(line) - len(tail)
@@ -146,7 +145,7 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 			line = line[:j]
 		}
 	}
-	return "", fmt.Errorf("%w: X-Forwarded-For has fewer than %d entries", ErrNoKey, trustedProxies)
+	return "", fmt.Errorf("httplimit: %w: X-Forwarded-For has fewer than %d entries", ErrNoKey, trustedProxies)
 }
 
 // HeaderIPKey returns a KeyFunc that keys requests by the client address in
@@ -159,13 +158,13 @@ func ForwardedForClient(values []string, trustedProxies int) (string, error) {
 // repeated or not an IP address.
 func HeaderIPKey(name string) (KeyFunc, error) {
 	if !isToken(name) {
-		return nil, fmt.Errorf("httplimit: %w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
+		return nil, configErr("%q is not a valid header field name", name)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
 		v := r.Header[name]
 		if len(v) != 1 {
-			return "", fmt.Errorf("%w: want exactly one %s field, got %d", ErrNoKey, name, len(v))
+			return "", fmt.Errorf("httplimit: %w: want exactly one %s field, got %d", ErrNoKey, name, len(v))
 		}
 		return ParseIPKey(v[0])
 	}, nil
@@ -183,7 +182,7 @@ func HeaderIPKey(name string) (KeyFunc, error) {
 // matching [ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
 	if !isToken(name) {
-		return nil, fmt.Errorf("httplimit: %w: %q is not a valid header field name", ratekit.ErrInvalidConfig, name)
+		return nil, configErr("%q is not a valid header field name", name)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, error) {
@@ -197,14 +196,14 @@ func APIKeyHeaderKey(name string) (KeyFunc, error) {
 // read or hashed).
 func APIKey(value string) (string, error) {
 	if len(value) > maxAPIKeyLen {
-		return "", fmt.Errorf("%w: API key field is %d bytes, more than %d", ErrNoKey, len(value), maxAPIKeyLen)
+		return "", fmt.Errorf("httplimit: %w: API key field is %d bytes, more than %d", ErrNoKey, len(value), maxAPIKeyLen)
 	}
 	v := strings.TrimSpace(value)
 	if len(v) >= 6 && strings.EqualFold(v[:6], "bearer") && (len(v) == 6 || v[6] == ' ' || v[6] == '\t') {
 		v = strings.TrimSpace(v[6:])
 	}
 	if v == "" {
-		return "", fmt.Errorf("%w: empty API key", ErrNoKey)
+		return "", fmt.Errorf("httplimit: %w: empty API key", ErrNoKey)
 	}
 	sum := sha256.Sum256([]byte(v))
 	return "key:" + hex.EncodeToString(sum[:16]), nil

@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 
 	"github.com/ratekit/ratekit"
@@ -60,7 +59,7 @@ type MiddlewareConfig struct {
 // middleware is safe for concurrent use and never panics on client input.
 func Middleware(cfg MiddlewareConfig) (func(http.Handler) http.Handler, error) {
 	if cfg.Key == nil {
-		return nil, fmt.Errorf("httplimit: %w: MiddlewareConfig.Key is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("MiddlewareConfig.Key is nil")
 	}
 	g, err := NewGuard(cfg.GuardConfig)
 	if err != nil {

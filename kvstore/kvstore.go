@@ -133,7 +133,7 @@ type Prefixer interface {
 type Op uint8
 
 // The operations. n is the number of units the operation concerns; it must be
-// between 1 and the Refill's Max for OpTake and OpPeek, and at least 1 for
+// between 1 and the Refill's Burst for OpTake and OpPeek, and at least 1 for
 // OpRefund.
 const (
 	// OpTake subtracts n when the level is at least n. When it is not,
@@ -154,11 +154,12 @@ type OpResult struct {
 	// or OpPeek found them. OpRefund always reports true.
 	OK bool
 
-	// Value is the level after the operation, between 0 and the Refill's
-	// Max. For a take that was refused it is the (refilled) level that was
-	// too low. For a period counter ([Update].Period) it is the units that
-	// remain of the quota, Quota − Used clamped to [0, Quota].
-	Value int64
+	// Remaining is the units available after the operation, in the
+	// store's units: for a token bucket its level, from 0 to the Refill's
+	// Burst (for a take that was refused, the refilled level that was too
+	// low); for a period counter ([Update].Period) what remains of its
+	// quota, Quota − Used clamped to [0, Quota].
+	Remaining int64
 
 	// Used is, for a period counter, the units counted in the current
 	// period after the operation (before it, for a take that was refused).
@@ -178,15 +179,15 @@ type OpResult struct {
 	Period int
 }
 
-// MaxValue is the largest [Refill.Max] accepted: 2^52, so that the Redis
+// MaxValue is the largest [Refill.Burst] accepted: 2^52, so that the Redis
 // stores' scripts, which compute in Lua's doubles with numbers up to twice a
-// Max, stay exact integers (below 2^53) and agree with the Go implementation
+// Burst, stay exact integers (below 2^53) and agree with the Go implementation
 // of [Refill.Apply] to the unit.
 const MaxValue = 1 << 52
 
 // Errors returned by this package and the stores.
 var (
-	// ErrInvalidRefill is returned for a Refill whose Max or Rate is out of
+	// ErrInvalidRefill is returned for a Refill whose Burst or Rate is out of
 	// range.
 	ErrInvalidRefill = errors.New("kvstore: invalid refill")
 

@@ -125,23 +125,23 @@ func checkMulti(op Op, updates []Update, results []OpResult, periods bool) error
 		if p := u.Period; p != nil {
 			switch {
 			case !periods:
-				return fmt.Errorf("update %d: %w: the store does not count periods (kvstore.PeriodCounter)", i, ErrInvalidPeriod)
+				return fmt.Errorf("%w: update %d: the store does not count periods (kvstore.PeriodCounter)", ErrInvalidPeriod, i)
 			case u.Refill != (Refill{}):
-				return fmt.Errorf("update %d: %w: a period counter has no Refill", i, ErrInvalidPeriod)
+				return fmt.Errorf("%w: update %d: a period counter has no Refill", ErrInvalidPeriod, i)
 			}
 			if err := p.Validate(); err != nil {
-				return fmt.Errorf("update %d: %w", i, err)
+				return fmt.Errorf("%w (update %d)", err, i)
 			}
 			if err := p.CheckOp(op, u.N); err != nil {
-				return fmt.Errorf("update %d: %w", i, err)
+				return fmt.Errorf("%w (update %d)", err, i)
 			}
 			continue
 		}
 		if err := u.Refill.Validate(); err != nil {
-			return fmt.Errorf("update %d: %w", i, err)
+			return fmt.Errorf("%w (update %d)", err, i)
 		}
 		if err := u.Refill.CheckOp(op, u.N); err != nil {
-			return fmt.Errorf("update %d: %w", i, err)
+			return fmt.Errorf("%w (update %d)", err, i)
 		}
 	}
 	return nil

@@ -3,6 +3,8 @@ package kvstore
 import (
 	"errors"
 	"fmt"
+
+	"github.com/ratekit/ratekit"
 )
 
 // MaxPeriodBound is the latest period boundary a [PeriodBounds] accepts,
@@ -22,7 +24,7 @@ const MaxPeriodBound = 1<<53 - 1
 // [b1, b2) and [b2, b3). The store reads its own clock once for the whole
 // call and counts in the period that contains it; a store clock outside
 // [b0, b3) (the clocks differ by more than a period) fails the call with
-// [ErrClockSkew] and nothing changes. So decisions follow one clock, the
+// [ratekit.ErrClockSkew] and nothing changes. So decisions follow one clock, the
 // store's, and calendar arithmetic (months, time zones, daylight saving)
 // stays with the client.
 //
@@ -50,12 +52,6 @@ var (
 	// not increasing or out of range, whose Quota is out of range, or that
 	// comes with a non-zero Refill.
 	ErrInvalidPeriod = errors.New("kvstore: invalid period")
-
-	// ErrClockSkew is returned by a call with period counters when the
-	// store's clock is outside [b0, b3) of a counter's bounds: the client
-	// that computed them and the store disagree by more than a period.
-	// Nothing changed.
-	ErrClockSkew = errors.New("kvstore: clock skew: the store's clock is outside the periods the client computed")
 )
 
 // PeriodCounter is implemented by [MultiAtomic] stores whose UpdateMulti
@@ -67,7 +63,7 @@ var (
 //
 // Beyond MultiAtomic's errors, UpdateMulti returns an error matching
 // [ErrInvalidPeriod] or [ErrInvalidOp] for an invalid counter (checked
-// before anything is read) and [ErrClockSkew] when its clock is outside a
+// before anything is read) and [ratekit.ErrClockSkew] when its clock is outside a
 // counter's bounds; nothing changes then.
 //
 // A period counter keeps one record under its key, a count and the start of
@@ -145,7 +141,7 @@ func (p PeriodBounds) Pick(now int64) int {
 //     instead of writing it, since an absent record counts zero.
 //
 // Apply returns [ErrInvalidPeriod] for invalid bounds, [ErrInvalidOp] for an
-// unknown op or an n outside its range, and [ErrClockSkew] when now is
+// unknown op or an n outside its range, and [ratekit.ErrClockSkew] when now is
 // outside [b0, b3). It is a pure function.
 func (p PeriodBounds) Apply(rec Record, ok bool, now int64, op Op, n int64) (res OpResult, next Record, write bool, err error) {
 	if err := p.Validate(); err != nil {
@@ -156,7 +152,7 @@ func (p PeriodBounds) Apply(rec Record, ok bool, now int64, op Op, n int64) (res
 	}
 	idx := p.Pick(now)
 	if idx == 0 {
-		return OpResult{}, Record{}, false, fmt.Errorf("%w: the store's clock %d µs is outside [%d, %d)", ErrClockSkew, now, p.Bounds[0], p.Bounds[3])
+		return OpResult{}, Record{}, false, fmt.Errorf("kvstore: %w: the store's clock %d µs is outside [%d, %d)", ratekit.ErrClockSkew, now, p.Bounds[0], p.Bounds[3])
 	}
 	used, start := int64(0), p.Bounds[idx-1]
 	if ok && rec.Time >= start {
@@ -179,6 +175,6 @@ func (p PeriodBounds) Apply(rec Record, ok bool, now int64, op Op, n int64) (res
 			write = true
 		}
 	}
-	res.Used, res.Value = used, max(p.Quota-used, 0)
+	res.Used, res.Remaining = used, max(p.Quota-used, 0)
 	return res, Record{Value: used, Time: start}, write, nil
 }

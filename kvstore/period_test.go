@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -21,15 +22,15 @@ func TestPeriodApply(t *testing.T) {
 		wantNext  kvstore.Record
 		wantWrite bool
 	}{
-		{"absent take", rec(0, 0), false, 250, kvstore.OpTake, 4, kvstore.OpResult{OK: true, Value: 6, Used: 4, Now: 250, Period: 2}, rec(4, 200), true},
-		{"same period", rec(4, 200), true, 299, kvstore.OpTake, 6, kvstore.OpResult{OK: true, Value: 0, Used: 10, Now: 299, Period: 2}, rec(10, 200), true},
-		{"refused", rec(4, 200), true, 200, kvstore.OpTake, 7, kvstore.OpResult{Value: 6, Used: 4, Now: 200, Period: 2}, rec(4, 200), false},
-		{"earlier period counts zero", rec(9, 200), true, 300, kvstore.OpTake, 10, kvstore.OpResult{OK: true, Value: 0, Used: 10, Now: 300, Period: 3}, rec(10, 300), true},
-		{"later period keeps its count", rec(9, 250), true, 150, kvstore.OpPeek, 2, kvstore.OpResult{Value: 1, Used: 9, Now: 150, Period: 1}, rec(9, 250), false},
-		{"over the quota", rec(15, 200), true, 250, kvstore.OpPeek, 1, kvstore.OpResult{Value: 0, Used: 15, Now: 250, Period: 2}, rec(15, 200), false},
-		{"refund", rec(15, 200), true, 250, kvstore.OpRefund, 7, kvstore.OpResult{OK: true, Value: 2, Used: 8, Now: 250, Period: 2}, rec(8, 200), true},
-		{"refund below zero", rec(3, 200), true, 250, kvstore.OpRefund, 7, kvstore.OpResult{OK: true, Value: 10, Used: 0, Now: 250, Period: 2}, rec(0, 200), true},
-		{"refund to an ended period", rec(3, 100), true, 250, kvstore.OpRefund, 1, kvstore.OpResult{OK: true, Value: 10, Used: 0, Now: 250, Period: 2}, rec(0, 200), false},
+		{"absent take", rec(0, 0), false, 250, kvstore.OpTake, 4, kvstore.OpResult{OK: true, Remaining: 6, Used: 4, Now: 250, Period: 2}, rec(4, 200), true},
+		{"same period", rec(4, 200), true, 299, kvstore.OpTake, 6, kvstore.OpResult{OK: true, Remaining: 0, Used: 10, Now: 299, Period: 2}, rec(10, 200), true},
+		{"refused", rec(4, 200), true, 200, kvstore.OpTake, 7, kvstore.OpResult{Remaining: 6, Used: 4, Now: 200, Period: 2}, rec(4, 200), false},
+		{"earlier period counts zero", rec(9, 200), true, 300, kvstore.OpTake, 10, kvstore.OpResult{OK: true, Remaining: 0, Used: 10, Now: 300, Period: 3}, rec(10, 300), true},
+		{"later period keeps its count", rec(9, 250), true, 150, kvstore.OpPeek, 2, kvstore.OpResult{Remaining: 1, Used: 9, Now: 150, Period: 1}, rec(9, 250), false},
+		{"over the quota", rec(15, 200), true, 250, kvstore.OpPeek, 1, kvstore.OpResult{Remaining: 0, Used: 15, Now: 250, Period: 2}, rec(15, 200), false},
+		{"refund", rec(15, 200), true, 250, kvstore.OpRefund, 7, kvstore.OpResult{OK: true, Remaining: 2, Used: 8, Now: 250, Period: 2}, rec(8, 200), true},
+		{"refund below zero", rec(3, 200), true, 250, kvstore.OpRefund, 7, kvstore.OpResult{OK: true, Remaining: 10, Used: 0, Now: 250, Period: 2}, rec(0, 200), true},
+		{"refund to an ended period", rec(3, 100), true, 250, kvstore.OpRefund, 1, kvstore.OpResult{OK: true, Remaining: 10, Used: 0, Now: 250, Period: 2}, rec(0, 200), false},
 	} {
 		res, next, write, err := p.Apply(tc.rec, tc.ok, tc.now, tc.op, tc.n)
 		if err != nil || res != tc.want || next != tc.wantNext || write != tc.wantWrite {
@@ -37,7 +38,7 @@ func TestPeriodApply(t *testing.T) {
 		}
 	}
 	for _, now := range []int64{99, 400, -1} {
-		if _, _, _, err := p.Apply(kvstore.Record{}, false, now, kvstore.OpPeek, 1); !errors.Is(err, kvstore.ErrClockSkew) {
+		if _, _, _, err := p.Apply(kvstore.Record{}, false, now, kvstore.OpPeek, 1); !errors.Is(err, ratekit.ErrClockSkew) {
 			t.Errorf("now %d: err = %v, want ErrClockSkew", now, err)
 		}
 	}
@@ -60,7 +61,7 @@ func FuzzPeriodApply(f *testing.F) {
 			}
 			return
 		}
-		if res.Used < 0 || res.Value < 0 || res.Value > quota || res.Value != max(quota-res.Used, 0) {
+		if res.Used < 0 || res.Remaining < 0 || res.Remaining > quota || res.Remaining != max(quota-res.Used, 0) {
 			t.Fatalf("result %+v out of range for quota %d", res, quota)
 		}
 		if res.Period < 1 || res.Period > 3 || now < p.Bounds[res.Period-1] || now >= p.Bounds[res.Period] || res.Now != now {

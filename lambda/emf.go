@@ -155,10 +155,10 @@ func (e *emf) onFailure(ctx context.Context, f ratekit.FailureEvent) {
 // validNamespace checks a CloudWatch namespace.
 func validNamespace(ns string) error {
 	if strings.HasPrefix(ns, "AWS/") {
-		return fmt.Errorf("lambda: %w: EMF namespace %q: the AWS/ prefix is reserved", ratekit.ErrInvalidConfig, ns)
+		return configErr("EMF namespace %q: the AWS/ prefix is reserved", ns)
 	}
 	if len(ns) > 255 {
-		return fmt.Errorf("lambda: %w: EMF namespace is %d bytes, at most 255", ratekit.ErrInvalidConfig, len(ns))
+		return configErr("EMF namespace is %d bytes, at most 255", len(ns))
 	}
 	for i := 0; i < len(ns); i++ {
 		c := ns[i]
@@ -166,7 +166,7 @@ func validNamespace(ns string) error {
 		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
 		case c == '.', c == '-', c == '_', c == '/', c == '#', c == ':':
 		default:
-			return fmt.Errorf("lambda: %w: EMF namespace %q has byte %q; use letters, digits, '.', '-', '_', '/', '#' or ':'", ratekit.ErrInvalidConfig, ns, c)
+			return configErr("EMF namespace %q has byte %q; use letters, digits, '.', '-', '_', '/', '#' or ':'", ns, c)
 		}
 	}
 	return nil

@@ -58,7 +58,7 @@ func EventHeader(event any) (http.Header, error) {
 	case *events.ALBTargetGroupRequest:
 		return eventHeader(ev.Headers, ev.MultiValueHeaders, nil)
 	}
-	return nil, fmt.Errorf("lambda: %w: EventHeader: unsupported event type %T", ratekit.ErrInvalidConfig, event)
+	return nil, configErr("EventHeader: unsupported event type %T", event)
 }
 
 // eventHeader builds an http.Header with canonical names from an event's

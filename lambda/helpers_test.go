@@ -133,7 +133,7 @@ func (r *recorder) Allow(ctx context.Context, req ratekit.Request) (ratekit.Deci
 	r.reqs = append(r.reqs, req)
 	r.deadline, _ = ctx.Deadline()
 	p := ratekit.Policy{Name: "rec", Quota: 1000, Window: time.Hour}
-	return ratekit.Decision{Allowed: true, Limit: 1000, Remaining: 999, ResetAfter: time.Hour, Policy: p}, nil
+	return ratekit.Decision{Allowed: true, Quota: 1000, Remaining: 999, ResetAfter: time.Hour, Policy: p}, nil
 }
 
 func (r *recorder) last(t testing.TB) ratekit.Request {
@@ -160,7 +160,7 @@ func (c *counter) Allow(_ context.Context, req ratekit.Request) (ratekit.Decisio
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := ratekit.Policy{Name: "count", Quota: c.limit, Window: time.Hour}
-	d := ratekit.Decision{Limit: c.limit, Policy: p, ResetAfter: time.Hour}
+	d := ratekit.Decision{Quota: c.limit, Policy: p, ResetAfter: time.Hour}
 	if c.used[req.Key]+req.Cost > c.limit {
 		d.RetryAfter = time.Hour
 		return d, nil

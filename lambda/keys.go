@@ -26,7 +26,7 @@ import (
 func SourceIPKey() KeyFunc {
 	return func(_ context.Context, r *Request) (string, error) {
 		if r.SourceIP == "" {
-			return "", fmt.Errorf("%w: the event carries no source IP (ALB events: use ForwardedForKey)", httplimit.ErrNoKey)
+			return "", fmt.Errorf("lambda: %w: the event carries no source IP (ALB events: use ForwardedForKey)", httplimit.ErrNoKey)
 		}
 		return httplimit.ParseIPKey(r.SourceIP)
 	}
@@ -45,7 +45,7 @@ func SourceIPKey() KeyFunc {
 // an IP address.
 func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 	if trustedProxies < 1 {
-		return nil, fmt.Errorf("lambda: %w: ForwardedForKey needs at least 1 trusted proxy, got %d", ratekit.ErrInvalidConfig, trustedProxies)
+		return nil, configErr("ForwardedForKey needs at least 1 trusted proxy, got %d", trustedProxies)
 	}
 	return func(_ context.Context, r *Request) (string, error) {
 		return httplimit.ForwardedForClient(r.Header.Values("X-Forwarded-For"), trustedProxies)
@@ -59,7 +59,7 @@ func ForwardedForKey(trustedProxies int) (KeyFunc, error) {
 // an error matching [httplimit.ErrNoKey] when the field is missing or empty.
 func APIKeyHeaderKey(name string) (KeyFunc, error) {
 	if _, err := httplimit.APIKeyHeaderKey(name); err != nil {
-		return nil, err
+		return nil, configErr("%v", err)
 	}
 	name = http.CanonicalHeaderKey(name)
 	return func(_ context.Context, r *Request) (string, error) {
@@ -78,7 +78,7 @@ func GatewayAPIKey() KeyFunc {
 	return func(_ context.Context, r *Request) (string, error) {
 		ev, ok := r.Event.(*events.APIGatewayProxyRequest)
 		if !ok {
-			return "", fmt.Errorf("%w: only API Gateway REST events carry a validated API key", httplimit.ErrNoKey)
+			return "", fmt.Errorf("lambda: %w: only API Gateway REST events carry a validated API key", httplimit.ErrNoKey)
 		}
 		return httplimit.APIKey(ev.RequestContext.Identity.APIKey)
 	}
@@ -102,12 +102,12 @@ func GatewayAPIKey() KeyFunc {
 // authorizer claims).
 func ClaimKey(name string) (KeyFunc, error) {
 	if name == "" {
-		return nil, fmt.Errorf("lambda: %w: ClaimKey needs a claim name", ratekit.ErrInvalidConfig)
+		return nil, configErr("ClaimKey needs a claim name")
 	}
 	return func(_ context.Context, r *Request) (string, error) {
 		v, ok := claim(r.Event, name)
 		if !ok || v == "" {
-			return "", fmt.Errorf("%w: no authorizer claim %q", httplimit.ErrNoKey, name)
+			return "", fmt.Errorf("lambda: %w: no authorizer claim %q", httplimit.ErrNoKey, name)
 		}
 		return "claim:" + name + "=" + v, nil
 	}, nil
@@ -178,7 +178,7 @@ func EventKey[E any](f func(ctx context.Context, event *E) (string, error)) KeyF
 	return func(ctx context.Context, r *Request) (string, error) {
 		ev, ok := r.Event.(*E)
 		if !ok {
-			return "", fmt.Errorf("%w: key function expects %T, got %T", httplimit.ErrNoKey, ev, r.Event)
+			return "", fmt.Errorf("lambda: %w: key function expects %T, got %T", httplimit.ErrNoKey, ev, r.Event)
 		}
 		return f(ctx, ev)
 	}

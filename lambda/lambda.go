@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -121,9 +122,9 @@ type Adapter struct {
 func New(cfg Config) (*Adapter, error) {
 	switch {
 	case cfg.Guard == nil:
-		return nil, fmt.Errorf("lambda: %w: Config.Guard is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("Config.Guard is nil")
 	case cfg.Key == nil:
-		return nil, fmt.Errorf("lambda: %w: Config.Key is nil", ratekit.ErrInvalidConfig)
+		return nil, configErr("Config.Key is nil")
 	}
 	return &Adapter{cfg: cfg}, nil
 }
@@ -291,4 +292,13 @@ func mustHandler(isNil bool) {
 	if isNil {
 		panic("ratekit/lambda: nil handler")
 	}
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "lambda: invalid config: " and format's text: every configuration error of
+// this package is made here. An httplimit configuration error in the text
+// loses its "httplimit: invalid config: ", so the class is said once.
+func configErr(format string, args ...any) error {
+	msg := strings.ReplaceAll(fmt.Sprintf(format, args...), "httplimit: invalid config: ", "")
+	return fmt.Errorf("lambda: %w: %s", ratekit.ErrInvalidConfig, msg)
 }

@@ -445,7 +445,7 @@ func TestBadRequests(t *testing.T) {
 	}{
 		{"key too long", lambda.Config{Key: func(context.Context, *lambda.Request) (string, error) { return long, nil }}, ratekit.ErrKeyTooLong, "too long"},
 		{"cost zero", lambda.Config{Key: lambda.SourceIPKey(), Cost: func(*lambda.Request) int64 { return 0 }}, ratekit.ErrInvalidCost, "not a positive number"},
-		{"cost over the quota", lambda.Config{Key: lambda.SourceIPKey(), Cost: func(*lambda.Request) int64 { return 3 }}, ratekit.ErrCostExceedsLimit, "whole quota"},
+		{"cost over the quota", lambda.Config{Key: lambda.SourceIPKey(), Cost: func(*lambda.Request) int64 { return 3 }}, ratekit.ErrCostExceedsQuota, "whole quota"},
 		{"idempotency key too long", lambda.Config{Key: lambda.SourceIPKey(), IdempotencyKey: func(*lambda.Request) string { return long }}, ratekit.ErrKeyTooLong, "too long"},
 	}
 	for _, tc := range tests {
@@ -718,7 +718,7 @@ func TestDenied(t *testing.T) {
 	}))
 	if resp.StatusCode != 429 || resp.Body != "<p>Slow down, 2001:db8:1:2:a:b:c:d.</p>" ||
 		single(resp.Headers, "Content-Type") != "text/html; charset=utf-8" || single(resp.Headers, "RateLimit") != `"api";r=0;t=60` ||
-		stateCookie(t, resp.Cookies) == "" || seen.Allowed || seen.Limit != 1 {
+		stateCookie(t, resp.Cookies) == "" || seen.Allowed || seen.Quota != 1 {
 		t.Fatalf("%d %v %q %s; decision %+v", resp.StatusCode, resp.Headers, resp.Cookies, resp.Body, seen)
 	}
 

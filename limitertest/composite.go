@@ -227,9 +227,9 @@ func saneComposite(what string, d ratekit.Decision, policies []Config, fam ratek
 	if d.RetryAfter != retry {
 		return fmt.Errorf("%s: RetryAfter %v, want %v, the longest among the denying parts (decision %+v)", what, d.RetryAfter, retry, d)
 	}
-	if d.Limit != m.Limit || d.Remaining != m.Remaining || d.ResetAfter != m.ResetAfter || d.Policy != m.Policy {
-		return fmt.Errorf("%s: top-level Limit %d, Remaining %d, ResetAfter %v, Policy %+v; want those of part %d, the most restrictive (decision %+v)",
-			what, d.Limit, d.Remaining, d.ResetAfter, d.Policy, pick, d)
+	if d.Quota != m.Quota || d.Remaining != m.Remaining || d.ResetAfter != m.ResetAfter || d.Policy != m.Policy {
+		return fmt.Errorf("%s: top-level Quota %d, Remaining %d, ResetAfter %v, Policy %+v; want those of part %d, the most restrictive (decision %+v)",
+			what, d.Quota, d.Remaining, d.ResetAfter, d.Policy, pick, d)
 	}
 	return nil
 }
@@ -339,8 +339,8 @@ func checkPartsValidation(t testing.TB, h CompositeHarness) error {
 		{"empty parts for two policies", []ratekit.Part{}, ratekit.ErrInvalidRequest},
 		{"a part of cost 0", []ratekit.Part{part(1), part(0)}, ratekit.ErrInvalidCost},
 		{"a part of an empty key", []ratekit.Part{part(1), {Key: "", Cost: 1}}, ratekit.ErrEmptyKey},
-		{"a part above its policy's quota", []ratekit.Part{part(4), part(1)}, ratekit.ErrCostExceedsLimit},
-		{"a part above the large policy's quota", []ratekit.Part{part(1), part(7)}, ratekit.ErrCostExceedsLimit},
+		{"a part above its policy's quota", []ratekit.Part{part(4), part(1)}, ratekit.ErrCostExceedsQuota},
+		{"a part above the large policy's quota", []ratekit.Part{part(1), part(7)}, ratekit.ErrCostExceedsQuota},
 	} {
 		_, err := l.Allow(ctx, ratekit.Request{Key: c.key, Cost: 1, Parts: tc.parts})
 		if !errors.Is(err, tc.want) || !errors.Is(err, ratekit.ErrInvalidRequest) {
@@ -349,8 +349,8 @@ func checkPartsValidation(t testing.TB, h CompositeHarness) error {
 	}
 	// Without parts, Cost counts against every policy: above the small
 	// quota it can never be admitted.
-	if _, err := l.Allow(ctx, ratekit.Request{Key: c.key, Cost: 4}); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
-		return fmt.Errorf("cost 4 without parts on quotas 3 and 6: %v, want ErrCostExceedsLimit", err)
+	if _, err := l.Allow(ctx, ratekit.Request{Key: c.key, Cost: 4}); !errors.Is(err, ratekit.ErrCostExceedsQuota) {
+		return fmt.Errorf("cost 4 without parts on quotas 3 and 6: %v, want ErrCostExceedsQuota", err)
 	}
 	if err := wantRemaining("after invalid requests", c, 3, 6); err != nil {
 		return err

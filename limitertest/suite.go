@@ -162,12 +162,12 @@ func (c *client) keep(what string, d ratekit.Decision) error {
 }
 
 // advertised returns an error when d breaks the rule every strategy
-// advertises its policy by (see ratekit.Policy): the capacity Limit is the
+// advertises its policy by (see ratekit.Policy): the capacity Decision.Quota is the
 // policy's Quota (the RateLimit-Policy q), and Remaining (the RateLimit r)
 // is between 0 and it. The suite checks it on every decision it gets.
 func advertised(what string, d ratekit.Decision) error {
-	if d.Limit != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
-		return fmt.Errorf("%s: Limit %d, Remaining (r) %d, Policy.Quota (q) %d: want Limit = q and 0 <= r <= q", what, d.Limit, d.Remaining, d.Policy.Quota)
+	if d.Quota != d.Policy.Quota || d.Remaining < 0 || d.Remaining > d.Policy.Quota {
+		return fmt.Errorf("%s: Quota %d, Remaining (r) %d, Policy.Quota (q) %d: want Quota = q and 0 <= r <= q", what, d.Quota, d.Remaining, d.Policy.Quota)
 	}
 	return nil
 }
@@ -193,10 +193,10 @@ func want(what string, d ratekit.Decision, allowed bool, remaining int64) error 
 
 func sane(what string, d ratekit.Decision, cfg Config, alg ratekit.Algorithm) error {
 	switch {
-	case d.Limit != cfg.Quota:
-		return fmt.Errorf("%s: Limit %d, want %d", what, d.Limit, cfg.Quota)
-	case d.Remaining < 0 || d.Remaining > d.Limit:
-		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Limit)
+	case d.Quota != cfg.Quota:
+		return fmt.Errorf("%s: Quota %d, want %d", what, d.Quota, cfg.Quota)
+	case d.Remaining < 0 || d.Remaining > d.Quota:
+		return fmt.Errorf("%s: Remaining %d outside 0..%d", what, d.Remaining, d.Quota)
 	case d.RetryAfter < 0 || d.ResetAfter < 0:
 		return fmt.Errorf("%s: negative RetryAfter %v or ResetAfter %v", what, d.RetryAfter, d.ResetAfter)
 	case d.Allowed && d.RetryAfter != 0:
@@ -495,7 +495,7 @@ func checkRefund(t testing.TB, h Harness) error {
 	if err := take(c, 2, 2, cfg, h.Algorithm); err != nil {
 		return fmt.Errorf("after a refund of 2: %w", err)
 	}
-	// Refunds never raise the quota above the limit.
+	// Refunds never raise the remaining units above the quota.
 	fresh := newClient(h, l, "refund-fresh-key")
 	if err := take(fresh, 1, 3, cfg, h.Algorithm); err != nil {
 		return err
@@ -560,7 +560,7 @@ func refundCharged(r ratekit.Refunder, c *client, charged ratekit.Request) (rate
 
 // checkRefundRecipe: two charges and a refund of the second through the
 // recipe of httplimit.RequestFromContext leave exactly one unit used, and
-// alternating refunded and kept calls admit exactly Limit kept calls.
+// alternating refunded and kept calls admit exactly Quota kept calls.
 func checkRefundRecipe(t testing.TB, h Harness) error {
 	cfg := Config{Name: "refund-recipe", Quota: 4, Window: longWindow}
 	l := h.New(t, cfg)
@@ -733,7 +733,7 @@ func checkValidation(t testing.TB, h Harness) error {
 		{"idempotency key of MaxKeyLen+1 bytes", ratekit.Request{Key: "v", Cost: 1, IdempotencyKey: tooLong}, ratekit.ErrKeyTooLong},
 		{"cost 0", ratekit.Request{Key: "v", Cost: 0}, ratekit.ErrInvalidCost},
 		{"cost -1", ratekit.Request{Key: "v", Cost: -1}, ratekit.ErrInvalidCost},
-		{"cost above the limit", ratekit.Request{Key: "v", Cost: 4}, ratekit.ErrCostExceedsLimit},
+		{"cost above the limit", ratekit.Request{Key: "v", Cost: 4}, ratekit.ErrCostExceedsQuota},
 	} {
 		_, err := l.Allow(ctx, tc.req)
 		if !errors.Is(err, tc.want) || !errors.Is(err, ratekit.ErrInvalidRequest) {
@@ -749,7 +749,7 @@ func checkValidation(t testing.TB, h Harness) error {
 }
 
 // checkConcurrency: Workers goroutines, each a client of its own, make
-// requests of cost 1 on one fresh key until 10 × Limit requests were made;
+// requests of cost 1 on one fresh key until 10 × Quota requests were made;
 // the admissions are counted exactly.
 func checkConcurrency(t testing.TB, h Harness) error {
 	cfg := Config{Name: "concurrency", Quota: 100, Window: longWindow}

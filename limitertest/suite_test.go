@@ -72,7 +72,7 @@ func (f *fixed) validate(req ratekit.Request) error {
 		return err
 	}
 	if req.Cost > f.cfg.Quota {
-		return ratekit.ErrCostExceedsLimit
+		return ratekit.ErrCostExceedsQuota
 	}
 	return nil
 }
@@ -94,7 +94,7 @@ func (f *fixed) decision(w *window, allowed bool) ratekit.Decision {
 	reset := w.start.Add(f.cfg.Window).Sub(f.now())
 	d := ratekit.Decision{
 		Allowed:    allowed,
-		Limit:      f.cfg.Quota,
+		Quota:      f.cfg.Quota,
 		Remaining:  f.cfg.Quota - w.used,
 		ResetAfter: reset,
 		Policy:     ratekit.Policy{Name: f.cfg.Name, Quota: f.cfg.Quota, Window: f.cfg.Window},
@@ -114,7 +114,7 @@ func (f *fixed) decision(w *window, allowed bool) ratekit.Decision {
 			d.RetryAfter = max(reset-time.Second, time.Microsecond)
 		}
 	}
-	if f.flaw == offByOne && d.Remaining < d.Limit {
+	if f.flaw == offByOne && d.Remaining < d.Quota {
 		d.Remaining++
 	}
 	return d

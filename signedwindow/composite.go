@@ -92,7 +92,7 @@ var (
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	n := len(cfg.Policies)
 	if n < 1 || n > MaxCompositePolicies {
-		return nil, fmt.Errorf("signedwindow: %w: a composite needs 1 to %d policies, got %d", ratekit.ErrInvalidConfig, MaxCompositePolicies, n)
+		return nil, configErr("a composite needs 1 to %d policies, got %d", MaxCompositePolicies, n)
 	}
 	c := &Composite{policies: append([]ratekit.Policy(nil), cfg.Policies...)}
 	var set strings.Builder
@@ -100,11 +100,11 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, p := range cfg.Policies {
 		one, err := Config{Name: p.Name, Quota: p.Quota, Window: p.Window, Keys: cfg.Keys, Now: cfg.Now, MaxSkew: cfg.MaxSkew}.withDefaults()
 		if err != nil {
-			return nil, fmt.Errorf("%w (policy %d)", err, i)
+			return nil, configErr("policy %d: %v", i, err)
 		}
 		for _, q := range cfg.Policies[:i] {
 			if q.Name == p.Name {
-				return nil, fmt.Errorf("signedwindow: %w: policy name %q appears twice", ratekit.ErrInvalidConfig, p.Name)
+				return nil, configErr("policy name %q appears twice", p.Name)
 			}
 		}
 		c.now, c.maxSkew = one.Now, one.MaxSkew
@@ -117,7 +117,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	c.setID = string(sum[:16])
 	kr, err := newKeyring(cfg.Keys, c.set)
 	if err != nil {
-		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, configErr("deriving keys: %v", err)
 	}
 	c.keys = kr
 	c.scratch.New = func() any { return new(cscratch) }
@@ -147,7 +147,7 @@ func (c *Composite) Policies() []ratekit.Policy {
 // Allow returns an error, and no decision, when req is invalid (an
 // [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], parts of
 // the wrong number or of another key than req.Key, or
-// [ratekit.ErrCostExceedsLimit] when a cost is above its policy's quota),
+// [ratekit.ErrCostExceedsQuota] when a cost is above its policy's quota),
 // when ctx is done (the error wraps ctx.Err()), or when the clock reads a
 // time before 1970. req.IdempotencyKey is ignored.
 func (c *Composite) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -193,7 +193,7 @@ func (c *Composite) validate(req ratekit.Request) error {
 			cost = req.Parts[i].Cost
 		}
 		if cost > p.Quota {
-			return fmt.Errorf("%w (policy %q: cost %d, quota %d)", ratekit.ErrCostExceedsLimit, p.Name, cost, p.Quota)
+			return fmt.Errorf("%w (policy %q: cost %d, quota %d)", ratekit.ErrCostExceedsQuota, p.Name, cost, p.Quota)
 		}
 	}
 	return nil
@@ -300,7 +300,7 @@ func (c *Composite) answer(parts []ratekit.Decision, ws []cwin, now time.Time) {
 	for i := range parts {
 		p, d := &c.policies[i], &parts[i]
 		reset := time.Unix(ws[i].start+c.windows[i], 0).Sub(now)
-		d.Limit = p.Quota
+		d.Quota = p.Quota
 		d.Remaining = min(max(p.Quota-ws[i].count, 0), p.Quota)
 		d.ResetAfter = reset
 		d.Policy = *p

@@ -147,7 +147,7 @@ func TestCompositeParts(t *testing.T) {
 	}{
 		"another key":      {[]ratekit.Part{{Key: "ip", Cost: 1}, {Key: "org", Cost: 1}}, ratekit.ErrInvalidRequest},
 		"one part":         {[]ratekit.Part{{Key: "ip", Cost: 1}}, ratekit.ErrInvalidRequest},
-		"above a quota":    {[]ratekit.Part{{Key: "ip", Cost: 3}, {Key: "ip", Cost: 1}}, ratekit.ErrCostExceedsLimit},
+		"above a quota":    {[]ratekit.Part{{Key: "ip", Cost: 3}, {Key: "ip", Cost: 1}}, ratekit.ErrCostExceedsQuota},
 		"cost 0 in a part": {[]ratekit.Part{{Key: "ip", Cost: 1}, {Key: "ip", Cost: 0}}, ratekit.ErrInvalidCost},
 		"key too long":     {[]ratekit.Part{{Key: "ip", Cost: 1}, {Key: strings.Repeat("k", ratekit.MaxKeyLen+1), Cost: 1}}, ratekit.ErrKeyTooLong},
 	} {

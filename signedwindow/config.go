@@ -2,6 +2,7 @@ package signedwindow
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -178,15 +179,25 @@ func (p DifficultyPolicy) Bits(used int64) int {
 func (p DifficultyPolicy) validate() error {
 	switch {
 	case p.Max < 0 || p.Max > MaxDifficulty:
-		return fmt.Errorf("signedwindow: %w: Difficulty.Max must be 0 to %d, got %d", ratekit.ErrInvalidConfig, MaxDifficulty, p.Max)
+		return configErr("Difficulty.Max must be 0 to %d, got %d", MaxDifficulty, p.Max)
 	case p.Base < 0 || p.Base > p.Max:
-		return fmt.Errorf("signedwindow: %w: Difficulty.Base must be 0 to Max (%d), got %d", ratekit.ErrInvalidConfig, p.Max, p.Base)
+		return configErr("Difficulty.Base must be 0 to Max (%d), got %d", p.Max, p.Base)
 	case p.Free < 0:
-		return fmt.Errorf("signedwindow: %w: Difficulty.Free must not be negative, got %d", ratekit.ErrInvalidConfig, p.Free)
+		return configErr("Difficulty.Free must not be negative, got %d", p.Free)
 	case p.Step < 0:
-		return fmt.Errorf("signedwindow: %w: Difficulty.Step must not be negative, got %d", ratekit.ErrInvalidConfig, p.Step)
+		return configErr("Difficulty.Step must not be negative, got %d", p.Step)
 	}
 	return nil
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "signedwindow: invalid config: " and format's text: every configuration
+// error of this package is made here. Text it includes from another
+// configuration error (ratekit's validators', or this package's own) drops
+// that error's "<package>: invalid config: ", so the message says it once.
+func configErr(format string, args ...any) error {
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "signedwindow: invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("signedwindow: %w: %s", ratekit.ErrInvalidConfig, msg)
 }
 
 // withDefaults returns cfg with defaults applied, or an error wrapping
@@ -194,25 +205,25 @@ func (p DifficultyPolicy) validate() error {
 // cyclomatic: one flat check or default per Config field, in field order.
 func (cfg Config) withDefaults() (Config, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
-		return cfg, fmt.Errorf("signedwindow: %w", err)
+		return cfg, configErr("%v", err)
 	}
 	if cfg.Quota < 1 || cfg.Quota > ratekit.MaxQuota {
-		return cfg, fmt.Errorf("signedwindow: %w: Quota must be from 1 to ratekit.MaxQuota, got %d", ratekit.ErrInvalidConfig, cfg.Quota)
+		return cfg, configErr("Quota must be from 1 to ratekit.MaxQuota, got %d", cfg.Quota)
 	}
 	if cfg.Window < time.Second || cfg.Window > MaxWindow || cfg.Window%time.Second != 0 {
-		return cfg, fmt.Errorf("signedwindow: %w: Window must be a whole number of seconds from 1s to %v, got %v", ratekit.ErrInvalidConfig, MaxWindow, cfg.Window)
+		return cfg, configErr("Window must be a whole number of seconds from 1s to %v, got %v", MaxWindow, cfg.Window)
 	}
 	if len(cfg.Keys) == 0 || len(cfg.Keys) > 256 {
-		return cfg, fmt.Errorf("signedwindow: %w: need 1 to 256 Keys, got %d", ratekit.ErrInvalidConfig, len(cfg.Keys))
+		return cfg, configErr("need 1 to 256 Keys, got %d", len(cfg.Keys))
 	}
 	var seen [256]bool
 	for i, k := range cfg.Keys {
 		if seen[k.ID] {
-			return cfg, fmt.Errorf("signedwindow: %w: key ID %d appears twice in Keys", ratekit.ErrInvalidConfig, k.ID)
+			return cfg, configErr("key ID %d appears twice in Keys", k.ID)
 		}
 		seen[k.ID] = true
 		if len(k.Secret) < MinSecretLen {
-			return cfg, fmt.Errorf("signedwindow: %w: Keys[%d] (ID %d) secret is %d bytes; need at least %d", ratekit.ErrInvalidConfig, i, k.ID, len(k.Secret), MinSecretLen)
+			return cfg, configErr("Keys[%d] (ID %d) secret is %d bytes; need at least %d", i, k.ID, len(k.Secret), MinSecretLen)
 		}
 	}
 	if cfg.Now == nil {
@@ -225,19 +236,19 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.MaxSkew = 0
 	}
 	if cfg.ReplayCacheSize < 0 {
-		return cfg, fmt.Errorf("signedwindow: %w: ReplayCacheSize must not be negative, got %d", ratekit.ErrInvalidConfig, cfg.ReplayCacheSize)
+		return cfg, configErr("ReplayCacheSize must not be negative, got %d", cfg.ReplayCacheSize)
 	}
 	if cfg.NonceLifetime == 0 {
 		cfg.NonceLifetime = DefaultNonceLifetime
 	}
 	if cfg.NonceLifetime < time.Millisecond {
-		return cfg, fmt.Errorf("signedwindow: %w: NonceLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.NonceLifetime)
+		return cfg, configErr("NonceLifetime must be at least 1ms, got %v", cfg.NonceLifetime)
 	}
 	if cfg.ChallengeLifetime == 0 {
 		cfg.ChallengeLifetime = DefaultChallengeLifetime
 	}
 	if cfg.ChallengeLifetime < time.Millisecond {
-		return cfg, fmt.Errorf("signedwindow: %w: ChallengeLifetime must be at least 1ms, got %v", ratekit.ErrInvalidConfig, cfg.ChallengeLifetime)
+		return cfg, configErr("ChallengeLifetime must be at least 1ms, got %v", cfg.ChallengeLifetime)
 	}
 	if cfg.Difficulty == nil {
 		cfg.Difficulty = &DefaultDifficulty

@@ -71,7 +71,7 @@ func ExampleLimiter_NewChallenge() {
 			panic(err)
 		}
 		cookie = d.State
-		ch, err := limiter.NewChallenge(ip, limiter.Difficulty(d.Limit-d.Remaining))
+		ch, err := limiter.NewChallenge(ip, limiter.Difficulty(d.Quota-d.Remaining))
 		if err != nil {
 			panic(err)
 		}
@@ -87,7 +87,7 @@ func ExampleLimiter_NewChallenge() {
 		if err != nil {
 			panic(err)
 		}
-		if err := limiter.VerifySolution(solution, ip, limiter.Difficulty(d.Limit-d.Remaining)); err != nil {
+		if err := limiter.VerifySolution(solution, ip, limiter.Difficulty(d.Quota-d.Remaining)); err != nil {
 			fmt.Println("rejected:", err)
 			continue
 		}

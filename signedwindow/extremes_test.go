@@ -89,7 +89,7 @@ func exercise(t *testing.T, l *Limiter, clock *fakeClock) {
 		for _, f := range []func(context.Context, ratekit.Request) (ratekit.Decision, error){l.Allow, l.Peek, l.Refund} {
 			d, err := f(ctx, req)
 			if err == nil {
-				if d.Remaining < 0 || d.Remaining > d.Limit || d.ResetAfter < 0 || d.RetryAfter < 0 {
+				if d.Remaining < 0 || d.Remaining > d.Quota || d.ResetAfter < 0 || d.RetryAfter < 0 {
 					t.Fatalf("cost %d: decision out of range: %+v", cost, d)
 				}
 				state = d.State

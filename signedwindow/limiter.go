@@ -51,7 +51,7 @@ func New(cfg Config) (*Limiter, error) {
 	}
 	kr, err := newKeyring(cfg.Keys, cfg.Name)
 	if err != nil {
-		return nil, fmt.Errorf("signedwindow: %w: deriving keys: %v", ratekit.ErrInvalidConfig, err)
+		return nil, configErr("deriving keys: %v", err)
 	}
 	l := &Limiter{
 		name:      cfg.Name,
@@ -91,7 +91,7 @@ func (l *Limiter) Policy() ratekit.Policy {
 //
 // Allow returns an error, and no decision, when req is invalid (a
 // [ratekit.ErrInvalidRequest] from [ratekit.Request.Validate], or
-// [ratekit.ErrCostExceedsLimit] when req.Cost is above Quota), when ctx is
+// [ratekit.ErrCostExceedsQuota] when req.Cost is above Quota), when ctx is
 // done (the error wraps ctx.Err()), or when the clock reads a time before
 // 1970. req.IdempotencyKey is ignored: the strategy keeps no record of past
 // requests.
@@ -172,7 +172,7 @@ func (l *Limiter) decide(ctx context.Context, req ratekit.Request, op op) (ratek
 
 	d := ratekit.Decision{
 		Allowed:    allowed,
-		Limit:      l.limit,
+		Quota:      l.limit,
 		Remaining:  min(max(l.limit-newCount, 0), l.limit),
 		ResetAfter: time.Unix(w.start+l.windowSec, 0).Sub(now),
 		Policy:     l.Policy(),
@@ -203,7 +203,7 @@ func (l *Limiter) check(ctx context.Context, req *ratekit.Request) (time.Time, e
 		return time.Time{}, ratekit.ErrUnexpectedParts
 	}
 	if req.Cost > l.limit {
-		return time.Time{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsLimit, req.Cost, l.limit)
+		return time.Time{}, fmt.Errorf("%w (cost %d, quota %d)", ratekit.ErrCostExceedsQuota, req.Cost, l.limit)
 	}
 	return readClock(ctx, l.now)
 }

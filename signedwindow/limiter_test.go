@@ -84,8 +84,8 @@ func TestAllowCountsWindow(t *testing.T) {
 		if i > 1 && d.StateError != nil {
 			t.Fatalf("request %d: StateError = %v, want nil", i, d.StateError)
 		}
-		if d.Limit != 3 || d.Policy != (ratekit.Policy{Name: "contact-form", Quota: 3, Window: time.Minute, Algorithm: ratekit.FixedWindow}) {
-			t.Fatalf("Limit=%d Policy=%+v", d.Limit, d.Policy)
+		if d.Quota != 3 || d.Policy != (ratekit.Policy{Name: "contact-form", Quota: 3, Window: time.Minute, Algorithm: ratekit.FixedWindow}) {
+			t.Fatalf("Quota=%d Policy=%+v", d.Quota, d.Policy)
 		}
 		tok, err := l.VerifyToken(d.State, alice)
 		if err != nil || tok.Count != i || !tok.WindowStart.Equal(time.Unix(t0.Unix(), 0)) || !tok.Expires.Equal(windowEnd) {
@@ -176,7 +176,7 @@ func TestRequestErrors(t *testing.T) {
 		{"long key", context.Background(), ratekit.Request{Key: strings.Repeat("k", ratekit.MaxKeyLen+1), Cost: 1}, []error{ratekit.ErrKeyTooLong}},
 		{"zero cost", context.Background(), ratekit.Request{Key: alice}, []error{ratekit.ErrInvalidCost}},
 		{"negative cost", context.Background(), ratekit.Request{Key: alice, Cost: -1}, []error{ratekit.ErrInvalidCost}},
-		{"cost above limit", context.Background(), ratekit.Request{Key: alice, Cost: 4}, []error{ratekit.ErrCostExceedsLimit, ratekit.ErrInvalidRequest}},
+		{"cost above limit", context.Background(), ratekit.Request{Key: alice, Cost: 4}, []error{ratekit.ErrCostExceedsQuota, ratekit.ErrInvalidRequest}},
 		{"canceled", canceled, ratekit.Request{Key: alice, Cost: 1}, []error{context.Canceled}},
 	}
 	for _, tt := range tests {

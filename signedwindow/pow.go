@@ -58,7 +58,7 @@ type Challenge struct {
 // Difficulty returns the proof-of-work difficulty, in bits, that
 // [Config.Difficulty] sets for a client that has used units of its current
 // window. With a [ratekit.Decision] d from [Limiter.Peek], the units used
-// are d.Limit - d.Remaining.
+// are d.Quota - d.Remaining.
 func (l *Limiter) Difficulty(used int64) int {
 	return l.diff.Bits(used)
 }

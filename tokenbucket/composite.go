@@ -85,7 +85,7 @@ var (
 // partitioned store (a Redis Cluster) without Group.
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: composite: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return configErr("composite: "+format, args...)
 	}
 	if len(cfg.Buckets) == 0 {
 		return nil, invalid("no Buckets")
@@ -113,7 +113,7 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 	for i, b := range cfg.Buckets {
 		l, err := New(Config{Name: b.Name, Burst: b.Burst, RefillRate: b.RefillRate, Mode: Eventual, Store: cfg.Store})
 		if err != nil {
-			return nil, fmt.Errorf("%w (bucket %d)", err, i)
+			return nil, invalid("bucket %d: %v", i, err)
 		}
 		for j, p := range c.prefix {
 			if q := b.Name + ":"; strings.HasPrefix(p, q) || strings.HasPrefix(q, p) {
@@ -151,11 +151,11 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op,
 		b := &c.pols[i]
 		key, cost := part(&req, i)
 		if cost > b.policy.Quota {
-			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsLimit, i, b.policy.Name, cost, b.policy.Quota)
+			return ratekit.Decision{}, fmt.Errorf("%w: part %d (%s): cost %d, burst %d", ratekit.ErrCostExceedsQuota, i, b.policy.Name, cost, b.policy.Quota)
 		}
 		n := cost * b.unit
 		if reset {
-			n = b.refill.Max
+			n = b.refill.Burst
 		}
 		sc.keys = append(sc.keys, c.prefix[i]...)
 		sc.add(key, kvstore.Update{Refill: b.refill, N: n})
@@ -174,7 +174,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op,
 // holds its cost, and otherwise takes nothing. It returns the errors of
 // ratekit.Request.Validate, an error matching ratekit.ErrInvalidRequest
 // when Parts is non-nil and its length is not the number of buckets,
-// ratekit.ErrCostExceedsLimit for a part's cost above its bucket's Burst, and
+// ratekit.ErrCostExceedsQuota for a part's cost above its bucket's Burst, and
 // the store's error (wrapped; an error caused by ctx wraps ctx.Err()) when
 // the store fails. After a store error the step was applied to every bucket
 // or to none.

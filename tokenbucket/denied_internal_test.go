@@ -22,7 +22,7 @@ func TestDeniedCacheBound(t *testing.T) {
 }
 
 func TestDeniedCacheExpiry(t *testing.T) {
-	r := kvstore.Refill{Max: 1000, Rate: 1}
+	r := kvstore.Refill{Burst: 1000, Rate: 1}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := newDeniedCache(4)
 	c.add("k", 100, start, start.Add(400*time.Microsecond), 0) // 500 units at +400µs

@@ -69,7 +69,7 @@ func exercise(t *testing.T, l *tokenbucket.Limiter, clock *clock) {
 				}
 				continue
 			}
-			if d.Remaining < 0 || d.Remaining > d.Limit || d.RetryAfter < 0 || d.ResetAfter < 0 {
+			if d.Remaining < 0 || d.Remaining > d.Quota || d.RetryAfter < 0 || d.ResetAfter < 0 {
 				t.Fatalf("%v: %s cost %d: decision out of range: %+v", l.Policy(), name, cost, d)
 			}
 		}

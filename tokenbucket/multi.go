@@ -113,18 +113,18 @@ func (m *multi) apply(ctx context.Context, key string, op kvstore.Op, pols []mul
 // decide fills in the zero Decision *d of policy pp after op with u.
 func (m *multi) decide(d *ratekit.Decision, pp *multiPolicy, u *kvstore.Update, r kvstore.OpResult, op kvstore.Op) {
 	d.Allowed = r.OK || op == kvstore.OpRefund
-	d.Limit = pp.policy.Quota
+	d.Quota = pp.policy.Quota
 	d.Policy = pp.policy
 	if pp.unit > 0 {
-		d.Remaining = r.Value / pp.unit
-		d.ResetAfter = stepWait(pp.refill, m.step, r.Value, pp.refill.Max)
+		d.Remaining = r.Remaining / pp.unit
+		d.ResetAfter = stepWait(pp.refill, m.step, r.Remaining, pp.refill.Burst)
 		if !d.Allowed {
-			d.RetryAfter = stepWait(pp.refill, m.step, r.Value, u.N)
+			d.RetryAfter = stepWait(pp.refill, m.step, r.Remaining, u.N)
 		}
 		return
 	}
 	b := &u.Period.Bounds
-	d.Remaining = r.Value
+	d.Remaining = r.Remaining
 	d.ResetAfter = time.Duration(b[r.Period]-r.Now) * time.Microsecond
 	d.Policy.Window = time.Duration(b[r.Period]-b[r.Period-1]) * time.Microsecond
 	if !d.Allowed {

@@ -41,7 +41,7 @@ type PlannedConfig struct {
 	// counts in the one that contains ITS clock (see
 	// kvstore.PeriodBounds). Nil means time.Now. A clock more than a
 	// period away from the store's fails decisions with
-	// kvstore.ErrClockSkew.
+	// ratekit.ErrClockSkew.
 	Now func() time.Time
 }
 
@@ -67,7 +67,7 @@ type PlannedConfig struct {
 //     Window aligned to the Unix epoch (Window a whole number of
 //     microseconds). Its bounds come from this process's clock too, so a
 //     clock more than one Window from the store's fails with
-//     kvstore.ErrClockSkew: prefer a TokenBucket for windows of seconds.
+//     ratekit.ErrClockSkew: prefer a TokenBucket for windows of seconds.
 //   - SlidingWindow and SlidingLog are refused (ratekit.ErrInvalidConfig).
 //
 // Counts are kept per key and policy name, not per plan. A period
@@ -135,10 +135,10 @@ var (
 // (a Redis Cluster) without Group. It does not contact the store.
 func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: planned: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
+		return configErr("planned: "+format, args...)
 	}
 	if err := ratekit.ValidatePolicyName(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("tokenbucket: planned: Prefix: %w", err)
+		return nil, invalid("Prefix: %v", err)
 	}
 	if cfg.Plan == nil {
 		return nil, invalid("nil Plan func")
@@ -167,12 +167,12 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *multiScratch) ([]
 		return nil, fmt.Errorf("tokenbucket: plan of key: %w", err)
 	}
 	if err := plan.Validate(); err != nil {
-		return nil, fmt.Errorf("tokenbucket: %w", err)
+		return nil, configErr("%v", err)
 	}
 	pols := sc.pols[:len(plan.Policies)]
 	for i, pol := range plan.Policies {
 		invalid := func(format string, args ...any) error {
-			return fmt.Errorf("tokenbucket: %w: plan %q: policy %q: %s", ratekit.ErrInvalidConfig, plan.Name, pol.Name, fmt.Sprintf(format, args...))
+			return configErr("plan %q: policy %q: %s", plan.Name, pol.Name, fmt.Sprintf(format, args...))
 		}
 		pols[i] = multiPolicy{policy: pol}
 		switch pol.Algorithm {
@@ -248,7 +248,7 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 		pp := &pols[i]
 		key, cost := part(&req, i)
 		if op != kvstore.OpRefund && cost > pp.policy.Quota {
-			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, pp.policy.Name, cost, pp.policy.Quota)
+			return nil, fmt.Errorf("%w: part %d (%s): cost %d, quota %d", ratekit.ErrCostExceedsQuota, i, pp.policy.Name, cost, pp.policy.Quota)
 		}
 		sc.keys = p.appendRecord(sc.keys, pp)
 		if pp.unit > 0 {
@@ -297,7 +297,7 @@ func (p *Planned) appendRecord(buf []byte, pp *multiPolicy) []byte {
 // bucketUpdate returns the update of bucket pp for cost, or for a reset.
 func bucketUpdate(pp *multiPolicy, cost int64, reset bool) kvstore.Update {
 	if reset {
-		return kvstore.Update{Refill: pp.refill, N: pp.refill.Max}
+		return kvstore.Update{Refill: pp.refill, N: pp.refill.Burst}
 	}
 	// A refund never fills above the burst: a larger one is the burst,
 	// which also keeps cost × unit from overflowing.
@@ -309,10 +309,10 @@ func bucketUpdate(pp *multiPolicy, cost int64, reset bool) kvstore.Update {
 // nothing, in one step of the store after the plan lookup. Errors: those
 // of ratekit.Request.Validate; an error matching ratekit.ErrInvalidRequest
 // when Parts is non-nil and its length is not the number of the plan's
-// policies; ratekit.ErrCostExceedsLimit when a cost exceeds a policy's
+// policies; ratekit.ErrCostExceedsQuota when a cost exceeds a policy's
 // quota; an error matching ratekit.ErrInvalidConfig for a plan that
 // ratekit.Plan.Validate refuses or that Planned cannot count (see
-// [Planned]); the Plan func's error, wrapped; kvstore.ErrClockSkew; and
+// [Planned]); the Plan func's error, wrapped; ratekit.ErrClockSkew; and
 // the store's error (wrapped; one caused by ctx wraps ctx.Err()), after
 // which the request was counted by every policy or by none.
 func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
@@ -349,13 +349,11 @@ func (p *Planned) Refund(ctx context.Context, req ratekit.Request) (ratekit.Deci
 // its buckets are full again and its period counts zero. Records kept
 // under other plans' policies, or under a bucket's earlier shape, are not
 // touched. It returns ratekit.ErrEmptyKey or ratekit.ErrKeyTooLong for an
-// invalid key, the plan errors of Allow, kvstore.ErrClockSkew, and the
+// invalid key, the plan errors of Allow, ratekit.ErrClockSkew, and the
 // store's error (wrapped).
 func (p *Planned) Reset(ctx context.Context, key string) error {
-	if _, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil); err != nil {
-		return fmt.Errorf("tokenbucket: reset: %w", err)
-	}
-	return nil
+	_, err := p.run(ctx, ratekit.Request{Key: key, Cost: 1}, kvstore.OpRefund, true, nil)
+	return err
 }
 
 // Usage returns, for each policy of key's current plan in order, what key
@@ -377,7 +375,7 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 	}
 	u := make([]ratekit.Usage, len(parts))
 	for i, d := range parts {
-		u[i] = ratekit.Usage{Policy: d.Policy, Used: d.Limit - d.Remaining, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
+		u[i] = ratekit.Usage{Policy: d.Policy, Used: d.Quota - d.Remaining, Remaining: d.Remaining, ResetAfter: d.ResetAfter}
 		if d.Policy.Algorithm == ratekit.FixedWindow {
 			u[i].Used = used[i]
 		}

@@ -66,7 +66,7 @@ func TestPlannedStoreClock(t *testing.T) {
 		t.Fatalf("allow in May by the store's clock: %+v, %v", d, err)
 	}
 	process.Add(62 * 24 * time.Hour)
-	if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, kvstore.ErrClockSkew) {
+	if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); !errors.Is(err, ratekit.ErrClockSkew) {
 		t.Fatalf("process clock two months ahead: err = %v, want ErrClockSkew", err)
 	}
 	process.Add(-62 * 24 * time.Hour)
@@ -116,7 +116,7 @@ func TestPlannedErrors(t *testing.T) {
 	}{
 		"no key":           {ratekit.Request{Cost: 1}, ratekit.ErrEmptyKey},
 		"zero cost":        {ratekit.Request{Key: "ok"}, ratekit.ErrInvalidCost},
-		"cost above quota": {ratekit.Request{Key: "ok", Cost: 6}, ratekit.ErrCostExceedsLimit},
+		"cost above quota": {ratekit.Request{Key: "ok", Cost: 6}, ratekit.ErrCostExceedsQuota},
 		"parts":            {ratekit.Request{Key: "ok", Cost: 1, Parts: []ratekit.Part{{Key: "x", Cost: 1}}}, ratekit.ErrInvalidRequest},
 	} {
 		if _, err := l.Allow(ctx, tc.req); !errors.Is(err, tc.want) {

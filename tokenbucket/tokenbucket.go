@@ -56,6 +56,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -167,6 +168,16 @@ var (
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
 
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "tokenbucket: invalid config: " and format's text: every configuration
+// error of this package is made here. A configuration error of ratekit's
+// validators, or of this package, that the text includes loses its
+// "<package>: invalid config: ": the message names both once.
+func configErr(format string, args ...any) error {
+	msg := strings.NewReplacer("ratekit: invalid config: ", "", "tokenbucket: invalid config: ", "").Replace(fmt.Sprintf(format, args...))
+	return fmt.Errorf("tokenbucket: %w: %s", ratekit.ErrInvalidConfig, msg)
+}
+
 // New returns a Limiter for cfg. It returns an error matching
 // ratekit.ErrInvalidConfig for an invalid policy name, a Burst below 1, a
 // RefillRate that is not positive, not whole microseconds or faster than
@@ -175,10 +186,10 @@ var (
 // not a kvstore.Atomic, or a negative DeniedCacheSize.
 func New(cfg Config) (*Limiter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
-		return nil, fmt.Errorf("tokenbucket: %w", err)
+		return nil, configErr("%v", err)
 	}
 	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("tokenbucket: %w: policy %q: %s", ratekit.ErrInvalidConfig, cfg.Name, fmt.Sprintf(format, args...))
+		return configErr("policy %q: %s", cfg.Name, fmt.Sprintf(format, args...))
 	}
 	if cfg.Burst < 1 || cfg.Burst > ratekit.MaxQuota {
 		return nil, invalid("Burst %d is not from 1 to ratekit.MaxQuota", cfg.Burst)
@@ -262,7 +273,7 @@ func bucketRefill(burst int64, r Rate) (refill kvstore.Refill, unit int64, probl
 	if unit > kvstore.MaxValue/burst {
 		return kvstore.Refill{}, 0, fmt.Sprintf("Burst %d with a refill of %d per %v needs %d×%d units, more than 2^52; use a shorter period", burst, r.Tokens, r.Per, burst, unit)
 	}
-	refill = kvstore.Refill{Max: burst * unit, Rate: rate}
+	refill = kvstore.Refill{Burst: burst * unit, Rate: rate}
 	if refill.Validate() != nil {
 		return kvstore.Refill{}, 0, fmt.Sprintf("RefillRate %d per %v refills more than Burst %d per microsecond", r.Tokens, r.Per, burst)
 	}
@@ -291,14 +302,14 @@ func (l *Limiter) check(req ratekit.Request) (int64, error) {
 		return 0, ratekit.ErrUnexpectedParts
 	}
 	if req.Cost > l.burst {
-		return 0, fmt.Errorf("%w: cost %d, burst %d", ratekit.ErrCostExceedsLimit, req.Cost, l.burst)
+		return 0, fmt.Errorf("%w: cost %d, burst %d", ratekit.ErrCostExceedsQuota, req.Cost, l.burst)
 	}
 	return req.Cost * l.unit, nil
 }
 
 // Allow takes req.Cost tokens from the bucket of req.Key when it holds that
 // many, and reports the decision. A denied request takes nothing. It returns
-// the errors of ratekit.Request.Validate, ratekit.ErrCostExceedsLimit for a
+// the errors of ratekit.Request.Validate, ratekit.ErrCostExceedsQuota for a
 // cost above Burst, and the store's error (wrapped; an error caused by ctx
 // wraps ctx.Err()) when the store fails.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
@@ -321,13 +332,13 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	}
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
 	if err == nil && !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Value, sent, sent.Add(l.wait(res.Value, n)), ticket)
+		l.denied.add(req.Key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
 	}
 	l.denied.finish(req.Key, err != nil || res.OK)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, res.OK, res.Value, n)
+	l.decide(&d, res.OK, res.Remaining, n)
 	return d, nil
 }
 
@@ -342,7 +353,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Deci
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, res.OK, res.Value, n)
+	l.decide(&d, res.OK, res.Remaining, n)
 	return d, nil
 }
 
@@ -361,7 +372,7 @@ func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (d ratekit.De
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	l.decide(&d, true, res.Value, n)
+	l.decide(&d, true, res.Remaining, n)
 	return d, nil
 }
 
@@ -418,7 +429,7 @@ func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int
 	if err != nil || !write {
 		return res, err
 	}
-	if next.Value >= l.refill.Max {
+	if next.Value >= l.refill.Burst {
 		err = l.store.Delete(ctx, key)
 	} else {
 		// The record is current at next.Time, later than now when the clock
@@ -434,9 +445,9 @@ func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int
 // returning a Decision, so the struct is not copied twice on the hot path.
 func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Allowed = allowed
-	d.Limit = l.burst
+	d.Quota = l.burst
 	d.Remaining = level / l.unit
-	d.ResetAfter = l.wait(level, l.refill.Max)
+	d.ResetAfter = l.wait(level, l.refill.Burst)
 	d.Policy = l.policy
 	if !allowed {
 		d.RetryAfter = l.wait(level, n)

@@ -114,7 +114,7 @@ func TestRequestValidation(t *testing.T) {
 			{ratekit.Request{Key: strings.Repeat("k", ratekit.MaxKeyLen+1), Cost: 1}, ratekit.ErrKeyTooLong},
 			{ratekit.Request{Key: "k", Cost: 0}, ratekit.ErrInvalidCost},
 			{ratekit.Request{Key: "k", Cost: -3}, ratekit.ErrInvalidCost},
-			{ratekit.Request{Key: "k", Cost: 6}, ratekit.ErrCostExceedsLimit},
+			{ratekit.Request{Key: "k", Cost: 6}, ratekit.ErrCostExceedsQuota},
 		} {
 			for name, call := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){
 				"Allow": l.Allow, "Peek": l.Peek, "Refund": l.Refund,
@@ -166,7 +166,7 @@ func runSteps(t *testing.T, mode tokenbucket.Mode, cacheSize int, burst int64, r
 			t.Fatalf("step %d (%s %d): %v", i, s.call, s.cost, err)
 		}
 		want := s.want
-		want.Limit, want.Policy = burst, l.Policy()
+		want.Quota, want.Policy = burst, l.Policy()
 		if s.call == "reset" {
 			continue
 		}

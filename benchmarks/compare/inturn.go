@@ -415,7 +415,7 @@ func burstOnce(ctx context.Context, store kvstore.Atomic) error {
 	errs := make(chan error, 16)
 	for range 16 {
 		go func() {
-			_, err := store.Update(ctx, "burst", kvstore.Refill{Max: 1, Rate: 1}, kvstore.OpPeek, 1)
+			_, err := store.Update(ctx, "burst", kvstore.Refill{Burst: 1, Rate: 1}, kvstore.OpPeek, 1)
 			errs <- err
 		}()
 	}

@@ -116,7 +116,7 @@ var (
 	thanksTmpl = template.Must(template.New("thanks").Parse(
 		`<!doctype html><meta charset="utf-8"><title>Thanks</title><link rel="icon" href="data:,"><p>Thanks, {{.Name}}. You can send {{.Remaining}} more {{.Window}}. <a href="/">Back</a></p>`))
 	deniedTmpl = template.Must(template.New("denied").Parse(
-		`<!doctype html><meta charset="utf-8"><title>Too many messages</title><link rel="icon" href="data:,"><p>You have sent {{.Limit}} messages {{.Window}}. Please try again in {{.Seconds}} seconds. <a href="/">Back</a></p>`))
+		`<!doctype html><meta charset="utf-8"><title>Too many messages</title><link rel="icon" href="data:,"><p>You have sent {{.Quota}} messages {{.Window}}. Please try again in {{.Seconds}} seconds. <a href="/">Back</a></p>`))
 	refusedTmpl = template.Must(template.New("refused").Parse(
 		`<!doctype html><meta charset="utf-8"><title>Message not sent</title><link rel="icon" href="data:,"><p>{{.}} <a href="/">Back to the form</a></p>`))
 )
@@ -271,7 +271,7 @@ type challengeJSON struct {
 	Difficulty int    `json:"difficulty"`
 	ExpiresIn  int64  `json:"expires_in_ms,omitempty"` // challenge lifetime left, in milliseconds
 	Remaining  int64  `json:"remaining"`
-	Limit      int64  `json:"limit"`
+	Quota      int64  `json:"quota"`
 	ResetAfter int64  `json:"reset_after"`           // seconds until the window ends
 	RetryAfter int64  `json:"retry_after,omitempty"` // seconds until a post may succeed, when Remaining is 0
 }
@@ -295,13 +295,13 @@ func (s *server) current(r *http.Request) (challengeJSON, error) {
 	if err != nil {
 		return challengeJSON{}, err
 	}
-	out := challengeJSON{Remaining: d.Remaining, Limit: d.Limit, ResetAfter: int64(math.Ceil(d.ResetAfter.Seconds()))}
+	out := challengeJSON{Remaining: d.Remaining, Quota: d.Quota, ResetAfter: int64(math.Ceil(d.ResetAfter.Seconds()))}
 	if !d.Allowed {
 		out.RetryAfter = retryAfter(d)
 		return out, nil
 	}
 	if s.cfg.pow {
-		c, err := s.limiter.NewChallenge(key, s.limiter.Difficulty(d.Limit-d.Remaining))
+		c, err := s.limiter.NewChallenge(key, s.limiter.Difficulty(d.Quota-d.Remaining))
 		if err != nil {
 			return challengeJSON{}, err
 		}
@@ -360,7 +360,7 @@ func (s *server) requireWork(next http.Handler) http.Handler {
 			s.deny(w, r, d)
 			return
 		}
-		need := s.limiter.Difficulty(d.Limit - d.Remaining)
+		need := s.limiter.Difficulty(d.Quota - d.Remaining)
 		if err := s.limiter.VerifySolution(r.PostForm.Get("pow"), key, need); err != nil {
 			// The page fetches a new challenge and tries again on 403; the
 			// reason is for the log, not for people.
@@ -413,10 +413,10 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, d ratekit.Decision
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
 		deniedTmpl.Execute(w, struct {
-			Limit   int64
+			Quota   int64
 			Window  string
 			Seconds string
-		}{d.Limit, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
+		}{d.Quota, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
 		return
 	}
 	w.Header().Set("Content-Type", httplimit.ProblemContentType)

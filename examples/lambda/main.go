@@ -94,6 +94,6 @@ func hello(ctx context.Context, req events.LambdaFunctionURLRequest) (events.Lam
 	return events.LambdaFunctionURLResponse{
 		StatusCode: 200,
 		Headers:    map[string]string{"Content-Type": "text/plain; charset=utf-8"},
-		Body:       fmt.Sprintf("Hello! %d of %d requests left this minute.\n", d.Remaining, d.Limit),
+		Body:       fmt.Sprintf("Hello! %d of %d requests left this minute.\n", d.Remaining, d.Quota),
 	}, nil
 }

@@ -12,7 +12,7 @@ import (
 
 // Take1 is the refill of the fault tests' updates: a bucket of 1000 units
 // that refills one unit per microsecond.
-var Take1 = kvstore.Refill{Max: 1000, Rate: 1}
+var Take1 = kvstore.Refill{Burst: 1000, Rate: 1}
 
 // Slack is how much later than its deadline a call may return on a loaded
 // machine, besides the scheduling lateness measured meanwhile (see

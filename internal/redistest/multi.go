@@ -19,8 +19,8 @@ func CheckMultiArguments(t *testing.T, s kvstore.MultiAtomic, prefix string) {
 	t.Helper()
 	ctx := context.Background()
 	const big = 1_000_000_000_000 // refills 1 per µs: 10^6 in a second, far below the levels checked
-	a := kvstore.Refill{Max: big, Rate: 1}
-	b := kvstore.Refill{Max: 2 * big, Rate: 1}
+	a := kvstore.Refill{Burst: big, Rate: 1}
+	b := kvstore.Refill{Burst: 2 * big, Rate: 1}
 	res := make([]kvstore.OpResult, 2)
 	step := func(name string, op kvstore.Op, updates []kvstore.Update, want ...int64) {
 		t.Helper()
@@ -28,7 +28,7 @@ func CheckMultiArguments(t *testing.T, s kvstore.MultiAtomic, prefix string) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		for i, w := range want {
-			if !res[i].OK || res[i].Value < w || res[i].Value > w+10_000_000 {
+			if !res[i].OK || res[i].Remaining < w || res[i].Remaining > w+10_000_000 {
 				t.Fatalf("%s: key %d: %+v, want OK and level %d (plus at most 10 s of refill)", name, i, res[i], w)
 			}
 		}

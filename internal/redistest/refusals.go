@@ -43,8 +43,8 @@ func CheckRefusalsRunNoScript(t *testing.T, srv *Server, s Store) {
 	ctx := context.Background()
 	// 1,000 units a millisecond: a take of 10^8 from "a" waits 100 s once
 	// it is empty, while "b" has plenty.
-	slow, plenty := kvstore.Refill{Max: 1e9, Rate: 1}, kvstore.Refill{Max: 1e15, Rate: 1}
-	if res, err := s.Update(ctx, "a", slow, kvstore.OpTake, slow.Max); err != nil || !res.OK {
+	slow, plenty := kvstore.Refill{Burst: 1e9, Rate: 1}, kvstore.Refill{Burst: 1e15, Rate: 1}
+	if res, err := s.Update(ctx, "a", slow, kvstore.OpTake, slow.Burst); err != nil || !res.OK {
 		t.Fatalf("exhausting a: %+v, %v", res, err)
 	}
 	both := []kvstore.Update{{Key: "a", Refill: slow, N: 1e8}, {Key: "b", Refill: plenty, N: 1e8}}
@@ -63,15 +63,15 @@ func CheckRefusalsRunNoScript(t *testing.T, srv *Server, s Store) {
 			op = kvstore.OpPeek
 		}
 		r, err := s.Update(ctx, "a", slow, op, 1e8)
-		if err != nil || r.OK || r.Value < last || r.Value >= 1e8 {
+		if err != nil || r.OK || r.Remaining < last || r.Remaining >= 1e8 {
 			t.Fatalf("op %d of 10^8 on an empty bucket: %+v, %v (level before %d)", op, r, err, last)
 		}
-		last = r.Value
-		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Value >= 1e8 || !res[1].OK || res[1].Value != plenty.Max {
+		last = r.Remaining
+		if err := s.UpdateMulti(ctx, "", op, both, res); err != nil || res[0].OK || res[0].Remaining >= 1e8 || !res[1].OK || res[1].Remaining != plenty.Burst {
 			t.Fatalf("op %d of 10^8 on an empty and a full bucket: %+v, %v", op, res, err)
 		}
 	}
-	if r, err := s.Update(ctx, "a", slow, kvstore.OpPeek, 1); err != nil || !r.OK || r.Value < last {
+	if r, err := s.Update(ctx, "a", slow, kvstore.OpPeek, 1); err != nil || !r.OK || r.Remaining < last {
 		t.Fatalf("a peek of 1: %+v, %v", r, err)
 	}
 	if n := srv.Scripts() - before; n != 0 {

@@ -20,7 +20,7 @@ func Scripts() (update, multi string) {
 		panic(err)
 	}
 	ctx := context.Background()
-	refill := kvstore.Refill{Max: 10, Rate: 1}
+	refill := kvstore.Refill{Burst: 10, Rate: 1}
 	if _, err := e.Update(ctx, "k", refill, kvstore.OpTake, 1); err != nil {
 		panic(err)
 	}
@@ -35,8 +35,8 @@ func Scripts() (update, multi string) {
 // RateArg returns the rate argument of the update scripts for r: its
 // refill in units per millisecond, capped at r.Max.
 func RateArg(r kvstore.Refill) int64 {
-	if r.Rate > r.Max/1000 {
-		return r.Max
+	if r.Rate > r.Burst/1000 {
+		return r.Burst
 	}
 	return r.Rate * 1000
 }

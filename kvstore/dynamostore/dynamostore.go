@@ -112,18 +112,15 @@ var (
 // client, an empty table name, a prefix longer than 1024 bytes or a negative
 // MaxAttempts.
 func New(client *dynamodb.Client, cfg Config) (*Store, error) {
-	invalid := func(format string, args ...any) error {
-		return fmt.Errorf("dynamostore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
-	}
 	switch {
 	case client == nil:
-		return nil, invalid("nil client")
+		return nil, configErr("nil client")
 	case cfg.Table == "":
-		return nil, invalid("empty table name")
+		return nil, configErr("empty table name")
 	case len(cfg.Prefix) > MaxKeyLen/2:
-		return nil, invalid("prefix of %d bytes is longer than %d", len(cfg.Prefix), MaxKeyLen/2)
+		return nil, configErr("prefix of %d bytes is longer than %d", len(cfg.Prefix), MaxKeyLen/2)
 	case cfg.MaxAttempts < 0:
-		return nil, invalid("MaxAttempts %d is negative", cfg.MaxAttempts)
+		return nil, configErr("MaxAttempts %d is negative", cfg.MaxAttempts)
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -292,7 +289,7 @@ func (s *Store) firstTake(ctx context.Context, k map[string]types.AttributeValue
 	full, seen := s.hints.get(k, now)
 	res, failed, err := s.take(ctx, k, r, n, now, full || !seen)
 	if err == nil && failed == nil {
-		s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+		s.hints.set(k, now+int64(r.TimeToFull(res.Remaining)/time.Microsecond))
 	}
 	return res, failed, err
 }
@@ -326,7 +323,7 @@ func (s *Store) attempt(ctx context.Context, k map[string]types.AttributeValue, 
 		// A refused take or a peek: nothing to write.
 		return res, nil, err
 	}
-	if next.Value >= r.Max && !live {
+	if next.Value >= r.Burst && !live {
 		// Full and absent (or expired) already.
 		return res, nil, nil
 	}
@@ -350,13 +347,13 @@ func (s *Store) write(ctx context.Context, k map[string]types.AttributeValue, r 
 		// A range condition accepts the item as it is now, and a
 		// concurrent take does not make it fail again.
 		res, failed, err = s.take(ctx, k, r, n, now, !it.partial(r, now))
-	case next.Value >= r.Max:
+	case next.Value >= r.Burst:
 		failed, err = s.deleteIf(ctx, k, it)
 	default:
 		failed, err = s.writeIf(ctx, k, it, r, next)
 	}
 	if err == nil && failed == nil && op == kvstore.OpTake {
-		s.hints.set(k, now+int64(r.TimeToFull(res.Value)/time.Microsecond))
+		s.hints.set(k, now+int64(r.TimeToFull(res.Remaining)/time.Microsecond))
 	}
 	return res, failed, err
 }
@@ -367,11 +364,11 @@ func (s *Store) write(ctx context.Context, k map[string]types.AttributeValue, r 
 // or, for the full form, its bucket is full at now.
 //
 // The item keeps, besides the level v at time t, x = t×Rate − v: the level
-// at a time T is T×Rate − x, capped at Max (see item.view), so the
+// at a time T is T×Rate − x, capped at Burst (see item.view), so the
 // conditions and updates need no arithmetic DynamoDB lacks. With
-// f = now×Rate − Max and c = now×Rate − n, the bucket holds n units or more
+// f = now×Rate − Burst and c = now×Rate − n, the bucket holds n units or more
 // without being full when f ≤ x ≤ c, and a take sets x to x + n and v to
-// c − x; it is full when x ≤ f, and a take sets x to f + n and v to Max − n.
+// c − x; it is full when x ≤ f, and a take sets x to f + n and v to Burst − n.
 // An absent item is full. Neither condition names a time or an exact value,
 // so takes racing on one key do not make each other's conditions fail. The
 // numbers reach 2^104 (a time in microseconds times a rate up to 2^53);
@@ -381,7 +378,7 @@ func (s *Store) write(ctx context.Context, k map[string]types.AttributeValue, r 
 // condition failed, or the error.
 func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r kvstore.Refill, n, now int64, full bool) (kvstore.OpResult, *types.ConditionalCheckFailedException, error) {
 	nowR := new(big.Int).Mul(big.NewInt(now), big.NewInt(r.Rate))
-	f := new(big.Int).Sub(nowR, big.NewInt(r.Max))
+	f := new(big.Int).Sub(nowR, big.NewInt(r.Burst))
 	exp := now + int64(r.TimeToFull(0)/time.Microsecond)
 	values := map[string]types.AttributeValue{
 		":f":   &types.AttributeValueMemberN{Value: f.String()},
@@ -400,7 +397,7 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	}
 	if full {
 		values[":x"] = &types.AttributeValueMemberN{Value: f.Add(f, big.NewInt(n)).String()}
-		values[":v"] = num(r.Max - n)
+		values[":v"] = num(r.Burst - n)
 		in.UpdateExpression = aws.String("SET x = :x, v = :v, t = :now, r = :r, e = :e, #ttl = :ttl")
 		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x <= :f)")
 	} else {
@@ -421,7 +418,7 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 	if err != nil {
 		return kvstore.OpResult{}, nil, err
 	}
-	return kvstore.OpResult{OK: true, Value: v}, nil, nil
+	return kvstore.OpResult{OK: true, Remaining: v}, nil, nil
 }
 
 // writeIf writes next (the result of Apply on it) with an UpdateItem
@@ -511,15 +508,15 @@ func (it item) live(now int64) bool { return it.present && it.exp > now }
 // partial reports whether the bucket of an item written by Update with r's
 // rate is not full at now (see item.view).
 func (it item) partial(r kvstore.Refill, now int64) bool {
-	if !it.present || it.rate != r.Rate || it.rec.Value >= r.Max {
+	if !it.present || it.rate != r.Rate || it.rec.Value >= r.Burst {
 		return false
 	}
 	if it.rec.Time >= now {
 		return true
 	}
-	// v + (now-t)×Rate < Max, in 128 bits.
+	// v + (now-t)×Rate < Burst, in 128 bits.
 	hi, lo := bits.Mul64(uint64(now-it.rec.Time), uint64(r.Rate))
-	return hi == 0 && lo < uint64(r.Max-it.rec.Value)
+	return hi == 0 && lo < uint64(r.Burst-it.rec.Value)
 }
 
 // fullAt returns when the bucket of an item written by Update with r's rate
@@ -530,7 +527,7 @@ func (it item) fullAt(r kvstore.Refill) int64 {
 
 // view returns the record an item written by Update with r's rate stands
 // for at now. Such an item is a line, the level at time T being
-// T×Rate − x (capped at Max), as in GCRA; its v and t are the point of the
+// T×Rate − x (capped at Burst), as in GCRA; its v and t are the point of the
 // line at the time of the write. Read at a now before t (the writer's clock
 // was ahead, or a request of this instance that read the clock later
 // arrived first), the line gives v − (t−now)×Rate at now: fewer units than
@@ -675,4 +672,11 @@ func (h *hints) get(k map[string]types.AttributeValue, now int64) (full, ok bool
 func (h *hints) set(k map[string]types.AttributeValue, fullAt int64) {
 	p, b := h.slot(k)
 	p.Store(&hint{key: b, fullAt: fullAt})
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "dynamostore: invalid config: " and format's text: every configuration
+// error of this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("dynamostore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }

@@ -61,7 +61,7 @@ func TestEventuallyConsistentReads(t *testing.T) {
 		if rec, ok, err := s.Get(ctx, "k"); err != nil || !ok || rec != (kvstore.Record{Value: 1, Time: 2}) {
 			t.Fatalf("Get = %+v, %v, %v", rec, ok, err)
 		}
-		if _, err := s.Update(ctx, "k", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpPeek, 1); err != nil {
+		if _, err := s.Update(ctx, "k", kvstore.Refill{Burst: 10, Rate: 1}, kvstore.OpPeek, 1); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -108,7 +108,7 @@ func TestKeys(t *testing.T) {
 	if _, _, err := s.Get(ctx, long); !errors.Is(err, ratekit.ErrKeyTooLong) {
 		t.Errorf("Get of a key over 2048 bytes with the prefix: %v, want ratekit.ErrKeyTooLong", err)
 	}
-	if _, err := s.Update(ctx, long, kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, ratekit.ErrKeyTooLong) {
+	if _, err := s.Update(ctx, long, kvstore.Refill{Burst: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, ratekit.ErrKeyTooLong) {
 		t.Errorf("Update of a long key: %v, want ratekit.ErrKeyTooLong", err)
 	}
 	bare, err := dynamostore.New(newClient(t, nil), dynamostore.Config{Table: table(t)})
@@ -154,7 +154,7 @@ func TestMalformedItem(t *testing.T) {
 		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("item %d: Get = %v, want kvstore.ErrMalformedRecord", i, err)
 		}
-		if _, err := s.Update(ctx, "bad", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
+		if _, err := s.Update(ctx, "bad", kvstore.Refill{Burst: 10, Rate: 1}, kvstore.OpTake, 1); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("item %d: Update = %v, want kvstore.ErrMalformedRecord", i, err)
 		}
 	}
@@ -171,13 +171,13 @@ func TestRequests(t *testing.T) {
 	client := newClient(t, func(rt http.RoundTripper) http.RoundTripper { c = newCounter(rt).(*counter); return c })
 	clock := fakeclock.New(t0)
 	s := newStore(t, client, dynamostore.Config{Now: clock.Now})
-	r := kvstore.Refill{Max: 3_000_000, Rate: 1} // 3 units of 1e6, one a second
+	r := kvstore.Refill{Burst: 3_000_000, Rate: 1} // 3 units of 1e6, one a second
 	const u = 1_000_000
 	// failed says that the first conditional write fails: dynalite does
 	// not return the item with a failed condition, so the Store reads it.
 	check := func(what string, res kvstore.OpResult, err error, ok bool, value int64, failed bool, want map[string]int) {
 		t.Helper()
-		if err != nil || res.OK != ok || res.Value != value {
+		if err != nil || res.OK != ok || res.Remaining != value {
 			t.Fatalf("%s: %+v, %v; want OK %v, value %d", what, res, err, ok, value)
 		}
 		got := c.take()
@@ -260,10 +260,10 @@ func TestMatchesApply(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
 	refills := []kvstore.Refill{
-		{Max: 10, Rate: 1},
-		{Max: 100 * 1000, Rate: 3},
-		{Max: kvstore.MaxValue, Rate: kvstore.MaxValue}, // x near 2^104
-		{Max: kvstore.MaxValue, Rate: 7},
+		{Burst: 10, Rate: 1},
+		{Burst: 100 * 1000, Rate: 3},
+		{Burst: kvstore.MaxValue, Rate: kvstore.MaxValue}, // x near 2^104
+		{Burst: kvstore.MaxValue, Rate: 7},
 	}
 	for _, r := range refills {
 		var rec kvstore.Record
@@ -278,11 +278,11 @@ func TestMatchesApply(t *testing.T) {
 			case 1, 2:
 				clock.Add(time.Duration(rng.IntN(50)) * time.Microsecond)
 			case 3:
-				clock.Add(time.Duration(rng.Int64N(r.Max/r.Rate+2)) * time.Microsecond)
+				clock.Add(time.Duration(rng.Int64N(r.Burst/r.Rate+2)) * time.Microsecond)
 			}
 			now := clock.Now().UnixMicro()
 			if rng.IntN(25) == 0 {
-				want := kvstore.Record{Value: rng.Int64N(r.Max+20) - 10, Time: now + rng.Int64N(2000) - 1000}
+				want := kvstore.Record{Value: rng.Int64N(r.Burst+20) - 10, Time: now + rng.Int64N(2000) - 1000}
 				if err := s.Set(ctx, key, want, time.Hour); err != nil {
 					t.Fatal(err)
 				}
@@ -291,7 +291,7 @@ func TestMatchesApply(t *testing.T) {
 				continue
 			}
 			op := []kvstore.Op{kvstore.OpTake, kvstore.OpTake, kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund}[rng.IntN(5)]
-			n := 1 + rng.Int64N(min(r.Max, 1+r.Max/4))
+			n := 1 + rng.Int64N(min(r.Burst, 1+r.Burst/4))
 			live := ok && exp > now
 			view := rec
 			if fromUpdate {
@@ -311,7 +311,7 @@ func TestMatchesApply(t *testing.T) {
 			}
 			switch {
 			case !write:
-			case next.Value >= r.Max && !live:
+			case next.Value >= r.Burst && !live:
 				// Full, and absent or expired already: the Store writes
 				// nothing, and an expired item stays (until DynamoDB
 				// deletes it) for a clock that steps back before its
@@ -319,7 +319,7 @@ func TestMatchesApply(t *testing.T) {
 			default:
 				// The Store writes a record that lives until a bucket
 				// emptied at its time would be full, or deletes it.
-				rec, ok, fromUpdate = next, next.Value < r.Max, true
+				rec, ok, fromUpdate = next, next.Value < r.Burst, true
 				exp = next.Time + int64(r.TimeToFull(0)/time.Microsecond)
 			}
 		}

@@ -32,7 +32,7 @@ func faultyStore(t *testing.T, cfg dynamostore.Config) (*dynamostore.Store, *fau
 // slowRefill refills 10 units of 1e9 in 10,000 seconds.
 const unit = 1_000_000_000
 
-var slowRefill = kvstore.Refill{Max: 10 * unit, Rate: 1}
+var slowRefill = kvstore.Refill{Burst: 10 * unit, Rate: 1}
 
 // allowWithin calls Update (a take) with a deadline of d and returns its
 // error and how long it took.
@@ -40,7 +40,7 @@ func takeWithin(s *dynamostore.Store, d time.Duration) (kvstore.OpResult, time.D
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	start := time.Now()
-	res, err := s.Update(ctx, "k", kvstore.Refill{Max: 1e9, Rate: 1}, kvstore.OpTake, 1)
+	res, err := s.Update(ctx, "k", kvstore.Refill{Burst: 1e9, Rate: 1}, kvstore.OpTake, 1)
 	return res, time.Since(start), err
 }
 

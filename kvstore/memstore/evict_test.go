@@ -129,7 +129,7 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		r := kvstore.Refill{Max: 50, Rate: 1}
+		r := kvstore.Refill{Burst: 50, Rate: 1}
 		// The keys go to the store itself and to two scopes, which share
 		// its bound and eviction.
 		spaces := []*Scope{&s.Scope, s.Prefixed("p:").(*Scope), s.Prefixed("q:").(*Scope)}

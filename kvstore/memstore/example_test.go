@@ -22,14 +22,14 @@ func Example() {
 	ctx := context.Background()
 	// Rate is in units per microsecond, so a unit here is a millionth of
 	// a token: 3 tokens of capacity, 1 token a second.
-	r := kvstore.Refill{Max: 3_000_000, Rate: 1}
+	r := kvstore.Refill{Burst: 3_000_000, Rate: 1}
 	for i := 1; i <= 4; i++ {
 		res, err := s.Update(ctx, "client-42", r, kvstore.OpTake, 1_000_000)
 		if err != nil {
 			fmt.Println(err)
 			return
 		}
-		fmt.Printf("take %d: ok=%v, %d tokens left\n", i, res.OK, res.Value/1_000_000)
+		fmt.Printf("take %d: ok=%v, %d tokens left\n", i, res.OK, res.Remaining/1_000_000)
 	}
 	now = now.Add(time.Second)
 	res, _ := s.Update(ctx, "client-42", r, kvstore.OpTake, 1_000_000)

@@ -141,7 +141,7 @@ var (
 // ratekit.ErrInvalidConfig when cfg.MaxKeys is negative.
 func New(cfg Config) (*Store, error) {
 	if cfg.MaxKeys < 0 {
-		return nil, fmt.Errorf("memstore: %w: MaxKeys %d is negative", ratekit.ErrInvalidConfig, cfg.MaxKeys)
+		return nil, configErr("MaxKeys %d is negative", cfg.MaxKeys)
 	}
 	maxKeys := cfg.MaxKeys
 	if maxKeys == 0 {
@@ -292,7 +292,7 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// below full is stored; another goroutine may add the key
 			// first, and then the update runs on its entry.
 			res, next, write, err := r.Apply(kvstore.Record{}, false, nowMicro, op, n)
-			if err != nil || !write || next.Value >= r.Max {
+			if err != nil || !write || next.Value >= r.Burst {
 				return res, err
 			}
 			if c.insert(key, next, expiry(r, next), nowNano) {
@@ -307,7 +307,7 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		}
 		res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
 		switch {
-		case err == nil && write && next.Value < r.Max:
+		case err == nil && write && next.Value < r.Burst:
 			// The record goes into the key's entry even when that
 			// entry had expired: the same keys as removing it and
 			// inserting the key afresh, without the allocations (a
@@ -449,4 +449,11 @@ func (sh *shard) evict(s *Store, now int64) bool {
 		e.mu.Unlock()
 	}
 	return removed
+}
+
+// configErr returns an error matching ratekit.ErrInvalidConfig that reads
+// "memstore: invalid config: " and format's text: every configuration error of
+// this package is made here.
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("memstore: %w: %s", ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }

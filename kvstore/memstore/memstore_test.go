@@ -84,9 +84,9 @@ func TestUpdateUsesStoreClock(t *testing.T) {
 	c := newClock()
 	s := newStore(t, memstore.Config{Now: c.Now})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10_000, Rate: 10} // full 1ms after empty
+	r := kvstore.Refill{Burst: 10_000, Rate: 10} // full 1ms after empty
 	res, err := s.Update(ctx, "k", r, kvstore.OpTake, 10_000)
-	if err != nil || !res.OK || res.Value != 0 {
+	if err != nil || !res.OK || res.Remaining != 0 {
 		t.Fatalf("Take all = %+v, %v", res, err)
 	}
 	rec, ok, _ := s.Get(ctx, "k")
@@ -94,8 +94,8 @@ func TestUpdateUsesStoreClock(t *testing.T) {
 		t.Fatalf("record = %+v, %v; want value 0 at the injected time", rec, ok)
 	}
 	c.Add(250 * time.Microsecond)
-	if res, _ := s.Update(ctx, "k", r, kvstore.OpPeek, 1); res.Value != 2500 {
-		t.Fatalf("after 250µs at 10 units/µs: %d units, want 2500", res.Value)
+	if res, _ := s.Update(ctx, "k", r, kvstore.OpPeek, 1); res.Remaining != 2500 {
+		t.Fatalf("after 250µs at 10 units/µs: %d units, want 2500", res.Remaining)
 	}
 	c.Add(750*time.Microsecond - time.Nanosecond)
 	if _, ok, _ := s.Get(ctx, "k"); !ok {
@@ -108,7 +108,7 @@ func TestUpdateUsesStoreClock(t *testing.T) {
 	// The clock steps back: nothing refills, the take still works.
 	s.Update(ctx, "b", r, kvstore.OpTake, 10_000)
 	c.Add(-time.Hour)
-	if res, _ := s.Update(ctx, "b", r, kvstore.OpPeek, 1); res.OK || res.Value != 0 {
+	if res, _ := s.Update(ctx, "b", r, kvstore.OpPeek, 1); res.OK || res.Remaining != 0 {
 		t.Fatalf("after the clock stepped back an hour: %+v, want 0 units", res)
 	}
 }
@@ -151,7 +151,7 @@ func TestNewKeyEvictsWhenFull(t *testing.T) {
 func TestConcurrentMixedUse(t *testing.T) {
 	s := newStore(t, memstore.Config{MaxKeys: 50})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 1000, Rate: 1}
+	r := kvstore.Refill{Burst: 1000, Rate: 1}
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
 		wg.Add(1)
@@ -180,7 +180,7 @@ func TestConcurrentMixedUse(t *testing.T) {
 
 func BenchmarkUpdate(b *testing.B) {
 	s, _ := memstore.New(memstore.Config{})
-	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
@@ -207,7 +207,7 @@ func TestSystemClock(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, memstore.Config{})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	var prev int64
 	for i := range 3 {
 		before := time.Now().UnixMicro()
@@ -242,7 +242,7 @@ func TestUpdateExpiredEntry(t *testing.T) {
 	c := newClock()
 	s := newStore(t, memstore.Config{Now: c.Now})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 100, Rate: 1} // full 100µs after empty
+	r := kvstore.Refill{Burst: 100, Rate: 1} // full 100µs after empty
 	for _, k := range []string{"take", "peek"} {
 		if _, err := s.Update(ctx, k, r, kvstore.OpTake, 100); err != nil {
 			t.Fatal(err)
@@ -250,14 +250,14 @@ func TestUpdateExpiredEntry(t *testing.T) {
 	}
 	c.Add(time.Second)
 	res, err := s.Update(ctx, "take", r, kvstore.OpTake, 30)
-	if err != nil || !res.OK || res.Value != 70 {
+	if err != nil || !res.OK || res.Remaining != 70 {
 		t.Fatalf("take on an expired record = %+v, %v; want OK at 70 (from full)", res, err)
 	}
 	rec, ok, _ := s.Get(ctx, "take")
 	if !ok || rec != (kvstore.Record{Value: 70, Time: c.Now().UnixMicro()}) {
 		t.Fatalf("record = %+v, %v; want 70 at now", rec, ok)
 	}
-	if res, _ := s.Update(ctx, "peek", r, kvstore.OpPeek, 1); !res.OK || res.Value != 100 {
+	if res, _ := s.Update(ctx, "peek", r, kvstore.OpPeek, 1); !res.OK || res.Remaining != 100 {
 		t.Fatalf("peek on an expired record = %+v; want full", res)
 	}
 	if n := s.Len(); n != 1 {
@@ -297,8 +297,8 @@ func TestScopes(t *testing.T) {
 			}
 		}
 	}
-	r := kvstore.Refill{Max: 10, Rate: 1}
-	if res, err := b.(kvstore.Atomic).Update(ctx, "k", r, kvstore.OpTake, 3); err != nil || !res.OK || res.Value != 7 {
+	r := kvstore.Refill{Burst: 10, Rate: 1}
+	if res, err := b.(kvstore.Atomic).Update(ctx, "k", r, kvstore.OpTake, 3); err != nil || !res.OK || res.Remaining != 7 {
 		t.Fatalf("b.Update(k) = %+v, %v; want a fresh bucket at 7", res, err)
 	}
 	for i := range 8 {
@@ -317,7 +317,7 @@ func TestScopes(t *testing.T) {
 // is to a key the store does not hold, in a store bounded at 1,000 keys.
 func BenchmarkUpdateChurn(b *testing.B) {
 	s, _ := memstore.New(memstore.Config{MaxKeys: 1000})
-	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	ctx := context.Background()
 	keys := make([]string, 100_000)
 	for i := range keys {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -52,7 +53,7 @@ const maxStackKeys = 8
 //
 // It returns the errors of [kvstore.CheckMultiPeriods],
 // [kvstore.ErrDuplicateKey] for a key given twice,
-// [kvstore.ErrClockSkew] when the clock is outside a period counter's
+// [ratekit.ErrClockSkew] when the clock is outside a period counter's
 // bounds (nothing changes), and ctx.Err() when ctx is done before it starts.
 func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
@@ -105,7 +106,7 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			now := micros(nowNano)
 			for i := range updates {
 				if p := updates[i].Period; p != nil && p.Pick(now) == 0 {
-					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", kvstore.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
+					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", ratekit.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
 				}
 			}
 		}
@@ -224,7 +225,7 @@ func (c *Scope) settle(u *kvstore.Update, e *entry, next kvstore.Record, picked 
 		case write || nowNano >= e.expires:
 			c.s.remove(e)
 		}
-	case write && next.Value < u.Refill.Max:
+	case write && next.Value < u.Refill.Burst:
 		e.rec, e.expires = next, expiry(u.Refill, next)
 	case write || nowNano >= e.expires:
 		// A full record, an expired one or a placeholder that is not
@@ -240,10 +241,10 @@ func keepLevels(updates []kvstore.Update, results []kvstore.OpResult) {
 		switch p := updates[i].Period; {
 		case !results[i].OK:
 		case p == nil:
-			results[i].Value += updates[i].N
+			results[i].Remaining += updates[i].N
 		default:
 			results[i].Used -= updates[i].N
-			results[i].Value = max(p.Quota-results[i].Used, 0)
+			results[i].Remaining = max(p.Quota-results[i].Used, 0)
 		}
 	}
 }

@@ -18,7 +18,7 @@ import (
 // evicting, the call's own entries included, or start again) and the store
 // must never hold more than MaxKeys keys.
 func TestUpdateMultiBoundedStore(t *testing.T) {
-	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	for _, maxKeys := range []int{1, 2, 3} {
 		t.Run(fmt.Sprint(maxKeys), func(t *testing.T) {
 			s := newStore(t, memstore.Config{MaxKeys: maxKeys})
@@ -70,15 +70,15 @@ func TestUpdateMultiOnInjectedClock(t *testing.T) {
 	c := newClock()
 	s := newStore(t, memstore.Config{Now: c.Now})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10, Rate: 1}
+	r := kvstore.Refill{Burst: 10, Rate: 1}
 	u := []kvstore.Update{{Key: "a", Refill: r, N: 10}, {Key: "b", Refill: r, N: 10}}
 	res := make([]kvstore.OpResult, 2)
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK || res[0].Value != 0 || res[1].Value != 0 {
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK || res[0].Remaining != 0 || res[1].Remaining != 0 {
 		t.Fatalf("take all = %+v, %v", res, err)
 	}
 	c.Add(3 * time.Microsecond)
 	u[0].N, u[1].N = 4, 3
-	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || res[0].OK || res[0].Value != 3 || !res[1].OK || res[1].Value != 3 {
+	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || res[0].OK || res[0].Remaining != 3 || !res[1].OK || res[1].Remaining != 3 {
 		t.Fatalf("3µs later, take 4 and 3 = %+v, %v; want a lacking at 3, b able at 3", res, err)
 	}
 	c.Add(7 * time.Microsecond)

@@ -34,7 +34,7 @@ import (
 // Config configures an [Engine].
 type Config struct {
 	// Name is the store's package name, which begins the Engine's error
-	// texts ("redisstore: …").
+	// texts ("redisstore: …"); empty means "redisengine".
 	Name string
 
 	// Module is the store's module path, which the error of a protocol
@@ -77,16 +77,25 @@ type Engine struct {
 // versions of cfg.Module and of the ratekit module that the program was
 // built with.
 func New(conn Conn, cfg Config) (*Engine, error) {
+	if cfg.Name == "" {
+		cfg.Name = "redisengine"
+	}
 	if cfg.Protocol != protocol {
 		return nil, protocolError(cfg)
 	}
 	if conn == nil {
-		return nil, fmt.Errorf("%s: %w: nil client", cfg.Name, ratekit.ErrInvalidConfig)
+		return nil, configErr(cfg.Name, "nil client")
 	}
 	if strings.ContainsAny(cfg.Prefix, "{}") {
-		return nil, fmt.Errorf("%s: %w: prefix %q contains a brace", cfg.Name, ratekit.ErrInvalidConfig, cfg.Prefix)
+		return nil, configErr(cfg.Name, "prefix %q contains a brace", cfg.Prefix)
 	}
 	return &Engine{conn: conn, name: cfg.Name, prefix: cfg.Prefix}, nil
+}
+
+// configErr returns a config error of the store called name:
+// "<name>: invalid config: …", matching ratekit.ErrInvalidConfig.
+func configErr(name, format string, args ...any) error {
+	return fmt.Errorf("%s: %w: %s", name, ratekit.ErrInvalidConfig, fmt.Sprintf(format, args...))
 }
 
 // ClockStep implements kvstore.ClockStepper: the scripts read Redis's
@@ -201,9 +210,9 @@ func (e *Engine) Update(ctx context.Context, key string, r kvstore.Refill, op kv
 // -(level+1) when they were not.
 func decodeLevel(v int64) kvstore.OpResult {
 	if v < 0 {
-		return kvstore.OpResult{OK: false, Value: -v - 1}
+		return kvstore.OpResult{OK: false, Remaining: -v - 1}
 	}
-	return kvstore.OpResult{OK: true, Value: v}
+	return kvstore.OpResult{OK: true, Remaining: v}
 }
 
 // eval runs script through the Conn and turns a script's error reply into
@@ -217,7 +226,7 @@ func (e *Engine) eval(ctx context.Context, script *Script, keys, args []string, 
 	case strings.Contains(msg, redisscript.Malformed):
 		return nil, kvstore.ErrMalformedRecord
 	case strings.Contains(msg, redisscript.ClockSkew):
-		return nil, fmt.Errorf("%s: %w (%s)", e.name, kvstore.ErrClockSkew, msg)
+		return nil, fmt.Errorf("%s: %w (%s)", e.name, ratekit.ErrClockSkew, msg)
 	}
 	return nil, e.wrap(ctx, "EVALSHA", err)
 }
@@ -237,7 +246,7 @@ func (e *Engine) levels(ctx context.Context, c *call, keys []string, updates []k
 	}
 	for i := range keys {
 		r := updates[i].Refill
-		if levels[i], ok = redisscript.Level(r.Max, redisscript.RateArg(r), ttls[i], values[i]); !ok {
+		if levels[i], ok = redisscript.Level(r.Burst, redisscript.RateArg(r), ttls[i], values[i]); !ok {
 			return nil, nil
 		}
 	}
@@ -277,7 +286,7 @@ type updateArgs struct {
 
 func newUpdateArgs(r kvstore.Refill, n int64) *updateArgs {
 	a := &updateArgs{r: r, n: n}
-	max, rate, ns := strconv.FormatInt(r.Max, 10), strconv.FormatInt(redisscript.RateArg(r), 10), strconv.FormatInt(n, 10)
+	max, rate, ns := strconv.FormatInt(r.Burst, 10), strconv.FormatInt(redisscript.RateArg(r), 10), strconv.FormatInt(n, 10)
 	for i, op := range opLetters {
 		a.ops[i] = [4]string{max, rate, ns, op}
 	}

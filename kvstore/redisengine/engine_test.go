@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -96,12 +97,12 @@ func TestUpdateFlow(t *testing.T) {
 	f := &fakeConn{}
 	e := newEngine(t, f)
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10, Rate: 1} // 1000 units a millisecond, capped at 10
+	r := kvstore.Refill{Burst: 10, Rate: 1} // 1000 units a millisecond, capped at 10
 	level := int64(3)
 	f.reply = func(_ *Script, _, args []string) ([]int64, error) {
 		n, _ := strconv.ParseInt(args[2], 10, 64)
 		if args[3] == "r" {
-			level = min(level+n, r.Max)
+			level = min(level+n, r.Burst)
 			return []int64{level}, nil
 		}
 		if n > level {
@@ -131,18 +132,18 @@ func TestUpdateFlow(t *testing.T) {
 			t.Fatalf("op %d n %d: %+v, evals %q, %d reads; want %+v, %q, %d", op, n, got, evals, f.reads, want, wantEval, wantReads)
 		}
 	}
-	step(kvstore.OpTake, 2, kvstore.OpResult{OK: true, Value: 1}, "update p:{k} 10,10,2,T", 0)
-	step(kvstore.OpTake, 2, kvstore.OpResult{OK: false, Value: 1}, "update p:{k} 10,10,2,T", 0)
+	step(kvstore.OpTake, 2, kvstore.OpResult{OK: true, Remaining: 1}, "update p:{k} 10,10,2,T", 0)
+	step(kvstore.OpTake, 2, kvstore.OpResult{OK: false, Remaining: 1}, "update p:{k} 10,10,2,T", 0)
 	// Refused: the next take reads first and is decided there.
-	step(kvstore.OpTake, 2, kvstore.OpResult{OK: false, Value: 1}, "", 1)
-	step(kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Value: 1}, "", 1)
+	step(kvstore.OpTake, 2, kvstore.OpResult{OK: false, Remaining: 1}, "", 1)
+	step(kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Remaining: 1}, "", 1)
 	// A take that fits after the reads runs the read-first script, and
 	// the key goes back to decrementing first.
-	step(kvstore.OpTake, 1, kvstore.OpResult{OK: true, Value: 0}, "update p:{k} 10,10,1,t", 1)
-	step(kvstore.OpRefund, 1, kvstore.OpResult{OK: true, Value: 1}, "update p:{k} 10,10,1,r", 0)
+	step(kvstore.OpTake, 1, kvstore.OpResult{OK: true, Remaining: 0}, "update p:{k} 10,10,1,t", 1)
+	step(kvstore.OpRefund, 1, kvstore.OpResult{OK: true, Remaining: 1}, "update p:{k} 10,10,1,r", 0)
 	// A Conn that declines the reads leaves the decision to the script.
 	f.read = nil
-	step(kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Value: 1}, "update p:{k} 10,10,1,p", 1)
+	step(kvstore.OpPeek, 1, kvstore.OpResult{OK: true, Remaining: 1}, "update p:{k} 10,10,1,p", 1)
 }
 
 // TestUpdateErrors: the script's error replies become the errors they
@@ -152,7 +153,7 @@ func TestUpdateErrors(t *testing.T) {
 	f := &fakeConn{}
 	e := newEngine(t, f)
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10, Rate: 1}
+	r := kvstore.Refill{Burst: 10, Rate: 1}
 	for _, tc := range []struct {
 		reply  []int64
 		err    error
@@ -196,14 +197,14 @@ func TestUpdateMulti(t *testing.T) {
 	f := &fakeConn{}
 	e := newEngine(t, f)
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10, Rate: 1}
+	r := kvstore.Refill{Burst: 10, Rate: 1}
 	ups := []kvstore.Update{{Key: "a", Refill: r, N: 1}, {Key: "b", Refill: r, N: 2}}
 	res := make([]kvstore.OpResult, 2)
 	f.reply = func(*Script, []string, []string) ([]int64, error) { return []int64{9, -3}, nil }
 	if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
 		t.Fatal(err)
 	}
-	if want := []kvstore.OpResult{{OK: true, Value: 9}, {OK: false, Value: 2}}; !slices.Equal(res, want) {
+	if want := []kvstore.OpResult{{OK: true, Remaining: 9}, {OK: false, Remaining: 2}}; !slices.Equal(res, want) {
 		t.Errorf("results %+v, want %+v", res, want)
 	}
 	if want := "multi p:{a},p:{b} T,10,10,1,10,10,2"; f.evals[0] != want {
@@ -244,13 +245,13 @@ func TestUpdateMulti(t *testing.T) {
 }
 
 // TestUpdatePeriods: a call with a period counter runs the period script,
-// and Redis's clock outside the counter's bounds is kvstore.ErrClockSkew.
+// and Redis's clock outside the counter's bounds is ratekit.ErrClockSkew.
 func TestUpdatePeriods(t *testing.T) {
 	f := &fakeConn{}
 	e := newEngine(t, f)
 	ctx := context.Background()
 	ups := []kvstore.Update{
-		{Key: "a", Refill: kvstore.Refill{Max: 10, Rate: 1}, N: 1},
+		{Key: "a", Refill: kvstore.Refill{Burst: 10, Rate: 1}, N: 1},
 		{Key: "m", N: 1, Period: &kvstore.PeriodBounds{Bounds: [4]int64{0, 100, 200, 300}, Quota: 5}},
 	}
 	res := make([]kvstore.OpResult, 2)
@@ -261,15 +262,15 @@ func TestUpdatePeriods(t *testing.T) {
 	if want := "period p:{a},p:{m} t,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
 		t.Errorf("sent %q, want %q", f.evals[0], want)
 	}
-	if res[0] != (kvstore.OpResult{OK: true, Value: 9}) || res[1] != (kvstore.OpResult{OK: true, Value: 2, Used: 3, Now: 150, Period: 2}) {
+	if res[0] != (kvstore.OpResult{OK: true, Remaining: 9}) || res[1] != (kvstore.OpResult{OK: true, Remaining: 2, Used: 3, Now: 150, Period: 2}) {
 		t.Errorf("results %+v", res)
 	}
 	f.reply = func(*Script, []string, []string) ([]int64, error) {
 		return nil, fmt.Errorf("ERR user script: kvstore: clock skew: Redis TIME 400 us is outside [0, 300)")
 	}
 	err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res)
-	if !errors.Is(err, kvstore.ErrClockSkew) || !strings.HasPrefix(err.Error(), "teststore: ") || !strings.Contains(err.Error(), "Redis TIME 400 us") {
-		t.Errorf("clock outside the bounds: %v, want kvstore.ErrClockSkew with the server's text", err)
+	if !errors.Is(err, ratekit.ErrClockSkew) || !strings.HasPrefix(err.Error(), "teststore: ") || !strings.Contains(err.Error(), "Redis TIME 400 us") {
+		t.Errorf("clock outside the bounds: %v, want ratekit.ErrClockSkew with the server's text", err)
 	}
 }
 
@@ -312,7 +313,7 @@ func TestUpdateAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 10, Rate: 1}
+	r := kvstore.Refill{Burst: 10, Rate: 1}
 	for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
 		e.Update(ctx, "k", r, op, 1)
 		allocs := testing.AllocsPerRun(100, func() {

@@ -35,7 +35,7 @@ func (e *Engine) CountsPeriods() bool { return true }
 // holding something no ratekit store wrote (a bucket's record where a
 // counter is asked for, or the reverse, included) gives
 // kvstore.ErrMalformedRecord, and Redis's clock outside a counter's bounds
-// kvstore.ErrClockSkew; nothing changes then.
+// ratekit.ErrClockSkew; nothing changes then.
 func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	periods, err := kvstore.CheckMultiPeriods(op, updates, results)
 	if err != nil {
@@ -144,7 +144,7 @@ func newMultiArgs(updates []kvstore.Update) *multiArgs {
 	all := make([]string, 0, 3*len(updates))
 	for i := range updates {
 		u := &updates[i]
-		all = append(all, strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		all = append(all, strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
 	for i, op := range opLetters {
 		m.ops[i] = append([]string{op}, all...)

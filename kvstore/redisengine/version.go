@@ -1,11 +1,8 @@
 package redisengine
 
 import (
-	"fmt"
 	"runtime/debug"
 	"strings"
-
-	"github.com/ratekit/ratekit"
 )
 
 // protocol is the version of the engine protocol: what a store passes to
@@ -24,8 +21,7 @@ const rootModule = "github.com/ratekit/ratekit"
 // information records them.
 func protocolError(cfg Config) error {
 	info, _ := debug.ReadBuildInfo()
-	return fmt.Errorf("%s: %w: %s %s speaks Redis engine protocol %d, %s %s speaks %d; require both at one release",
-		cfg.Name, ratekit.ErrInvalidConfig,
+	return configErr(cfg.Name, "%s %s speaks Redis engine protocol %d, %s %s speaks %d; require both at one release",
 		strings.TrimPrefix(cfg.Module, rootModule+"/"), moduleVersion(info, cfg.Module), cfg.Protocol,
 		rootModule, moduleVersion(info, rootModule), protocol)
 }

@@ -28,12 +28,12 @@ func TestNewExtremes(t *testing.T) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		res, err := s.Update(ctx, "k", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1)
+		res, err := s.Update(ctx, "k", kvstore.Refill{Burst: 10, Rate: 1}, kvstore.OpTake, 1)
 		cancel()
 		if err != nil {
 			t.Fatalf("MaxInFlight %d: Update: %v", v, err)
 		}
-		if res.Value < 0 || res.Value > 10 {
+		if res.Remaining < 0 || res.Remaining > 10 {
 			t.Fatalf("MaxInFlight %d: Update: %+v", v, res)
 		}
 	}

@@ -57,14 +57,14 @@ var takeLetters = [2]string{"T", "t"}
 // takeWith runs the update script's take of n on the Redis key rkey with
 // the op argument letter.
 func takeWith(ctx context.Context, c *redis.Client, rkey string, r kvstore.Refill, n int64, letter string) (kvstore.OpResult, error) {
-	v, err := c.Eval(ctx, updateLua, []string{rkey}, r.Max, redistest.RateArg(r), n, letter).Int64()
+	v, err := c.Eval(ctx, updateLua, []string{rkey}, r.Burst, redistest.RateArg(r), n, letter).Int64()
 	if err != nil {
 		return kvstore.OpResult{}, err
 	}
 	if v < 0 {
-		return kvstore.OpResult{Value: -v - 1}, nil
+		return kvstore.OpResult{Remaining: -v - 1}, nil
 	}
-	return kvstore.OpResult{OK: true, Value: v}, nil
+	return kvstore.OpResult{OK: true, Remaining: v}, nil
 }
 
 // recordMatches reports whether got, the state of a bucket's key read at
@@ -78,18 +78,18 @@ func recordMatches(r kvstore.Refill, old, got bucketState, write bool, next kvst
 		// Nothing written: the key is as it was, or gone because the
 		// bucket filled up meanwhile.
 		return got == old || !got.present
-	case next.Value >= r.Max:
+	case next.Value >= r.Burst:
 		return !got.present
 	case got.present:
 		// The debt the record encodes is Apply's, and the key expires no
 		// earlier than the bucket is full (w >= 0) and no later than an
 		// empty bucket's fill time.
-		debt := r.Max - next.Value
-		return got.w >= 0 && (got.e-ms)*rate-got.w == debt && got.e-ms <= (r.Max+rate-1)/rate
+		debt := r.Burst - next.Value
+		return got.w >= 0 && (got.e-ms)*rate-got.w == debt && got.e-ms <= (r.Burst+rate-1)/rate
 	default:
 		// Gone: only when the bucket was full again before the state was
 		// read.
-		debt := r.Max - next.Value
+		debt := r.Burst - next.Value
 		return ms+(debt+rate-1)/rate <= read
 	}
 }
@@ -104,12 +104,12 @@ func randomRefill(rng *rand.Rand) kvstore.Refill {
 	if rng.IntN(2) == 0 {
 		max = 1 + rng.Int64N(10_000)
 	}
-	r := kvstore.Refill{Max: max, Rate: 1 + rng.Int64N(min(max, 5000))}
+	r := kvstore.Refill{Burst: max, Rate: 1 + rng.Int64N(min(max, 5000))}
 	switch rng.IntN(4) {
 	case 0:
 		r.Rate = max
 	case 1:
-		r = kvstore.Refill{Max: 2000 + rng.Int64N(8000), Rate: 1}
+		r = kvstore.Refill{Burst: 2000 + rng.Int64N(8000), Rate: 1}
 	}
 	return r
 }
@@ -117,9 +117,9 @@ func randomRefill(rng *rand.Rand) kvstore.Refill {
 // randomN returns a random n for an op on r: any in [1, max], often a
 // small one, and for a refund sometimes far beyond max.
 func randomN(rng *rand.Rand, r kvstore.Refill, op kvstore.Op) int64 {
-	n := 1 + rng.Int64N(r.Max)
+	n := 1 + rng.Int64N(r.Burst)
 	if rng.IntN(2) == 0 {
-		n = 1 + rng.Int64N(1+r.Max/8)
+		n = 1 + rng.Int64N(1+r.Burst/8)
 	}
 	if op == kvstore.OpRefund && rng.IntN(4) == 0 {
 		n = 1 + rng.Int64N(1<<62)
@@ -189,7 +189,7 @@ func TestLuaMatchesGo(t *testing.T) {
 				}
 				matched = recordMatches(r, old, got, write, next, ms, read)
 				if matched && write {
-					ref, refOK = next, next.Value < r.Max
+					ref, refOK = next, next.Value < r.Burst
 					writes++
 				}
 			}
@@ -209,7 +209,7 @@ func TestLuaMatchesGo(t *testing.T) {
 func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstore.Refill, ns []int64, letter string) ([]kvstore.OpResult, error) {
 	args := []any{letter}
 	for i := range rkeys {
-		args = append(args, rs[i].Max, redistest.RateArg(rs[i]), ns[i])
+		args = append(args, rs[i].Burst, redistest.RateArg(rs[i]), ns[i])
 	}
 	vals, err := c.Eval(ctx, multiLua, rkeys, args...).Int64Slice()
 	if err != nil {
@@ -218,9 +218,9 @@ func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstor
 	res := make([]kvstore.OpResult, len(vals))
 	for i, v := range vals {
 		if v < 0 {
-			res[i] = kvstore.OpResult{Value: -v - 1}
+			res[i] = kvstore.OpResult{Remaining: -v - 1}
 		} else {
-			res[i] = kvstore.OpResult{OK: true, Value: v}
+			res[i] = kvstore.OpResult{OK: true, Remaining: v}
 		}
 	}
 	return res, nil
@@ -345,7 +345,7 @@ func TestMultiLuaMatchesGo(t *testing.T) {
 				}
 				for i := range nk {
 					if writes[i] {
-						refs[i], refOK[i] = nexts[i], nexts[i].Value < rs[i].Max
+						refs[i], refOK[i] = nexts[i], nexts[i].Value < rs[i].Burst
 					}
 				}
 				if op == kvstore.OpTake {
@@ -375,9 +375,9 @@ func TestMultiLuaMatchesGo(t *testing.T) {
 func TestTakeShortensALongExpiry(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
-	slow := kvstore.Refill{Max: 1_000_000_000, Rate: 1} // fills in 1,000 s
-	fast := kvstore.Refill{Max: 10_000_000, Rate: 1}    // fills in 10 s
-	fill := (fast.Max + redistest.RateArg(fast) - 1) / redistest.RateArg(fast)
+	slow := kvstore.Refill{Burst: 1_000_000_000, Rate: 1} // fills in 1,000 s
+	fast := kvstore.Refill{Burst: 10_000_000, Rate: 1}    // fills in 10 s
+	fill := (fast.Burst + redistest.RateArg(fast) - 1) / redistest.RateArg(fast)
 	for _, letter := range takeLetters {
 		for _, multi := range []bool{false, true} {
 			for _, k := range []string{"a", "b"} {

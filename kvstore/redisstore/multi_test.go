@@ -65,7 +65,7 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 		t.Fatal("a was written by a call that failed")
 	}
 	// A refill slow enough that a's key lives through the test.
-	slow := kvstore.Refill{Max: 1_000_000_000, Rate: 1}
+	slow := kvstore.Refill{Burst: 1_000_000_000, Rate: 1}
 	if _, err := s.Update(ctx, "a", slow, kvstore.OpTake, 1); err != nil {
 		t.Fatal(err)
 	}

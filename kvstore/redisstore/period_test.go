@@ -37,7 +37,7 @@ func TestPeriodRecord(t *testing.T) {
 	res := make([]kvstore.OpResult, 2)
 	// A bucket whose key lives a second after a take, so that it is still
 	// there, as a bucket's record, when a counter is asked for on it.
-	slow := kvstore.Refill{Max: 1_000_000, Rate: 1}
+	slow := kvstore.Refill{Burst: 1_000_000, Rate: 1}
 	u := []kvstore.Update{{Key: "a", Refill: slow, N: 1}, {Key: "c", Period: p, N: 3}}
 	if err := s.UpdateMulti(ctx, "", kvstore.OpTake, u, res); err != nil || !res[1].OK || res[1].Used != 3 || res[1].Period != 2 {
 		t.Fatalf("take: %+v, %v", res, err)

@@ -73,13 +73,13 @@
 //     it resynchronises from the new master.
 //
 // Each master's history of a key is exact on its own: over any interval of
-// length T it takes at most Max + Rate × T units (the [kvstore.Refill]'s
+// length T it takes at most Burst + Rate × T units (the [kvstore.Refill]'s
 // fields, Rate in units per microsecond and T in microseconds). The new
 // master's history continues a prefix of the old one's, and that shared
 // prefix is counted once. So over an interval that contains one failover a
-// key takes at most 2 × (Max + Rate × T) units, twice what one store takes,
+// key takes at most 2 × (Burst + Rate × T) units, twice what one store takes,
 // less the units of the shared prefix; with n failovers in the interval, at
-// most (n+1) × (Max + Rate × T). Keys not updated between the last
+// most (n+1) × (Burst + Rate × T). Keys not updated between the last
 // replicated update and the switch stay exact. The new master's clock takes
 // over too (a replica holds each key's expiry as an absolute time): one that runs s ahead of the old master's refills
 // s × Rate early, which adds to the bound; one behind refills nothing until

@@ -100,8 +100,8 @@ func TestMalformedRecord(t *testing.T) {
 	// A take decrements first, a peek reads first: both must refuse it, and
 	// change nothing. Under the second refill a minute's expiry is within
 	// the bucket's bound, so a huge value reads as a full bucket.
-	r := kvstore.Refill{Max: 10, Rate: 1}
-	for _, rr := range []kvstore.Refill{r, {Max: 1e12, Rate: 1}} {
+	r := kvstore.Refill{Burst: 10, Rate: 1}
+	for _, rr := range []kvstore.Refill{r, {Burst: 1e12, Rate: 1}} {
 		for _, v := range []string{"", "a b", "1 2", "x", " ", "0x", "-1", "9007199254740993", "-9223372036854775808"} {
 			for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
 				c.Set(ctx, s.Key("bad"), v, time.Minute)
@@ -139,9 +139,9 @@ func TestMalformedRecord(t *testing.T) {
 func TestTakeRewritesAnExpiryItCannotKeep(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 100_000, Rate: 1} // 1,000 units a millisecond
+	r := kvstore.Refill{Burst: 100_000, Rate: 1} // 1,000 units a millisecond
 	rate := redistest.RateArg(r)
-	q := (r.Max + rate - 1) / rate
+	q := (r.Burst + rate - 1) / rate
 	for _, tc := range []struct {
 		name     string
 		value, n int64
@@ -159,7 +159,7 @@ func TestTakeRewritesAnExpiryItCannotKeep(t *testing.T) {
 				)
 				_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 					p.Set(ctx, s.Key("k"), tc.value, tc.ttl)
-					res = p.Eval(ctx, updateLua, []string{s.Key("k")}, r.Max, rate, tc.n, letter)
+					res = p.Eval(ctx, updateLua, []string{s.Key("k")}, r.Burst, rate, tc.n, letter)
 					ttl = p.PTTL(ctx, s.Key("k"))
 					left = p.Get(ctx, s.Key("k"))
 					return nil
@@ -265,8 +265,8 @@ func TestRefusedTakesWriteNothing(t *testing.T) {
 	ctx := context.Background()
 	// 1,000 units a millisecond: a take of 10^8 waits 100 s once the bucket
 	// is empty.
-	r := kvstore.Refill{Max: 1e9, Rate: 1}
-	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, r.Max); err != nil || !res.OK {
+	r := kvstore.Refill{Burst: 1e9, Rate: 1}
+	if res, err := s.Update(ctx, "k", r, kvstore.OpTake, r.Burst); err != nil || !res.OK {
 		t.Fatalf("exhausting the bucket: %+v, %v", res, err)
 	}
 	refused := func(s *redisstore.Store, times int) {

@@ -18,11 +18,11 @@ import (
 	"github.com/ratekit/ratekit/kvstore/storetest"
 )
 
-var take1 = kvstore.Refill{Max: 10, Rate: 1}
+var take1 = kvstore.Refill{Burst: 10, Rate: 1}
 
 // slow refills one unit per microsecond of a bucket of 10^15, and big is a
 // take from it: a test's milliseconds refill a negligible share of one take.
-var slow = kvstore.Refill{Max: 1e15, Rate: 1}
+var slow = kvstore.Refill{Burst: 1e15, Rate: 1}
 
 const big = 1e12
 
@@ -168,7 +168,7 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 	}
 	for i := range int64(3) {
 		flush()
-		if res, err := s.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !res.OK || !near(res.Value, slow.Max-(i+1)*big) {
+		if res, err := s.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !res.OK || !near(res.Remaining, slow.Burst-(i+1)*big) {
 			t.Fatalf("Update after SCRIPT FLUSH = %+v, %v", res, err)
 		}
 	}
@@ -187,8 +187,8 @@ func TestFlushedScriptCacheRecovers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if res, err := s.Update(ctx, "many", slow, kvstore.OpPeek, 1); err != nil || !near(res.Value, slow.Max-16*big) {
-		t.Errorf("after 16 takes of %d the level is %+v, %v; want about %d", int64(big), res, err, slow.Max-16*big)
+	if res, err := s.Update(ctx, "many", slow, kvstore.OpPeek, 1); err != nil || !near(res.Remaining, slow.Burst-16*big) {
+		t.Errorf("after 16 takes of %d the level is %+v, %v; want about %d", int64(big), res, err, slow.Burst-16*big)
 	}
 }
 

@@ -42,23 +42,23 @@ func multi(t *testing.T, s kvstore.MultiAtomic, g string, op kvstore.Op, u ...kv
 
 func testMultiAllOrNothing(t *testing.T, s kvstore.MultiAtomic) {
 	g := group(s)
-	big := kvstore.Refill{Max: 100 * unit, Rate: 1}
+	big := kvstore.Refill{Burst: 100 * unit, Rate: 1}
 	res := multi(t, s, g, kvstore.OpTake, kvstore.Update{Key: "a", Refill: slow, N: 4 * unit}, kvstore.Update{Key: "b", Refill: big, N: 30 * unit})
-	if !res[0].OK || !near(res[0].Value, 6*unit) || !res[1].OK || !near(res[1].Value, 70*unit) {
+	if !res[0].OK || !near(res[0].Remaining, 6*unit) || !res[1].OK || !near(res[1].Remaining, 70*unit) {
 		t.Fatalf("take 4 of 10 and 30 of 100 = %+v; want OK 6 and OK 70 units", res)
 	}
 	// b (given first: results follow the input order) lacks 80; a, which
 	// holds 6, must keep them.
 	res = multi(t, s, g, kvstore.OpTake, kvstore.Update{Key: "b", Refill: big, N: 80 * unit}, kvstore.Update{Key: "a", Refill: slow, N: 5 * unit})
-	if res[0].OK || !near(res[0].Value, 70*unit) || !res[1].OK || !near(res[1].Value, 6*unit) {
+	if res[0].OK || !near(res[0].Remaining, 70*unit) || !res[1].OK || !near(res[1].Remaining, 6*unit) {
 		t.Fatalf("refused take = %+v; want b refused at 70 and a able at 6 units", res)
 	}
 	res = multi(t, s, g, kvstore.OpPeek, kvstore.Update{Key: "a", Refill: slow, N: 7 * unit}, kvstore.Update{Key: "b", Refill: big, N: 70 * unit})
-	if res[0].OK || !near(res[0].Value, 6*unit) || !res[1].OK || !near(res[1].Value, 70*unit) {
+	if res[0].OK || !near(res[0].Remaining, 6*unit) || !res[1].OK || !near(res[1].Remaining, 70*unit) {
 		t.Fatalf("peek after the refused take = %+v; want a at 6 (lacking 7), b at 70", res)
 	}
 	res = multi(t, s, g, kvstore.OpRefund, kvstore.Update{Key: "a", Refill: slow, N: 100 * unit}, kvstore.Update{Key: "b", Refill: big, N: 10 * unit})
-	if !res[0].OK || res[0].Value != 10*unit || !res[1].OK || !near(res[1].Value, 80*unit) {
+	if !res[0].OK || res[0].Remaining != 10*unit || !res[1].OK || !near(res[1].Remaining, 80*unit) {
 		t.Fatalf("refund = %+v; want a full at 10 and b at 80 units", res)
 	}
 	// A take that a single Update sees: the multi-key step wrote both.
@@ -66,8 +66,8 @@ func testMultiAllOrNothing(t *testing.T, s kvstore.MultiAtomic) {
 		t.Fatalf("take of c = %+v", r)
 	}
 	if g == "" {
-		if r := update(t, s, "b", big, kvstore.OpPeek, unit); !near(r.Value, 80*unit) {
-			t.Fatalf("Update sees b at %d units, want 80", r.Value/unit)
+		if r := update(t, s, "b", big, kvstore.OpPeek, unit); !near(r.Remaining, 80*unit) {
+			t.Fatalf("Update sees b at %d units, want 80", r.Remaining/unit)
 		}
 	}
 }
@@ -86,7 +86,7 @@ func testMultiInvalid(t *testing.T, s kvstore.MultiAtomic) {
 		"unknown op":      {0, []kvstore.Update{ok}, 1, kvstore.ErrInvalidOp},
 		"n above max":     {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow, N: 11 * unit}}, 2, kvstore.ErrInvalidOp},
 		"zero n":          {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow}}, 2, kvstore.ErrInvalidOp},
-		"invalid refill":  {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: kvstore.Refill{Max: 1, Rate: 2}, N: 1}}, 2, kvstore.ErrInvalidRefill},
+		"invalid refill":  {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: kvstore.Refill{Burst: 1, Rate: 2}, N: 1}}, 2, kvstore.ErrInvalidRefill},
 		"duplicate key":   {kvstore.OpTake, []kvstore.Update{ok, {Key: "b", Refill: slow, N: unit}, ok}, 3, kvstore.ErrDuplicateKey},
 		"duplicate, peek": {kvstore.OpPeek, []kvstore.Update{ok, ok}, 2, kvstore.ErrDuplicateKey},
 	} {
@@ -94,7 +94,7 @@ func testMultiInvalid(t *testing.T, s kvstore.MultiAtomic) {
 			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
 		}
 	}
-	if res := multi(t, s, g, kvstore.OpPeek, ok); !res[0].OK || res[0].Value != 10*unit {
+	if res := multi(t, s, g, kvstore.OpPeek, ok); !res[0].OK || res[0].Remaining != 10*unit {
 		t.Errorf("after refused calls, a = %+v; want untouched (full)", res[0])
 	}
 }
@@ -112,13 +112,13 @@ func testMultiGroups(t *testing.T, s kvstore.MultiAtomic) {
 		g    string
 		want int64
 	}{{"g1", 9}, {"g2", 8}, {"g1}", 6}, {"g", 10}} {
-		if res := multi(t, s, tc.g, kvstore.OpPeek, u(1)); !near(res[0].Value, tc.want*unit) {
-			t.Errorf("group %q: k at %d units, want %d", tc.g, res[0].Value/unit, tc.want)
+		if res := multi(t, s, tc.g, kvstore.OpPeek, u(1)); !near(res[0].Remaining, tc.want*unit) {
+			t.Errorf("group %q: k at %d units, want %d", tc.g, res[0].Remaining/unit, tc.want)
 		}
 	}
 	if !s.Partitioned() {
-		if r := update(t, s, "k", slow, kvstore.OpPeek, unit); !near(r.Value, 7*unit) {
-			t.Errorf("ordinary key k at %d units, want 7", r.Value/unit)
+		if r := update(t, s, "k", slow, kvstore.OpPeek, unit); !near(r.Remaining, 7*unit) {
+			t.Errorf("ordinary key k at %d units, want 7", r.Remaining/unit)
 		}
 	}
 }
@@ -133,7 +133,7 @@ func testMultiGroups(t *testing.T, s kvstore.MultiAtomic) {
 func testMultiConcurrent(t *testing.T, s kvstore.MultiAtomic) {
 	const workers, perWorker, capacity = 64, 40, 300
 	g := group(s)
-	r := kvstore.Refill{Max: capacity * unit, Rate: 1}
+	r := kvstore.Refill{Burst: capacity * unit, Rate: 1}
 	keys := []string{"w", "x", "y", "z"}
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -190,7 +190,7 @@ func testMultiConcurrent(t *testing.T, s kvstore.MultiAtomic) {
 	var total int64
 	for _, k := range keys {
 		res := multi(t, s, g, kvstore.OpPeek, kvstore.Update{Key: k, Refill: r, N: 1})
-		if got, want := res[0].Value/unit, capacity-taken[k]; got != want {
+		if got, want := res[0].Remaining/unit, capacity-taken[k]; got != want {
 			t.Errorf("key %s: level %d tokens, want %d (capacity less %d successful takes)", k, got, want, taken[k])
 		}
 		total += taken[k]

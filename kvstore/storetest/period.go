@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 )
 
@@ -50,8 +51,8 @@ func counter(key string, p *kvstore.PeriodBounds, n int64) kvstore.Update {
 
 func wantCount(t *testing.T, what string, r kvstore.OpResult, ok bool, used, remaining int64, period int) {
 	t.Helper()
-	if r.OK != ok || r.Used != used || r.Value != remaining || r.Period != period {
-		t.Fatalf("%s = %+v; want OK %v, Used %d, Value %d, Period %d", what, r, ok, used, remaining, period)
+	if r.OK != ok || r.Used != used || r.Remaining != remaining || r.Period != period {
+		t.Fatalf("%s = %+v; want OK %v, Used %d, Remaining %d, Period %d", what, r, ok, used, remaining, period)
 	}
 	if now := time.Now().UnixMicro(); r.Now < now-int64(30*time.Minute/time.Microsecond) || r.Now > now+int64(30*time.Minute/time.Microsecond) {
 		t.Fatalf("%s: Now %d µs, more than 30 minutes from this process's clock %d", what, r.Now, now)
@@ -88,24 +89,24 @@ func testPeriodWithBuckets(t *testing.T, s kvstore.PeriodCounter) {
 	p := centred(10)
 	bucket := func(n int64) kvstore.Update { return kvstore.Update{Key: "b", Refill: slow, N: n * unit} }
 	res := multi(t, s, g, kvstore.OpTake, bucket(4), counter("c", p, 4))
-	if !res[0].OK || !near(res[0].Value, 6*unit) || res[0].Period != 0 || res[0].Used != 0 {
+	if !res[0].OK || !near(res[0].Remaining, 6*unit) || res[0].Period != 0 || res[0].Used != 0 {
 		t.Fatalf("bucket part of the first take = %+v; want OK at 6 units and no period fields", res[0])
 	}
 	wantCount(t, "counter part of the first take", res[1], true, 4, 6, 2)
 	// The bucket lacks: the counter keeps its count and reports it could.
 	res = multi(t, s, g, kvstore.OpTake, counter("c", p, 5), bucket(7))
 	wantCount(t, "counter of a take the bucket refused", res[0], true, 4, 6, 2)
-	if res[1].OK || !near(res[1].Value, 6*unit) {
+	if res[1].OK || !near(res[1].Remaining, 6*unit) {
 		t.Fatalf("bucket of a refused take = %+v; want refused at 6 units", res[1])
 	}
 	// The counter lacks: the bucket keeps its level.
 	res = multi(t, s, g, kvstore.OpTake, bucket(5), counter("c", p, 7))
-	if !res[0].OK || !near(res[0].Value, 6*unit) {
+	if !res[0].OK || !near(res[0].Remaining, 6*unit) {
 		t.Fatalf("bucket of a take the counter refused = %+v; want able at 6 units", res[0])
 	}
 	wantCount(t, "counter that refused", res[1], false, 4, 6, 2)
 	res = multi(t, s, g, kvstore.OpRefund, bucket(100), counter("c", p, 1))
-	if !res[0].OK || res[0].Value != 10*unit {
+	if !res[0].OK || res[0].Remaining != 10*unit {
 		t.Fatalf("bucket refund = %+v; want full at 10 units", res[0])
 	}
 	wantCount(t, "counter refund", res[1], true, 3, 7, 2)
@@ -139,13 +140,13 @@ func testPeriodClockSkew(t *testing.T, s kvstore.PeriodCounter) {
 	for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
 		for _, p := range []*kvstore.PeriodBounds{future, past} {
 			u := []kvstore.Update{{Key: "b", Refill: slow, N: unit}, counter("c", centred(10), 1), counter("d", p, 1)}
-			if err := s.UpdateMulti(ctx(t), g, op, u, make([]kvstore.OpResult, 3)); !errors.Is(err, kvstore.ErrClockSkew) {
+			if err := s.UpdateMulti(ctx(t), g, op, u, make([]kvstore.OpResult, 3)); !errors.Is(err, ratekit.ErrClockSkew) {
 				t.Fatalf("op %d with bounds %v: err = %v, want ErrClockSkew", op, p.Bounds, err)
 			}
 		}
 	}
 	res := multi(t, s, g, kvstore.OpPeek, kvstore.Update{Key: "b", Refill: slow, N: unit}, counter("c", centred(10), 1))
-	if res[0].Value != 10*unit || res[1].Used != 0 {
+	if res[0].Remaining != 10*unit || res[1].Used != 0 {
 		t.Fatalf("after calls refused for skew: %+v; want the bucket full and the counter at zero", res)
 	}
 }
@@ -185,7 +186,7 @@ func testPeriodInvalid(t *testing.T, s kvstore.PeriodCounter) {
 		t.Errorf("CheckMulti of a period counter: err = %v, want ErrInvalidPeriod", err)
 	}
 	res := multi(t, s, g, kvstore.OpPeek, kvstore.Update{Key: "b", Refill: slow, N: unit}, counter("c", good, 1))
-	if res[0].Value != 10*unit || res[1].Used != 0 {
+	if res[0].Remaining != 10*unit || res[1].Used != 0 {
 		t.Errorf("after refused calls: %+v; want both untouched", res)
 	}
 }
@@ -197,7 +198,7 @@ func testPeriodConcurrent(t *testing.T, s kvstore.PeriodCounter) {
 	const workers, perWorker, quota = 64, 10, 100
 	g := group(s)
 	p := centred(quota)
-	big := kvstore.Refill{Max: 1000 * unit, Rate: 1}
+	big := kvstore.Refill{Burst: 1000 * unit, Rate: 1}
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var (
@@ -231,7 +232,7 @@ func testPeriodConcurrent(t *testing.T, s kvstore.PeriodCounter) {
 	if res[1].Used != quota || res[1].OK {
 		t.Fatalf("counter after the race = %+v; want %d used", res[1], quota)
 	}
-	if got := res[0].Value / unit; got != 1000-quota {
+	if got := res[0].Remaining / unit; got != 1000-quota {
 		t.Fatalf("bucket after the race at %d tokens, want %d", got, 1000-quota)
 	}
 }

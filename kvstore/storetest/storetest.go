@@ -173,7 +173,7 @@ func testCanceled(t *testing.T, s kvstore.Store) {
 		t.Errorf("Delete with canceled context: %v, want context.Canceled", err)
 	}
 	if a, ok := s.(kvstore.Atomic); ok {
-		_, err := a.Update(c, "k", kvstore.Refill{Max: 10, Rate: 1}, kvstore.OpTake, 1)
+		_, err := a.Update(c, "k", kvstore.Refill{Burst: 10, Rate: 1}, kvstore.OpTake, 1)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Update with canceled context: %v, want context.Canceled", err)
 		}
@@ -220,39 +220,39 @@ func update(t *testing.T, s kvstore.Atomic, key string, r kvstore.Refill, op kvs
 // minutes): nothing a test can notice refills, yet every number is in range.
 const unit = 1_000_000_000
 
-var slow = kvstore.Refill{Max: 10 * unit, Rate: 1}
+var slow = kvstore.Refill{Burst: 10 * unit, Rate: 1}
 
 // near reports whether got is want plus at most the refill of the test's
 // duration (under a second, so under 1e6 units).
 func near(got, want int64) bool { return got >= want && got-want < 1_000_000 }
 
 func testTakePeekRefund(t *testing.T, s kvstore.Atomic) {
-	if res := update(t, s, "b", slow, kvstore.OpPeek, 10*unit); !res.OK || res.Value != 10*unit {
+	if res := update(t, s, "b", slow, kvstore.OpPeek, 10*unit); !res.OK || res.Remaining != 10*unit {
 		t.Fatalf("Peek of an absent key = %+v; want OK, full", res)
 	}
 	if present(t, s, "b") {
 		t.Fatal("Peek wrote a record")
 	}
-	if res := update(t, s, "b", slow, kvstore.OpTake, 3*unit); !res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 3*unit); !res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Take 3 of 10 = %+v; want OK, 7", res)
 	}
 	if !present(t, s, "b") {
 		t.Fatal("no record after a take")
 	}
-	if res := update(t, s, "b", slow, kvstore.OpTake, 8*unit); res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 8*unit); res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Take 8 of 7 = %+v; want refused, 7", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpPeek, 8*unit); res.OK || !near(res.Value, 7*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpPeek, 8*unit); res.OK || !near(res.Remaining, 7*unit) {
 		t.Fatalf("Peek 8 of 7 = %+v; want not OK, 7", res)
 	}
 	// A refused take and a peek took nothing: all 7 are still there.
-	if res := update(t, s, "b", slow, kvstore.OpTake, 7*unit); !res.OK || !near(res.Value, 0) {
+	if res := update(t, s, "b", slow, kvstore.OpTake, 7*unit); !res.OK || !near(res.Remaining, 0) {
 		t.Fatalf("Take 7 of 7 = %+v; want OK, 0", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpRefund, 2*unit); !res.OK || !near(res.Value, 2*unit) {
+	if res := update(t, s, "b", slow, kvstore.OpRefund, 2*unit); !res.OK || !near(res.Remaining, 2*unit) {
 		t.Fatalf("Refund 2 to 0 = %+v; want 2", res)
 	}
-	if res := update(t, s, "b", slow, kvstore.OpRefund, 100*unit); !res.OK || res.Value != 10*unit {
+	if res := update(t, s, "b", slow, kvstore.OpRefund, 100*unit); !res.OK || res.Remaining != 10*unit {
 		t.Fatalf("Refund 100 to 2 = %+v; want capped at 10", res)
 	}
 	if present(t, s, "b") {
@@ -267,12 +267,12 @@ func testInvalidArguments(t *testing.T, s kvstore.Atomic) {
 		n    int64
 		want error
 	}{
-		{kvstore.Refill{Max: 0, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: kvstore.MaxValue + 1, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: 10, Rate: 0}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
-		{kvstore.Refill{Max: 10, Rate: 11}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 0, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: kvstore.MaxValue + 1, Rate: 1}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 10, Rate: 0}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
+		{kvstore.Refill{Burst: 10, Rate: 11}, kvstore.OpTake, 1, kvstore.ErrInvalidRefill},
 		{slow, kvstore.OpTake, 0, kvstore.ErrInvalidOp},
-		{slow, kvstore.OpTake, slow.Max + 1, kvstore.ErrInvalidOp},
+		{slow, kvstore.OpTake, slow.Burst + 1, kvstore.ErrInvalidOp},
 		{slow, kvstore.OpPeek, -1, kvstore.ErrInvalidOp},
 		{slow, kvstore.OpRefund, 0, kvstore.ErrInvalidOp},
 		{slow, kvstore.Op(0), 1, kvstore.ErrInvalidOp},
@@ -290,9 +290,9 @@ func testInvalidArguments(t *testing.T, s kvstore.Atomic) {
 func testRefill(t *testing.T, s kvstore.Atomic) {
 	// One unit per microsecond: the refilled amount is the elapsed time on
 	// the store's clock, which lies between the bounds measured here.
-	r := kvstore.Refill{Max: 10_000_000, Rate: 1}
+	r := kvstore.Refill{Burst: 10_000_000, Rate: 1}
 	start := time.Now()
-	update(t, s, "k", r, kvstore.OpTake, r.Max)
+	update(t, s, "k", r, kvstore.OpTake, r.Burst)
 	afterTake := time.Now()
 	time.Sleep(20 * time.Millisecond)
 	beforePeek := time.Now()
@@ -306,21 +306,21 @@ func testRefill(t *testing.T, s kvstore.Atomic) {
 		step := cs.ClockStep().Microseconds()
 		lo, hi = lo-step, hi+step
 	}
-	if res.Value < lo || res.Value > hi {
-		t.Fatalf("refilled %d units in about 20ms at 1 unit/µs; want between %d and %d", res.Value, lo, hi)
+	if res.Remaining < lo || res.Remaining > hi {
+		t.Fatalf("refilled %d units in about 20ms at 1 unit/µs; want between %d and %d", res.Remaining, lo, hi)
 	}
-	// A long pause refills to exactly Max, never beyond.
-	r2 := kvstore.Refill{Max: 5000, Rate: 1000} // full in 5µs
+	// A long pause refills to exactly Burst, never beyond.
+	r2 := kvstore.Refill{Burst: 5000, Rate: 1000} // full in 5µs
 	update(t, s, "k2", r2, kvstore.OpTake, 5000)
 	time.Sleep(time.Millisecond)
-	if res := update(t, s, "k2", r2, kvstore.OpPeek, 1); res.Value != 5000 {
-		t.Fatalf("value after a long pause = %d; want max 5000", res.Value)
+	if res := update(t, s, "k2", r2, kvstore.OpPeek, 1); res.Remaining != 5000 {
+		t.Fatalf("value after a long pause = %d; want max 5000", res.Remaining)
 	}
 }
 
 func testExpiresWhenFull(t *testing.T, s kvstore.Atomic) {
-	r := kvstore.Refill{Max: 300_000, Rate: 1} // full 300ms after a take
-	update(t, s, "k", r, kvstore.OpTake, r.Max)
+	r := kvstore.Refill{Burst: 300_000, Rate: 1} // full 300ms after a take
+	update(t, s, "k", r, kvstore.OpTake, r.Burst)
 	if !present(t, s, "k") {
 		t.Fatal("no record after a take")
 	}
@@ -332,7 +332,7 @@ func testExpiresWhenFull(t *testing.T, s kvstore.Atomic) {
 
 func testConcurrentTakes(t *testing.T, s kvstore.Atomic) {
 	const workers, perWorker = 64, 50
-	r := kvstore.Refill{Max: 100 * unit, Rate: 1}
+	r := kvstore.Refill{Burst: 100 * unit, Rate: 1}
 	// 3,200 updates on one key: a store that serialises them (dynalite, a
 	// single Node process) on a loaded machine needs more than ctx's 5s.
 	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

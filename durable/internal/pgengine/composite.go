@@ -194,7 +194,7 @@ func (m *Composite) Counters() []*Counter { return append([]*Counter(nil), m.cou
 //
 // Take returns errors matching [ratekit.ErrInvalidRequest] for bad input
 // (see [ratekit.Request.Validate]; parts of another length than the
-// counters; [ratekit.ErrCostExceedsLimit]) before contacting the database;
+// counters; [ratekit.ErrCostExceedsQuota]) before contacting the database;
 // other errors wrap the pgx error and, when ctx ended, ctx.Err(). After such
 // an error the decision may or may not have been applied (to every counter
 // or to none): a retry with the same idempotency key counts once.
@@ -321,7 +321,7 @@ func (m *Composite) parts(op int64, key string, cost int64, parts []ratekit.Part
 			k, n = parts[i].Key, parts[i].Cost
 		}
 		if op != opRefund && n > c.quota {
-			return nil, nil, nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsLimit, i, n, c.quota)
+			return nil, nil, nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsQuota, i, n, c.quota)
 		}
 		keys[i], costs[i] = []byte(k), n
 		if c.cfg.Algorithm == ratekit.SlidingLog {

@@ -499,7 +499,7 @@ type Outcome struct {
 // that fails takes nothing and records nothing.
 //
 // Take returns errors matching [ratekit.ErrInvalidRequest] for bad input
-// (see [ratekit.Request.Validate], [ratekit.ErrCostExceedsLimit]) before
+// (see [ratekit.Request.Validate], [ratekit.ErrCostExceedsQuota]) before
 // contacting the database; other errors wrap the pgx error and, when ctx
 // ended, ctx.Err(). After an error that is not bad input, the decision may
 // or may not have been applied: a retry with the same idempotency key
@@ -539,7 +539,7 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 		return Outcome{}, err
 	}
 	if op != opRefund && cost > c.quota {
-		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsLimit, cost, c.quota)
+		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsQuota, cost, c.quota)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return Outcome{}, err
@@ -729,19 +729,13 @@ func appendLenPrefixed(b []byte, s string) []byte {
 // database clock lies outside the period bounds a client sent.
 const clockSkewCode = "RK001"
 
-// ErrClockSkew is matched by the error of a decision on a policy with a
-// Period when the database clock lies outside the three periods around the
-// client's clock: the two clocks differ by more than a period. Nothing was
-// decided.
-var ErrClockSkew = errors.New("clock skew: the database clock is more than a period away from the client's")
-
 // wrapErr wraps a pgx error with the operation and, when ctx has ended,
 // ctx.Err(), so that errors.Is(err, context.DeadlineExceeded) holds whatever
 // pgx reported.
 func wrapErr(ctx context.Context, op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == clockSkewCode {
-		return fmt.Errorf("pgstore: %s: %w: %w", op, ErrClockSkew, err)
+		return fmt.Errorf("pgstore: %s: %w: %w", op, ratekit.ErrClockSkew, err)
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("pgstore: %s: %w (%w)", op, cerr, err)

@@ -112,8 +112,8 @@ func TestTakePeekRefundReset(t *testing.T) {
 				if r, err := c.Peek(ctx, key, 5); err != nil || !r.Allowed || r.Remaining != 5 {
 					t.Fatalf("after reset: %+v, %v", r, err)
 				}
-				if _, err := c.Take(ctx, key, 6, ""); !errors.Is(err, ratekit.ErrCostExceedsLimit) {
-					t.Fatalf("cost 6 of 5: %v, want ErrCostExceedsLimit", err)
+				if _, err := c.Take(ctx, key, 6, ""); !errors.Is(err, ratekit.ErrCostExceedsQuota) {
+					t.Fatalf("cost 6 of 5: %v, want ErrCostExceedsQuota", err)
 				}
 				if _, err := c.Take(ctx, key, 0, ""); !errors.Is(err, ratekit.ErrInvalidCost) {
 					t.Fatalf("cost 0: %v, want ErrInvalidCost", err)

@@ -43,8 +43,8 @@ func TestCoalescedUpdatesAreExact(t *testing.T) {
 	// is 2^30 units, so it refills less than one token in 17 minutes;
 	// the takes from the own buckets are far larger than what refills
 	// during the test.
-	shared := kvstore.Refill{Max: 100 << 30, Rate: 1}
-	own := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	shared := kvstore.Refill{Burst: 100 << 30, Rate: 1}
+	own := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	const workers, takes = 64, 20
 	var (
 		admitted atomic.Int64
@@ -73,9 +73,9 @@ func TestCoalescedUpdatesAreExact(t *testing.T) {
 				}
 				// The level after take i+1, plus what refilled since
 				// the first take (one unit a microsecond).
-				want := own.Max - int64(i+1)*cost
-				if !res.OK || res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-					errs <- errors.New(key + ": take " + strconv.Itoa(i+1) + " got level " + strconv.FormatInt(res.Value, 10) + ", want about " + strconv.FormatInt(want, 10))
+				want := own.Burst - int64(i+1)*cost
+				if !res.OK || res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+					errs <- errors.New(key + ": take " + strconv.Itoa(i+1) + " got level " + strconv.FormatInt(res.Remaining, 10) + ", want about " + strconv.FormatInt(want, 10))
 					return
 				}
 			}
@@ -111,7 +111,7 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 1})
 	late := testenv.MeasureLateness(t)
 	// A take is 2^30 units, which refill in 18 minutes.
-	r := kvstore.Refill{Max: 10 << 30, Rate: 1}
+	r := kvstore.Refill{Burst: 10 << 30, Rate: 1}
 	take := func(d time.Duration) (time.Duration, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		defer cancel()
@@ -167,8 +167,8 @@ func TestQueuedCallerStopsAtItsDeadline(t *testing.T) {
 	}
 	// One take: the slow one; a queued update that was sent after its
 	// caller left would have taken another 2^30.
-	if want := r.Max - 1<<30; res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-		t.Fatalf("level %d after one take of 2^30 from %d, want about %d", res.Value, r.Max, want)
+	if want := r.Burst - 1<<30; res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+		t.Fatalf("level %d after one take of 2^30 from %d, want about %d", res.Remaining, r.Burst, want)
 	}
 }
 
@@ -204,7 +204,7 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	c.AddHook(counter)
 	s, _ := redisstore.New(c, redisstore.Config{MaxInFlight: 1})
 	ctx := context.Background()
-	r := kvstore.Refill{Max: 1 << 40, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	// A round flushes the script and starts 32 updates at once; on a busy
 	// machine they may still go one by one, so a round is tried again
 	// (the updates count all the same) until one of its commands went in a
@@ -244,8 +244,8 @@ func TestPipelineAfterScriptFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := r.Max - takes<<20; res.Value < want || res.Value > want+int64(time.Minute/time.Microsecond) {
-		t.Fatalf("level %d after %d takes of 2^20 from 2^40, want about %d", res.Value, takes, want)
+	if want := r.Burst - takes<<20; res.Remaining < want || res.Remaining > want+int64(time.Minute/time.Microsecond) {
+		t.Fatalf("level %d after %d takes of 2^20 from 2^40, want about %d", res.Remaining, takes, want)
 	}
 }
 
@@ -280,7 +280,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	late := testenv.MeasureLateness(t)
 	// A take is 2^30 units; the rate refills less than one take during
 	// the test.
-	r := kvstore.Refill{Max: 1 << 50, Rate: 1}
+	r := kvstore.Refill{Burst: 1 << 50, Rate: 1}
 	peekPatiently(t, ds, r) // loads the script on the server
 	peekPatiently(t, s, r)  // dials the client's first connection
 	proxy.Latency(2*time.Millisecond, 2*time.Millisecond)
@@ -348,7 +348,7 @@ func TestCoalescingUnderFaults(t *testing.T) {
 	// Let pipelines whose callers left reach Redis before reading.
 	time.Sleep(100 * time.Millisecond)
 	res := peekPatiently(t, ds, r)
-	taken := (r.Max - res.Value + 1<<30 - 1) >> 30
+	taken := (r.Burst - res.Remaining + 1<<30 - 1) >> 30
 	t.Logf("%d admitted, %d failed (%d at their deadline), %d taken in Redis; %d commands, %d in pipelines",
 		admitted.Load(), failed.Load(), timedOut.Load(), taken, counter.N.Load(), counter.Pipelined.Load())
 	if admitted.Load() < 100 || timedOut.Load() == 0 || counter.Pipelined.Load() == 0 {

@@ -156,7 +156,7 @@ func testThaw(t *testing.T, opaque bool, maxIdle time.Duration, guard, peek bool
 	if err != nil {
 		t.Fatalf("Peek = %+v, %v", rec, err)
 	}
-	applied := thawtest.Applied(rec.Value)
+	applied := thawtest.Applied(rec.Remaining)
 	// A take that failed on a new connection (a loaded machine) may have
 	// run in Redis; none may count twice.
 	ok, unsure := int64(filled+len(log)-failed), int64(failed+fillFailed)

@@ -20,7 +20,7 @@ import (
 
 // slow refills one unit per microsecond of a bucket of 10^15, and big is a
 // take from it: a test's milliseconds refill a negligible share of one take.
-var slow = kvstore.Refill{Max: 1e15, Rate: 1}
+var slow = kvstore.Refill{Burst: 1e15, Rate: 1}
 
 const big = 1e12
 
@@ -57,10 +57,10 @@ func TestSharesRecords(t *testing.T) {
 	rs, gs := stores(t)
 	ctx := context.Background()
 	for i := range int64(3) {
-		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+1)*big) {
+		if res, err := gs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Remaining, slow.Burst-(2*i+1)*big) {
 			t.Fatalf("redisstore take %d = %+v, %v", i, res, err)
 		}
-		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Value, slow.Max-(2*i+2)*big) {
+		if res, err := rs.Update(ctx, "k", slow, kvstore.OpTake, big); err != nil || !near(res.Remaining, slow.Burst-(2*i+2)*big) {
 			t.Fatalf("rueidisstore take %d = %+v, %v", i, res, err)
 		}
 	}
@@ -87,8 +87,8 @@ func TestUpdateMultiSharesRecords(t *testing.T) {
 		if err := gs.UpdateMulti(ctx, g, kvstore.OpTake, u, res); err != nil || !res[0].OK || !res[1].OK {
 			t.Fatalf("group %q: redisstore take = %+v, %v", g, res, err)
 		}
-		if err := rs.UpdateMulti(ctx, g, kvstore.OpPeek, u, res); err != nil || !near(res[0].Value, slow.Max-2*big) || !near(res[1].Value, slow.Max-6*big) {
-			t.Fatalf("group %q: peek after a take through each store = %+v, %v; want about %d and %d", g, res, err, int64(slow.Max-2*big), int64(slow.Max-6*big))
+		if err := rs.UpdateMulti(ctx, g, kvstore.OpPeek, u, res); err != nil || !near(res[0].Remaining, slow.Burst-2*big) || !near(res[1].Remaining, slow.Burst-6*big) {
+			t.Fatalf("group %q: peek after a take through each store = %+v, %v; want about %d and %d", g, res, err, int64(slow.Burst-2*big), int64(slow.Burst-6*big))
 		}
 	}
 }

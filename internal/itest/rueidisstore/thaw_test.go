@@ -120,7 +120,7 @@ func testThaw(t *testing.T, burst, peek bool) {
 	if err != nil {
 		t.Fatalf("Peek = %+v, %v", rec, err)
 	}
-	applied := thawtest.Applied(rec.Value)
+	applied := thawtest.Applied(rec.Remaining)
 	ok, unsure := int64(filled+len(log)-failed), int64(failed)
 	if peek {
 		ok, unsure = int64(filled), 0

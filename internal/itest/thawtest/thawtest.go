@@ -18,7 +18,7 @@ import (
 const Cost = 1_000_000_000_000
 
 // Refill is the bucket of the Redis stores' thaw tests.
-var Refill = kvstore.Refill{Max: kvstore.MaxValue, Rate: 1}
+var Refill = kvstore.Refill{Burst: kvstore.MaxValue, Rate: 1}
 
 // Applied returns how many takes of Cost the level of a Refill bucket
 // counts.

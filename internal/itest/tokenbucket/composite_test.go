@@ -170,11 +170,11 @@ func TestCompositeRequestValidation(t *testing.T) {
 	}{
 		{ratekit.Request{Key: "", Cost: 1}, ratekit.ErrEmptyKey},
 		{ratekit.Request{Key: "k", Cost: 0}, ratekit.ErrInvalidCost},
-		{ratekit.Request{Key: "k", Cost: 11}, ratekit.ErrCostExceedsLimit},
+		{ratekit.Request{Key: "k", Cost: 11}, ratekit.ErrCostExceedsQuota},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}}}, ratekit.ErrInvalidRequest},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "k", Cost: 1}, {Key: "k", Cost: 1}}}, ratekit.ErrInvalidRequest},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "", Cost: 1}}}, ratekit.ErrEmptyKey},
-		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "k", Cost: 31}}}, ratekit.ErrCostExceedsLimit},
+		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{{Key: "k", Cost: 1}, {Key: "k", Cost: 31}}}, ratekit.ErrCostExceedsQuota},
 		{ratekit.Request{Key: "k", Cost: 1, Parts: []ratekit.Part{}}, ratekit.ErrInvalidRequest},
 	} {
 		for name, call := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){

@@ -109,7 +109,7 @@ func TestDecided(t *testing.T) {
 			continue
 		}
 		for i, ok := range c.ok {
-			if results[i] != (kvstore.OpResult{OK: ok, Value: c.levels[i]}) {
+			if results[i] != (kvstore.OpResult{OK: ok, Remaining: c.levels[i]}) {
 				t.Errorf("%s: result %d = %+v, want OK %v at level %d", c.name, i, results[i], ok, c.levels[i])
 			}
 		}

@@ -314,7 +314,7 @@ func Decided(op kvstore.Op, levels []int64, updates []kvstore.Update, results []
 		return false
 	}
 	for i, level := range levels {
-		results[i] = kvstore.OpResult{OK: level >= updates[i].N, Value: level}
+		results[i] = kvstore.OpResult{OK: level >= updates[i].N, Remaining: level}
 	}
 	return true
 }
@@ -399,7 +399,7 @@ return out
 
 // ClockSkew is the message of the error MultiPeriod returns when Redis's
 // clock is outside a period counter's bounds; the stores turn it into
-// kvstore.ErrClockSkew.
+// ratekit.ErrClockSkew.
 const ClockSkew = "kvstore: clock skew"
 
 // MultiPeriod is kvstore.PeriodCounter's UpdateMulti in Lua: Multi's token
@@ -599,13 +599,13 @@ func (r *Refusals) Took(op string, h uint64, admitted bool) {
 }
 
 // RateArg returns the rate argument of Update and Multi for r: r's refill in
-// units per millisecond, r.Rate×1000, capped at r.Max (a bucket that refills
+// units per millisecond, r.Rate×1000, capped at r.Burst (a bucket that refills
 // more than its maximum in one millisecond is full at the next one either
 // way, and the cap keeps every number of the script below 2^53). r must be
 // valid.
 func RateArg(r kvstore.Refill) int64 {
-	if r.Rate > r.Max/1000 {
-		return r.Max
+	if r.Rate > r.Burst/1000 {
+		return r.Burst
 	}
 	return r.Rate * 1000
 }
@@ -761,7 +761,7 @@ func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string 
 				strconv.FormatInt(p.Quota, 10), strconv.FormatInt(u.N, 10))
 			continue
 		}
-		dst = append(dst, "b", strconv.FormatInt(u.Refill.Max, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		dst = append(dst, "b", strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
 	}
 	return dst
 }
@@ -790,9 +790,9 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		p := updates[i].Period
 		if p == nil {
 			if v < 0 {
-				results[i] = kvstore.OpResult{OK: false, Value: -v - 1}
+				results[i] = kvstore.OpResult{OK: false, Remaining: -v - 1}
 			} else {
-				results[i] = kvstore.OpResult{OK: true, Value: v}
+				results[i] = kvstore.OpResult{OK: true, Remaining: v}
 			}
 			continue
 		}
@@ -805,7 +805,7 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		if r.Period < 1 || r.Period > 3 || v < 0 {
 			return false
 		}
-		r.Value = max(p.Quota-v, 0)
+		r.Remaining = max(p.Quota-v, 0)
 		results[i] = r
 	}
 	return true
