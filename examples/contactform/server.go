@@ -167,7 +167,8 @@ func newServer(cfg config) (http.Handler, error) {
 		Window: cfg.window,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: cfg.secret}},
 		// Catches a replayed token or a reused proof-of-work solution
-		// inside this instance (about 80 bytes an entry).
+		// inside this instance (under 1 MB when full; the size of an
+		// entry is in signedwindow.Config.ReplayCacheSize's doc).
 		ReplayCacheSize:   10_000,
 		ChallengeLifetime: lifetime,
 		Difficulty:        &policy,
