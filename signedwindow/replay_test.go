@@ -3,6 +3,10 @@ package signedwindow
 import (
 	"context"
 	"errors"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,5 +277,43 @@ func TestConcurrentTokenlessExact(t *testing.T) {
 	wg.Wait()
 	if got := admitted.Load(); got != 100 {
 		t.Fatalf("admitted %d, want exactly 100", got)
+	}
+}
+
+// TestReplayCacheBytesPerEntry measures the heap that a full replay cache
+// holds per entry (runtime.MemStats.HeapAlloc after a collection) and checks
+// it against the range that Config.ReplayCacheSize's doc comment states,
+// within a quarter of its ends (the figure moves as the shards' maps grow,
+// and with the Go release). Run with -v for the figures.
+func TestReplayCacheBytesPerEntry(t *testing.T) {
+	src, err := os.ReadFile("config.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`Each entry takes (?:about )?(\d+)(?: to (\d+))? bytes`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("Config.ReplayCacheSize states no size per entry (want \"Each entry takes N to M bytes\")")
+	}
+	lo, _ := strconv.ParseFloat(string(m[1]), 64)
+	hi := lo
+	if m[2] != nil {
+		hi, _ = strconv.ParseFloat(string(m[2]), 64)
+	}
+	for _, size := range []int{10_000, 100_000, 300_000} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c := newReplayCache(size)
+		for i := range size {
+			c.claim(uint64(i+1)*0x9E3779B97F4A7C15, 1<<40, 0)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(c)
+		per := float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(size)
+		t.Logf("%d entries: %.1f bytes an entry", size, per)
+		if per < 0.75*lo || per > 1.25*hi {
+			t.Errorf("%d entries: %.1f bytes an entry; Config.ReplayCacheSize says %s", size, per, m[0])
+		}
 	}
 }

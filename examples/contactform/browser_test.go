@@ -627,9 +627,10 @@ func TestBrowserSendStaysPut(t *testing.T) {
 }
 
 // TestBrowserWithoutJavaScript opens the form in a browser that runs no
-// script of the page: the page says the form needs JavaScript, and Send is
-// disabled, so that nobody posts a form that would be refused for want of
-// the proof of work. (DevTools still evaluates the test's expressions.)
+// script of the page: the page says the form needs JavaScript, and Send and
+// the fields are disabled, so that nobody writes a message into a form that
+// would be refused for want of the proof of work. (DevTools still evaluates
+// the test's expressions.)
 func TestBrowserWithoutJavaScript(t *testing.T) {
 	ctx := browser(t)
 	base := start(t)
@@ -641,9 +642,14 @@ func TestBrowserWithoutJavaScript(t *testing.T) {
 	}
 	type view struct {
 		Disabled, Ran bool
-		Text          string
+		// Fields is how many of the name, email and message fields are
+		// disabled (:disabled, which counts a disabled fieldset around them).
+		Fields int
+		Text   string
 	}
-	look := chromedp.Evaluate[view](`({disabled: document.getElementById("send").disabled, ran: typeof cur !== "undefined", text: document.body.innerText})`)
+	look := chromedp.Evaluate[view](`({disabled: document.getElementById("send").disabled, ran: typeof cur !== "undefined",
+		fields: document.querySelectorAll("#name:disabled, #email:disabled, #message:disabled").length,
+		text: document.body.innerText})`)
 	if err := chromedp.Do(ctx, scripts(true), chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -657,6 +663,9 @@ func TestBrowserWithoutJavaScript(t *testing.T) {
 	if !v.Disabled {
 		t.Error("Send is enabled in a browser without JavaScript")
 	}
+	if v.Fields != 3 {
+		t.Errorf("%d of the 3 fields are disabled in a browser without JavaScript, want all", v.Fields)
+	}
 	if !strings.Contains(v.Text, "This form needs JavaScript") {
 		t.Errorf("the page does not say that the form needs JavaScript:\n%s", v.Text)
 	}
@@ -664,7 +673,7 @@ func TestBrowserWithoutJavaScript(t *testing.T) {
 	if err := chromedp.Do(ctx, scripts(false), chromedp.Navigate(base+"/")); err != nil {
 		t.Fatal(err)
 	}
-	if v, err := chromedp.Run(ctx, look); err != nil || !v.Ran || v.Disabled || strings.Contains(v.Text, "needs JavaScript") {
-		t.Errorf("with JavaScript: %+v, %v; want Send enabled and no notice", v, err)
+	if v, err := chromedp.Run(ctx, look); err != nil || !v.Ran || v.Disabled || v.Fields != 0 || strings.Contains(v.Text, "needs JavaScript") {
+		t.Errorf("with JavaScript: %+v, %v; want Send and the fields enabled and no notice", v, err)
 	}
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
-	_ "embed"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,21 +105,27 @@ type server struct {
 }
 
 var (
-	//go:embed page.html
-	pageHTML string
+	//go:embed page.html answer.html style.html
+	pages embed.FS
 	//go:embed pow.js
 	powJS []byte
 )
 
 var (
-	pageTmpl   = template.Must(template.New("page").Parse(pageHTML))
-	thanksTmpl = template.Must(template.New("thanks").Parse(
-		`<!doctype html><meta charset="utf-8"><title>Thanks</title><link rel="icon" href="data:,"><p>Thanks, {{.Name}}. You can send {{.Remaining}} more {{.Window}}. <a href="/">Back</a></p>`))
-	deniedTmpl = template.Must(template.New("denied").Parse(
-		`<!doctype html><meta charset="utf-8"><title>Too many messages</title><link rel="icon" href="data:,"><p>You have sent {{.Quota}} messages {{.Window}}. Please try again in {{.Seconds}} seconds. <a href="/">Back</a></p>`))
-	refusedTmpl = template.Must(template.New("refused").Parse(
-		`<!doctype html><meta charset="utf-8"><title>Message not sent</title><link rel="icon" href="data:,"><p>{{.}} <a href="/">Back to the form</a></p>`))
+	templates = template.Must(template.ParseFS(pages, "*.html"))
+	// pageTmpl is the form; answerTmpl is the server's answer to a post of
+	// the plain form (a browser without JavaScript): a page in the form's
+	// style with a link back to it.
+	pageTmpl   = templates.Lookup("page.html")
+	answerTmpl = templates.Lookup("answer.html")
 )
+
+// answer is what answerTmpl shows: a title, a sentence, and whether it is
+// good news (green) or not (red).
+type answer struct {
+	Title, Text string
+	OK          bool
+}
 
 // refusal is a post the form refuses, told in words for the person who sent
 // it: Detail in the problem+json answer (for the page's script, which shows
@@ -161,7 +167,8 @@ func newServer(cfg config) (http.Handler, error) {
 		Window: cfg.window,
 		Keys:   []signedwindow.Key{{ID: 1, Secret: cfg.secret}},
 		// Catches a replayed token or a reused proof-of-work solution
-		// inside this instance (about 80 bytes an entry).
+		// inside this instance (under 1 MB when full; the size of an
+		// entry is in signedwindow.Config.ReplayCacheSize's doc).
 		ReplayCacheSize:   10_000,
 		ChallengeLifetime: lifetime,
 		Difficulty:        &policy,
@@ -388,11 +395,8 @@ func (s *server) contact(w http.ResponseWriter, r *http.Request) {
 		"remaining", d.Remaining)
 	if prefersHTML(r) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		thanksTmpl.Execute(w, struct {
-			Name      string
-			Remaining int64
-			Window    string
-		}{name, d.Remaining, windowWords(s.cfg.window)})
+		answerTmpl.Execute(w, answer{Title: "Message sent", OK: true,
+			Text: fmt.Sprintf("Thanks, %s, your message was sent. You can send %d more %s.", name, d.Remaining, windowWords(s.cfg.window))})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "remaining": d.Remaining})
@@ -412,11 +416,9 @@ func (s *server) deny(w http.ResponseWriter, r *http.Request, d ratekit.Decision
 	if prefersHTML(r) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.WriteHeader(http.StatusTooManyRequests)
-		deniedTmpl.Execute(w, struct {
-			Quota   int64
-			Window  string
-			Seconds string
-		}{d.Quota, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter)})
+		answerTmpl.Execute(w, answer{Title: "Too many messages",
+			Text: fmt.Sprintf("Your message was not sent: you have sent %d messages %s. Please try again in %s seconds.",
+				d.Quota, windowWords(s.cfg.window), w.Header().Get(httplimit.HeaderRetryAfter))})
 		return
 	}
 	w.Header().Set("Content-Type", httplimit.ProblemContentType)
@@ -446,7 +448,7 @@ func (s *server) refuse(w http.ResponseWriter, r *http.Request, rf refusal) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(rf.Status)
-		refusedTmpl.Execute(w, cmp.Or(rf.Page, rf.Detail))
+		answerTmpl.Execute(w, answer{Title: "Message not sent", Text: cmp.Or(rf.Page, rf.Detail)})
 		return
 	}
 	problem(w, rf.Status, rf.Title, rf.Detail)

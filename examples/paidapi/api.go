@@ -66,6 +66,10 @@ type config struct {
 	// quote is the downstream work a call pays for.
 	quote  func(ctx context.Context, symbol string) (float64, error)
 	logger *slog.Logger
+	// cleanupEvery is the least time between two runs of the idempotency
+	// records' cleanup in one instance (zero means defaultCleanupEvery; a
+	// negative value turns the cleanup off).
+	cleanupEvery time.Duration
 }
 
 // api is the paid API: GET /v1/quote?symbol=ACME, limited per API key by
@@ -77,8 +81,10 @@ type api struct {
 	customers customers
 	quote     func(ctx context.Context, symbol string) (float64, error)
 	log       *slog.Logger
+	outage    *outage.Reporter      // the store's failures, metered or not
 	metered   lambda.HTTPAPIHandler // /v1/quote behind the limiter
 	handler   lambda.HTTPAPIHandler
+	cleanup   *cleaner
 }
 
 // newAPI builds the limiter, the Guard and the routes once, for every
@@ -116,7 +122,8 @@ func newAPI(cfg config) (*api, error) {
 	// failure at once with its cause, then at most a line per
 	// outage.DefaultInterval with a count, never a line per call, and a
 	// line when PostgreSQL answers again.
-	observer := outage.New(outage.Config{Logger: cfg.logger, Store: "PostgreSQL"}).Observer()
+	a.outage = outage.New(outage.Config{Logger: cfg.logger, Store: "PostgreSQL"})
+	observer := a.outage.Observer()
 	guard, err := httplimit.NewGuard(httplimit.GuardConfig{
 		Limiter:  ratekit.Observe(limiter, observer),
 		Observer: observer,
@@ -153,7 +160,8 @@ func newAPI(cfg config) (*api, error) {
 		a.quote = builtinQuote
 	}
 	a.metered = limit.HTTPAPI(a.serve)
-	a.handler = a.route
+	a.cleanup = &cleaner{every: cfg.cleanupEvery, run: limiter.Cleanup, log: cfg.logger}
+	a.handler = a.routeAndClean
 	return a, nil
 }
 
@@ -288,13 +296,19 @@ func (a *api) usage(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (eve
 	if err != nil {
 		return problem(http.StatusUnauthorized, "Unauthorized", "send a valid API key in X-Api-Key"), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, decisionTimeout)
+	// Bounded like a metered call's decision: by decisionTimeout and the
+	// invocation's deadline less the Guard's margin, so that the 503 leaves
+	// before Lambda ends the invocation.
+	uctx, cancel := context.WithDeadline(ctx, bound(ctx, time.Now(), decisionTimeout))
 	defer cancel()
-	us, err := a.limiter.Usage(ctx, key)
+	us, err := a.limiter.Usage(uctx, key)
 	if err != nil {
-		a.log.ErrorContext(ctx, "usage failed", "error", err)
+		// The reporter of the metered calls: one line for an outage, then
+		// a count at most every outage.DefaultInterval, not a line per call.
+		a.outage.Failure(ratekit.FailureEvent{Action: ratekit.FailedClosed, ErrorClass: ratekit.ClassifyError(err), Err: err})
 		return unavailable(), nil
 	}
+	a.outage.Answered()
 	now := time.Now()
 	report := usageReport{Plan: cu.Plan, Policies: make([]policyUsage, len(us))}
 	for i, u := range us {
@@ -391,6 +405,22 @@ func unavailable() events.APIGatewayV2HTTPResponse {
 // decisionTimeout bounds each decision (the Guard's Timeout) and the pool's
 // ping of a connection that sat idle (see poolConfig).
 const decisionTimeout = 2 * time.Second
+
+// bound returns the time by which database work that starts at now must end:
+// now+timeout, or earlier, the invocation's deadline (ctx's) less the
+// margin a Guard keeps for answering (httplimit.DefaultDeadlineMargin, or a
+// tenth of the time left when that is less), the bound the Guard puts on a
+// metered call's decision.
+func bound(ctx context.Context, now time.Time, timeout time.Duration) time.Time {
+	end := now.Add(timeout)
+	if dl, ok := ctx.Deadline(); ok {
+		last := dl.Add(-max(min(httplimit.DefaultDeadlineMargin, dl.Sub(now)/10), 0))
+		if last.Before(end) {
+			end = last
+		}
+	}
+	return end
+}
 
 // refundTimeout bounds a refund.
 const refundTimeout = 2 * time.Second

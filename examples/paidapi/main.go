@@ -13,7 +13,9 @@
 // /usage reports what the key used of each policy; POST /admin/plan changes
 // a customer's plan (with the admin token). A call whose downstream work
 // fails is refunded, and a retried call that sends the same
-// Idempotency-Key header is charged once.
+// Idempotency-Key header is charged once; the handler deletes expired
+// idempotency records itself, at most every 10 minutes per instance (see
+// cleaner in cleanup.go).
 //
 // On Lambda (provided.al2023) it reads:
 //
