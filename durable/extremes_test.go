@@ -69,11 +69,16 @@ func TestNewExtremes(t *testing.T) {
 				req := ratekit.Request{Key: "k", Cost: cost}
 				for name, f := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){"Allow": l.Allow, "Peek": l.Peek, "Refund": l.Refund} {
 					d, err := f(ctx, req)
-					if err != nil {
-						if cost == 1 {
-							t.Fatalf("%v/%s: %s cost %d: %v", alg, c.name, name, cost, err)
+					// A cost above the quota is ErrCostExceedsQuota for
+					// a take or a peek; a refund of any size succeeds.
+					if cost > cfg.Policy.Quota && name != "Refund" {
+						if !errors.Is(err, ratekit.ErrCostExceedsQuota) {
+							t.Fatalf("%v/%s: %s cost %d: %v, want ErrCostExceedsQuota", alg, c.name, name, cost, err)
 						}
 						continue
+					}
+					if err != nil {
+						t.Fatalf("%v/%s: %s cost %d: %v", alg, c.name, name, cost, err)
 					}
 					if d.Remaining < 0 || d.Remaining > d.Quota || d.RetryAfter < 0 || d.ResetAfter < 0 {
 						t.Fatalf("%v/%s: %s cost %d: decision out of range: %+v", alg, c.name, name, cost, d)

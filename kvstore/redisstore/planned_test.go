@@ -161,3 +161,9 @@ func TestPlannedShortWindowsOnRedis(t *testing.T) {
 		t.Errorf("New, a bucket filling in 500µs: %v, want ErrInvalidConfig", err)
 	}
 }
+
+// TestPlannedExtremes runs plannedtest.CheckExtremes on Redis.
+func TestPlannedExtremes(t *testing.T) {
+	s, _ := newStore(t)
+	plannedtest.CheckExtremes(t, s)
+}
