@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,11 +69,16 @@ func TestNewExtremes(t *testing.T) {
 				req := ratekit.Request{Key: "k", Cost: cost}
 				for name, f := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){"Allow": l.Allow, "Peek": l.Peek, "Refund": l.Refund} {
 					d, err := f(ctx, req)
-					if err != nil {
-						if cost == 1 {
-							t.Fatalf("%v/%s: %s cost %d: %v", alg, c.name, name, cost, err)
+					// A cost above the quota is ErrCostExceedsQuota for
+					// a take or a peek; a refund of any size succeeds.
+					if cost > cfg.Policy.Quota && name != "Refund" {
+						if !errors.Is(err, ratekit.ErrCostExceedsQuota) {
+							t.Fatalf("%v/%s: %s cost %d: %v, want ErrCostExceedsQuota", alg, c.name, name, cost, err)
 						}
 						continue
+					}
+					if err != nil {
+						t.Fatalf("%v/%s: %s cost %d: %v", alg, c.name, name, cost, err)
 					}
 					if d.Remaining < 0 || d.Remaining > d.Quota || d.RetryAfter < 0 || d.ResetAfter < 0 {
 						t.Fatalf("%v/%s: %s cost %d: decision out of range: %+v", alg, c.name, name, cost, d)
@@ -115,5 +121,77 @@ func TestTokenBucketRoundingBound(t *testing.T) {
 		if !tc.ok && !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("%d per %v: %v, want ErrInvalidConfig", tc.quota, tc.window, err)
 		}
+	}
+}
+
+// TestRefundExtremes refunds ratekit.MaxQuota units and more to every
+// algorithm, plain and planned, on an empty and on a used key: a refund
+// never fills above the quota, so each succeeds and leaves the whole quota
+// remaining, and none reaches SQL's bigint arithmetic with a product it
+// cannot hold.
+func TestRefundExtremes(t *testing.T) {
+	s := newStore(t, pgstoretest.PostgresURL(t), 2)
+	prefix := pgstoretest.Prefix(t)
+	ctx := context.Background()
+	costs := []int64{ratekit.MaxQuota, ratekit.MaxQuota + 1, 1 << 62, math.MaxInt64}
+	check := func(t *testing.T, name string, allow, refund func(context.Context, ratekit.Request) (ratekit.Decision, error), quota int64) {
+		for _, used := range []bool{false, true} {
+			for _, cost := range costs {
+				key := fmt.Sprintf("%s-%t-%d", name, used, cost)
+				if used {
+					if _, err := allow(ctx, ratekit.Request{Key: key, Cost: 3}); err != nil {
+						t.Fatalf("%s: Allow: %v", name, err)
+					}
+				}
+				d, err := refund(ctx, ratekit.Request{Key: key, Cost: cost})
+				if err != nil {
+					t.Errorf("%s: Refund of %d (used %t): %v", name, cost, used, err)
+					continue
+				}
+				if d.Remaining != quota {
+					t.Errorf("%s: Refund of %d (used %t): Remaining %d, want %d", name, cost, used, d.Remaining, quota)
+				}
+			}
+		}
+	}
+	for _, alg := range algorithms {
+		for _, quota := range []int64{5, 1 << 40} {
+			name := fmt.Sprintf("%v-%d", alg, quota)
+			window := max(time.Hour, time.Duration(quota)*time.Millisecond)
+			l, err := durable.New(durable.Config{Store: s, Prefix: prefix, CleanupProbability: -1, Durability: durable.Unlogged,
+				Policy: ratekit.Policy{Name: "r" + fmt.Sprint(quota), Quota: quota, Window: window, Algorithm: alg}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, name, l.Allow, l.Refund, quota)
+		}
+	}
+	plan := ratekit.Plan{Name: "p", Policies: []ratekit.Policy{
+		{Name: "bucket", Quota: 5, Window: time.Hour, Algorithm: ratekit.TokenBucket},
+		{Name: "day", Quota: 5, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Day}},
+	}}
+	p, err := durable.NewPlanned(durable.PlannedConfig{Store: s, Prefix: prefix + "p", Durability: durable.Logged,
+		Plan: func(context.Context, string) (ratekit.Plan, error) { return plan, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, "planned", p.Allow, p.Refund, 5)
+}
+
+// TestTokenBucketFillTimeMessage: the refusal of a token bucket whose
+// rounded refill would fill it later than its window states the fill time
+// it would take, even one beyond the longest time.Duration, never a
+// negative one.
+func TestTokenBucketFillTimeMessage(t *testing.T) {
+	s := newStore(t, pgstoretest.PostgresURL(t), 1)
+	// Window/Quota is 9.22µs, rounded up to 10µs: the bucket fills in
+	// 10 × MaxQuota µs, 2,777,777 hours, beyond the longest Duration.
+	_, err := durable.New(durable.Config{Store: s, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged,
+		Policy: ratekit.Policy{Name: "x", Quota: ratekit.MaxQuota, Window: math.MaxInt64, Algorithm: ratekit.TokenBucket}})
+	if !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Fatalf("New: %v, want ErrInvalidConfig", err)
+	}
+	if want := "fills in 2777777h46m39.99999s instead"; !strings.Contains(err.Error(), want) {
+		t.Errorf("New: %v, want it to say %q", err, want)
 	}
 }

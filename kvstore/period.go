@@ -23,8 +23,11 @@ const MaxPeriodBound = 1<<53 - 1
 // contains the client's clock, that period, and the one after, [b0, b1),
 // [b1, b2) and [b2, b3). The store reads its own clock once for the whole
 // call and counts in the period that contains it; a store clock outside
-// [b0, b3) (the clocks differ by more than a period) fails the call with
-// [ratekit.ErrClockSkew] and nothing changes. So decisions follow one clock, the
+// [b0, b3) fails the call with [ratekit.ErrClockSkew] and nothing changes.
+// The store reads its clock after the client read its own, so the bounds
+// tolerate a difference of at least one period between the clocks, the
+// latency between the two readings included: a client sends bounds of
+// periods far longer than that latency. So decisions follow one clock, the
 // store's, and calendar arithmetic (months, time zones, daylight saving)
 // stays with the client.
 //

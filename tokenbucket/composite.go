@@ -32,7 +32,9 @@ type CompositeConfig struct {
 	Mode Mode
 
 	// Store keeps the buckets; it must implement kvstore.MultiAtomic
-	// (memstore, redisstore and rueidisstore do).
+	// (memstore, redisstore and rueidisstore do). Every bucket must fill
+	// from empty in at least one step of its clock
+	// (kvstore.ClockStepper): a millisecond on Redis.
 	Store kvstore.Store
 
 	// Group, when true, keeps every bucket of a decision in the group of
@@ -80,7 +82,8 @@ var (
 
 // NewComposite returns a Composite for cfg. It returns an error matching
 // ratekit.ErrInvalidConfig for no buckets, any bucket that [New] would
-// refuse, duplicate or overlapping names (see CompositeConfig.Buckets), a
+// refuse, one that fills faster than the store's clock step (see Store),
+// duplicate or overlapping names (see CompositeConfig.Buckets), a
 // Mode other than Atomic, a Store that is not a kvstore.MultiAtomic, or a
 // partitioned store (a Redis Cluster) without Group.
 func NewComposite(cfg CompositeConfig) (*Composite, error) {
@@ -114,6 +117,9 @@ func NewComposite(cfg CompositeConfig) (*Composite, error) {
 		l, err := New(Config{Name: b.Name, Burst: b.Burst, RefillRate: b.RefillRate, Mode: Eventual, Store: cfg.Store})
 		if err != nil {
 			return nil, invalid("bucket %d: %v", i, err)
+		}
+		if problem := stepProblem(l.policy.Window, c.step); problem != "" {
+			return nil, invalid("bucket %d (%s): %s", i, b.Name, problem)
 		}
 		for j, p := range c.prefix {
 			if q := b.Name + ":"; strings.HasPrefix(p, q) || strings.HasPrefix(q, p) {

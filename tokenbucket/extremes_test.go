@@ -2,12 +2,14 @@ package tokenbucket_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/extremes"
+	"github.com/ratekit/ratekit/internal/plannedtest"
 	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -63,11 +65,16 @@ func exercise(t *testing.T, l *tokenbucket.Limiter, clock *clock) {
 		req := ratekit.Request{Key: "k", Cost: cost}
 		for name, f := range map[string]func(context.Context, ratekit.Request) (ratekit.Decision, error){"Allow": l.Allow, "Peek": l.Peek, "Refund": l.Refund} {
 			d, err := f(ctx, req)
-			if err != nil {
-				if cost <= limit {
-					t.Fatalf("%v: %s cost %d: %v", l.Policy(), name, cost, err)
+			// A cost above the limit is ErrCostExceedsQuota, for a
+			// refund too (Limiter.Refund returns Allow's errors).
+			if cost > limit {
+				if !errors.Is(err, ratekit.ErrCostExceedsQuota) {
+					t.Fatalf("%v: %s cost %d: %v, want ErrCostExceedsQuota", l.Policy(), name, cost, err)
 				}
 				continue
+			}
+			if err != nil {
+				t.Fatalf("%v: %s cost %d: %v", l.Policy(), name, cost, err)
 			}
 			if d.Remaining < 0 || d.Remaining > d.Quota || d.RetryAfter < 0 || d.ResetAfter < 0 {
 				t.Fatalf("%v: %s cost %d: decision out of range: %+v", l.Policy(), name, cost, d)
@@ -75,4 +82,9 @@ func exercise(t *testing.T, l *tokenbucket.Limiter, clock *clock) {
 		}
 		clock.Add(time.Hour)
 	}
+}
+
+// TestPlannedExtremes runs plannedtest.CheckExtremes on memstore.
+func TestPlannedExtremes(t *testing.T) {
+	plannedtest.CheckExtremes(t, memStore(t, nil))
 }

@@ -40,8 +40,8 @@ type PlannedConfig struct {
 	// that contains Now and its two neighbours are sent, and the store
 	// counts in the one that contains ITS clock (see
 	// kvstore.PeriodBounds). Nil means time.Now. A clock more than a
-	// period away from the store's fails decisions with
-	// ratekit.ErrClockSkew.
+	// period away from the store's, latency included, fails decisions
+	// with ratekit.ErrClockSkew (see [MinFixedWindow]).
 	Now func() time.Time
 }
 
@@ -56,7 +56,9 @@ type PlannedConfig struct {
 //
 //   - TokenBucket: a bucket of Quota tokens (the burst) that fills from
 //     empty in Window (a refill of Quota per Window, which must be a whole
-//     number of microseconds), with [Limiter]'s exact arithmetic.
+//     number of microseconds, and at least one step of the store's clock,
+//     kvstore.ClockStepper: a millisecond on Redis), with [Limiter]'s
+//     exact arithmetic.
 //   - FixedWindow with a Period: a period counter, at most Quota units in
 //     each calendar period ([ratekit.Period]: a day, week or month in a
 //     time zone, from the key's billing anchor), picked by the store's
@@ -65,9 +67,10 @@ type PlannedConfig struct {
 //     length (28 to 31 days for a month).
 //   - FixedWindow without a Period: a period counter over windows of
 //     Window aligned to the Unix epoch (Window a whole number of
-//     microseconds). Its bounds come from this process's clock too, so a
-//     clock more than one Window from the store's fails with
-//     ratekit.ErrClockSkew: prefer a TokenBucket for windows of seconds.
+//     microseconds, at least [MinFixedWindow]). Its bounds come from this
+//     process's clock too, so a clock more than one Window from the
+//     store's, latency included, fails with ratekit.ErrClockSkew: prefer a
+//     TokenBucket for windows of seconds.
 //   - SlidingWindow and SlidingLog are refused (ratekit.ErrInvalidConfig).
 //
 // Counts are kept per key and policy name, not per plan. A period
@@ -109,6 +112,16 @@ type Planned struct {
 	// decisions of one period compute its calendar once (see bounds).
 	bounds [boundsSlots]atomic.Pointer[boundsEntry]
 }
+
+// MinFixedWindow is the shortest Window of a FixedWindow policy without a
+// Period that [Planned] counts; a plan with a shorter one is refused
+// (ratekit.ErrInvalidConfig). Such a window's bounds are the window that
+// contains this process's clock and its two neighbours, and the store
+// reads its own clock a round trip later: they tolerate a difference of
+// one Window between the two clocks, latency included, and a shorter
+// window would fail decisions with ratekit.ErrClockSkew under ordinary
+// latency and load, with no skew at all.
+const MinFixedWindow = time.Second
 
 // boundsSlots is the number of period bounds a Planned remembers,
 // direct-mapped by the policy's period and window.
@@ -183,10 +196,16 @@ func (p *Planned) resolve(ctx context.Context, key string, sc *multiScratch) ([]
 			if problem != "" {
 				return nil, invalid("%s", problem)
 			}
+			if problem := stepProblem(pol.Window, p.step); problem != "" {
+				return nil, invalid("a token bucket of %d per %v %s", pol.Quota, pol.Window, problem)
+			}
 			pols[i].refill, pols[i].unit = r, unit
 		case ratekit.FixedWindow:
 			if pol.Period.IsZero() && pol.Window%time.Microsecond != 0 {
 				return nil, invalid("a fixed window's Window %v is not a whole number of microseconds", pol.Window)
+			}
+			if pol.Period.IsZero() && pol.Window < MinFixedWindow {
+				return nil, invalid("a fixed window's Window %v is shorter than tokenbucket.MinFixedWindow (%v): its bounds, from this process's clock, would not cover the store's clock a round trip later; use a TokenBucket", pol.Window, MinFixedWindow)
 			}
 			if pol.Quota > kvstore.MaxValue {
 				return nil, invalid("quota %d is above 2^52", pol.Quota)

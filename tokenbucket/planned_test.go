@@ -11,6 +11,7 @@ import (
 	"github.com/ratekit/ratekit/internal/fakeclock"
 	"github.com/ratekit/ratekit/internal/plannedtest"
 	"github.com/ratekit/ratekit/kvstore"
+	"github.com/ratekit/ratekit/kvstore/memstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
 
@@ -203,5 +204,94 @@ func TestPlannedConcurrent(t *testing.T) {
 	admitted, used = plannedtest.Race(t, l, "v", 8, 20, 3)
 	if admitted > 50 || admitted < 48 || used != admitted {
 		t.Fatalf("costs 1 to 3: admitted %d units, usage reads %d; want 48 to 50, and equal", admitted, used)
+	}
+}
+
+// TestPlannedShortWindowLatency: a fixed window without a Period takes its
+// bounds from this process's clock, and the store reads its own clock a
+// round trip later. A window shorter than tokenbucket.MinFixedWindow is
+// refused as a configuration error, never decided into a false
+// ErrClockSkew; one of MinFixedWindow decides whatever the phase of the
+// process's clock in its window, with the store's clock up to a window
+// minus a microsecond ahead (latency), or as much behind (skew).
+func TestPlannedShortWindowLatency(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2027, time.March, 1, 0, 0, 0, 0, time.UTC)
+	for _, w := range []time.Duration{time.Microsecond, time.Millisecond, 10 * time.Millisecond, tokenbucket.MinFixedWindow - time.Microsecond} {
+		process := fakeclock.New(start.Add(w - time.Microsecond)) // the window's last microsecond
+		store := fakeclock.New(start.Add(w - time.Microsecond + 2*time.Millisecond))
+		plans := &plannedtest.Plans{}
+		plans.Set("k", ratekit.Plan{Name: "short", Policies: []ratekit.Policy{{Name: "w", Quota: 5, Window: w, Algorithm: ratekit.FixedWindow}}})
+		l := newPlanned(t, memStore(t, store.Now), process.Now, plans.Plan)
+		_, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1})
+		if !errors.Is(err, ratekit.ErrInvalidConfig) || !strings.Contains(err.Error(), "MinFixedWindow") {
+			t.Errorf("window %v, store clock 2ms ahead: err = %v, want ErrInvalidConfig naming MinFixedWindow", w, err)
+		}
+	}
+	w := tokenbucket.MinFixedWindow
+	for _, phase := range []time.Duration{0, time.Microsecond, w / 2, w - time.Microsecond} {
+		for _, offset := range []time.Duration{0, time.Millisecond, w - time.Microsecond, -w + time.Microsecond} {
+			process := fakeclock.New(start.Add(phase))
+			store := fakeclock.New(start.Add(phase + offset))
+			plans := &plannedtest.Plans{}
+			plans.Set("k", ratekit.Plan{Name: "second", Policies: []ratekit.Policy{{Name: "w", Quota: 5, Window: w, Algorithm: ratekit.FixedWindow}}})
+			l := newPlanned(t, memStore(t, store.Now), process.Now, plans.Plan)
+			if d, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 1}); err != nil || !d.Allowed {
+				t.Errorf("window %v, process at %v into it, store %v from it: %+v, %v", w, phase, offset, d, err)
+			}
+		}
+	}
+}
+
+// steppedStore is a memstore whose clock, it says, advances in whole
+// milliseconds, as Redis's does.
+type steppedStore struct{ *memstore.Store }
+
+func (steppedStore) ClockStep() time.Duration { return time.Millisecond }
+
+// TestClockStepRefusesFasterBuckets: on a store whose clock advances in
+// milliseconds, a bucket that fills from empty in less than a millisecond
+// would be full again at every step and admit at most its burst per
+// millisecond, less than its rate: New (Atomic), NewComposite and a
+// Planned's plan refuse it; one that fills in a millisecond is accepted.
+// Eventual mode reads the process's clock and is not affected.
+func TestClockStepRefusesFasterBuckets(t *testing.T) {
+	store := steppedStore{memStore(t, nil)}
+	for _, tc := range []struct {
+		burst int64
+		rate  tokenbucket.Rate
+		ok    bool
+	}{
+		{5, tokenbucket.Rate{Tokens: 5, Per: 999 * time.Microsecond}, false},
+		{1, tokenbucket.Rate{Tokens: 1, Per: 100 * time.Microsecond}, false},
+		{10, tokenbucket.Rate{Tokens: 100, Per: time.Millisecond}, false},
+		{5, tokenbucket.Rate{Tokens: 5, Per: time.Millisecond}, true},
+		{10, tokenbucket.Rate{Tokens: 1, Per: 100 * time.Microsecond}, true},
+	} {
+		_, err := tokenbucket.New(tokenbucket.Config{Name: "b", Burst: tc.burst, RefillRate: tc.rate, Mode: tokenbucket.Atomic, Store: store})
+		if tc.ok != (err == nil) || (err != nil && (!errors.Is(err, ratekit.ErrInvalidConfig) || !strings.Contains(err.Error(), "step of the store's clock"))) {
+			t.Errorf("New Atomic, burst %d at %d per %v: %v, want ok %t", tc.burst, tc.rate.Tokens, tc.rate.Per, err, tc.ok)
+		}
+		if _, err := tokenbucket.New(tokenbucket.Config{Name: "b", Burst: tc.burst, RefillRate: tc.rate, Mode: tokenbucket.Eventual, Store: store}); err != nil {
+			t.Errorf("New Eventual, burst %d at %d per %v: %v", tc.burst, tc.rate.Tokens, tc.rate.Per, err)
+		}
+		_, err = tokenbucket.NewComposite(tokenbucket.CompositeConfig{Mode: tokenbucket.Atomic, Store: store, Buckets: []tokenbucket.Bucket{
+			{Name: "slow", Burst: 5, RefillRate: tokenbucket.Rate{Tokens: 5, Per: time.Second}},
+			{Name: "b", Burst: tc.burst, RefillRate: tc.rate},
+		}})
+		if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ratekit.ErrInvalidConfig)) {
+			t.Errorf("NewComposite, burst %d at %d per %v: %v, want ok %t", tc.burst, tc.rate.Tokens, tc.rate.Per, err, tc.ok)
+		}
+	}
+	plans := &plannedtest.Plans{}
+	plans.Set("fast", ratekit.Plan{Name: "fast", Policies: []ratekit.Policy{{Name: "b", Quota: 5, Window: 999 * time.Microsecond, Algorithm: ratekit.TokenBucket}}})
+	plans.Set("ms", ratekit.Plan{Name: "ms", Policies: []ratekit.Policy{{Name: "b", Quota: 5, Window: time.Millisecond, Algorithm: ratekit.TokenBucket}}})
+	l := newPlanned(t, store, nil, plans.Plan)
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, ratekit.Request{Key: "fast", Cost: 1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("Planned, a bucket filling in 999µs: %v, want ErrInvalidConfig", err)
+	}
+	if d, err := l.Allow(ctx, ratekit.Request{Key: "ms", Cost: 1}); err != nil || !d.Allowed {
+		t.Errorf("Planned, a bucket filling in 1ms: %+v, %v", d, err)
 	}
 }

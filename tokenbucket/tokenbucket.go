@@ -125,7 +125,9 @@ type Config struct {
 	// Mode is Eventual or Atomic; there is no default.
 	Mode Mode
 
-	// Store keeps the buckets. Atomic mode needs a kvstore.Atomic.
+	// Store keeps the buckets. Atomic mode needs a kvstore.Atomic, and a
+	// bucket that fills from empty (Burst at RefillRate) in at least one
+	// step of its clock (kvstore.ClockStepper): a millisecond on Redis.
 	Store kvstore.Store
 
 	// Now is the clock for what the Limiter computes in process: the
@@ -183,7 +185,9 @@ func configErr(format string, args ...any) error {
 // RefillRate that is not positive, not whole microseconds or faster than
 // Burst tokens per microsecond, a Burst × D above 2^52 (see the package doc),
 // a missing or unknown Mode, a nil Store, an Atomic mode over a store that is
-// not a kvstore.Atomic, or a negative DeniedCacheSize.
+// not a kvstore.Atomic or whose clock step (kvstore.ClockStepper: a
+// millisecond on Redis) is longer than the time the bucket takes to fill
+// from empty, or a negative DeniedCacheSize.
 func New(cfg Config) (*Limiter, error) {
 	if err := ratekit.ValidatePolicyName(cfg.Name); err != nil {
 		return nil, configErr("%v", err)
@@ -227,6 +231,9 @@ func New(cfg Config) (*Limiter, error) {
 		}
 		l.atomic = a
 		l.step = clockStep(cfg.Store)
+		if problem := stepProblem(window(cfg.Burst, r), l.step); problem != "" {
+			return nil, invalid("Burst %d refilled at %d per %v %s", cfg.Burst, r.Tokens, r.Per, problem)
+		}
 	case 0:
 		return nil, invalid("Mode is not set; choose tokenbucket.Eventual or tokenbucket.Atomic")
 	default:
@@ -278,6 +285,18 @@ func bucketRefill(burst int64, r Rate) (refill kvstore.Refill, unit int64, probl
 		return kvstore.Refill{}, 0, fmt.Sprintf("RefillRate %d per %v refills more than Burst %d per microsecond", r.Tokens, r.Per, burst)
 	}
 	return refill, unit, ""
+}
+
+// stepProblem says why a bucket that fills from empty in fill cannot be
+// kept on a store whose clock advances in steps of step (0 for a
+// microsecond), or returns "": one that fills in less than a step is full
+// again at every step, so it would admit at most its burst per step, less
+// than the rate it advertises.
+func stepProblem(fill, step time.Duration) string {
+	if step == 0 || fill >= step {
+		return ""
+	}
+	return fmt.Sprintf("fills from empty in %v, less than one step of the store's clock (%v; Redis reads its clock in whole milliseconds), so it would admit at most its burst per step, less than its rate; make it fill in at least %v", fill, step, step)
 }
 
 func gcd(a, b int64) int64 {

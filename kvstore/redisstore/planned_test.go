@@ -2,8 +2,11 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -103,4 +106,64 @@ func BenchmarkPlannedAllow(b *testing.B) {
 		b.Fatal(err)
 	}
 	plannedtest.Bench(b, s)
+}
+
+// TestPlannedShortWindowsOnRedis: Redis reads its clock a round trip after
+// tokenbucket.Planned computed a fixed window's bounds, so a window of a
+// millisecond failed decisions with ErrClockSkew from latency alone. Such
+// a window is refused as a configuration error on every decision, never a
+// clock skew; decisions of 8 goroutines on a window of
+// tokenbucket.MinFixedWindow never fail. A bucket that fills faster than
+// Redis's millisecond clock step is refused too.
+func TestPlannedShortWindowsOnRedis(t *testing.T) {
+	s, _ := newStore(t)
+	plans := &plannedtest.Plans{}
+	plans.Set("ms", ratekit.Plan{Name: "ms", Policies: []ratekit.Policy{{Name: "w", Quota: 1 << 40, Window: time.Millisecond, Algorithm: ratekit.FixedWindow}}})
+	plans.Set("min", ratekit.Plan{Name: "min", Policies: []ratekit.Policy{{Name: "w", Quota: 1 << 40, Window: tokenbucket.MinFixedWindow, Algorithm: ratekit.FixedWindow}}})
+	plans.Set("fast", ratekit.Plan{Name: "fast", Policies: []ratekit.Policy{{Name: "b", Quota: 5, Window: 500 * time.Microsecond, Algorithm: ratekit.TokenBucket}}})
+	l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "api", Store: s, Plan: plans.Plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const goroutines, each = 8, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*goroutines*each)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				if _, err := l.Allow(ctx, ratekit.Request{Key: "ms", Cost: 1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+					errs <- fmt.Errorf("a 1ms window: %v, want ErrInvalidConfig", err)
+				}
+				if _, err := l.Allow(ctx, ratekit.Request{Key: "min", Cost: 1}); err != nil {
+					errs <- fmt.Errorf("a window of MinFixedWindow: %w", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	n := 0
+	for err := range errs {
+		if n++; n <= 5 {
+			t.Error(err)
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d of %d decisions failed", n, 2*goroutines*each)
+	}
+	if _, err := l.Allow(ctx, ratekit.Request{Key: "fast", Cost: 1}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("a bucket filling in 500µs: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := tokenbucket.New(tokenbucket.Config{Name: "fast", Burst: 5, RefillRate: tokenbucket.Rate{Tokens: 5, Per: 500 * time.Microsecond}, Mode: tokenbucket.Atomic, Store: s}); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Errorf("New, a bucket filling in 500µs: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestPlannedExtremes runs plannedtest.CheckExtremes on Redis.
+func TestPlannedExtremes(t *testing.T) {
+	s, _ := newStore(t)
+	plannedtest.CheckExtremes(t, s)
 }

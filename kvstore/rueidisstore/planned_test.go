@@ -14,3 +14,10 @@ func TestPlannedConcurrent(t *testing.T) {
 	s, _ := newStore(t)
 	plannedtest.CheckConcurrent(t, s, false)
 }
+
+// TestPlannedExtremes runs plannedtest.CheckExtremes on Redis through
+// rueidis.
+func TestPlannedExtremes(t *testing.T) {
+	s, _ := newStore(t)
+	plannedtest.CheckExtremes(t, s)
+}

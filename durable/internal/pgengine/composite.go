@@ -323,6 +323,9 @@ func (m *Composite) parts(op int64, key string, cost int64, parts []ratekit.Part
 		if op != opRefund && n > c.quota {
 			return nil, nil, nil, fmt.Errorf("%w: part %d: cost %d, quota %d", ratekit.ErrCostExceedsQuota, i, n, c.quota)
 		}
+		if op == opRefund {
+			n = c.refundCost(n)
+		}
 		keys[i], costs[i] = []byte(k), n
 		if c.cfg.Algorithm == ratekit.SlidingLog {
 			locks[i] = logLockID(c.cfg.Durability, c.cfg.Prefix, k)

@@ -399,9 +399,20 @@ func emissionInterval(quota int64, window time.Duration) (int64, error) {
 	}
 	if slow := interval*quota - w; slow > w/MaxRefillSlowdown {
 		return 0, fmt.Errorf("%w: a token bucket of %d per %v refills one unit every %dµs (whole microseconds), so it fills in %v instead: more than 1%% slower than it advertises; use at least 100µs of window per unit of quota",
-			ratekit.ErrInvalidConfig, quota, window, interval, time.Duration(interval*quota)*time.Microsecond)
+			ratekit.ErrInvalidConfig, quota, window, interval, formatMicros(interval*quota))
 	}
 	return interval, nil
+}
+
+// formatMicros formats us microseconds (at least 0) as time.Duration
+// does, also beyond the longest Duration (about 2,562,047 hours).
+func formatMicros(us int64) string {
+	if us <= math.MaxInt64/int64(time.Microsecond) {
+		return (time.Duration(us) * time.Microsecond).String()
+	}
+	const hour = int64(time.Hour / time.Microsecond)
+	rest := time.Duration(us%hour) * time.Microsecond
+	return fmt.Sprintf("%dh%dm%gs", us/hour, rest/time.Minute, (rest % time.Minute).Seconds())
 }
 
 // validate returns an error matching [ratekit.ErrInvalidConfig] when cfg is
@@ -526,6 +537,21 @@ func (c *Counter) Refund(ctx context.Context, key string, cost int64, idempotenc
 	return c.do(ctx, opRefund, key, cost, idempotencyKey)
 }
 
+// refundCost returns the cost a refund of cost units sends to SQL: at
+// most maxMicros+1 units, and for a token bucket at most
+// maxMicros/interval+1, so that the functions' bigint arithmetic (a count
+// plus the cost, the cost times the emission interval) cannot overflow. It
+// gives back the same as cost: a count and a bucket's debt never exceed
+// maxMicros (units, or microseconds of a bucket's burst offset), and a
+// refund empties them at most.
+func (c *Counter) refundCost(cost int64) int64 {
+	most := int64(maxMicros)
+	if c.cfg.Algorithm == ratekit.TokenBucket {
+		most /= c.windowUS
+	}
+	return min(cost, most+1)
+}
+
 func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem string) (Outcome, error) {
 	if c.single != nil {
 		r, err := c.single.do(ctx, op, key, cost, nil, idem, nil)
@@ -540,6 +566,9 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	}
 	if op != opRefund && cost > c.quota {
 		return Outcome{}, fmt.Errorf("%w: cost %d, quota %d", ratekit.ErrCostExceedsQuota, cost, c.quota)
+	}
+	if op == opRefund {
+		cost = c.refundCost(cost)
 	}
 	if err := c.store.ensureSchema(ctx); err != nil {
 		return Outcome{}, err
