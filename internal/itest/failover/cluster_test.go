@@ -139,6 +139,8 @@ func newPair(t *testing.T, sync bool) *pair {
 		"port = " + strconv.Itoa(standbyPort),
 		"cluster_name = '" + standbyName + "'",
 		"synchronous_standby_names = ''",
+		// A standby cut off by cutStandby stays cut off.
+		"wal_retrieve_retry_interval = '10min'",
 	})
 	p.run(120*time.Second, "pg_ctl", "-D", p.standby, "-l", filepath.Join(dir, "standby.log"), "-w", "-t", "90", "start")
 
@@ -216,6 +218,25 @@ func (p *pair) logs() string {
 func (p *pair) killPrimary() {
 	p.t.Helper()
 	p.run(60*time.Second, "pg_ctl", "-D", p.primary, "-m", "immediate", "-w", "-t", "30", "stop")
+}
+
+// cutStandby cuts the standby off from the primary, as a network partition
+// or a lagging standby would: the primary refuses replication connections
+// from then on and ends the standby's current one. From then on the
+// standby receives nothing. It waits until the primary has no standby.
+func (p *pair) cutStandby() {
+	p.t.Helper()
+	hba := filepath.Join(p.primary, "pg_hba.conf")
+	data, err := os.ReadFile(hba)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	if err := os.WriteFile(hba, append([]byte("host replication all 127.0.0.1/32 reject\n"), data...), 0o600); err != nil {
+		p.t.Fatal(err)
+	}
+	p.waitFor(30*time.Second, primaryPort, "reload of pg_hba.conf", "SELECT pg_reload_conf()")
+	p.waitFor(30*time.Second, primaryPort, "the end of replication",
+		"SELECT count(pg_terminate_backend(pid)) = 0 FROM pg_stat_replication")
 }
 
 // promote promotes the standby and waits until it accepts writes.

@@ -25,14 +25,20 @@ import (
 // A client is a pool, a Store and a Limiter of its own, as a process (a
 // function instance) has; the clients share this test's process.
 const (
-	clients     = 4
-	goroutines  = 16
-	perRoutine  = 20 // requests per goroutine, each retried until it has an answer
-	quota       = 150
-	killAt      = 100 // admitted units (all keys) at which the primary is stopped
-	attemptTime = 5 * time.Second
-	requestTime = 120 * time.Second // the longest a request may stay unanswered
+	clients    = 4
+	goroutines = 16
+	perRoutine = 20 // requests per goroutine, each retried until it has an answer
+	quota      = 150
+	killAt     = 100 // admitted units (all keys) at which the primary is stopped
+	// attemptTime outlasts the stop of a standby cut off: a decision
+	// cancelled while it waits for a synchronous standby is committed on
+	// the primary alone (PostgreSQL cancels the wait, not the commit).
+	attemptTime = 30 * time.Second
+	requestTime = 180 * time.Second // the longest a request may stay unanswered
 	retryPause  = 250 * time.Millisecond
+	// lag is how long the standby is cut off before the primary stops, in
+	// the runs that cut it off.
+	lag = time.Second
 	// Window is long enough that no run crosses a window boundary.
 	window = 1000 * 24 * time.Hour
 )
@@ -40,7 +46,12 @@ const (
 var keys = []string{"k0", "k1", "k2", "k3"}
 
 func TestFailoverSynchronous(t *testing.T) {
-	r := runFailover(t, true)
+	t.Run("streaming", func(t *testing.T) { checkSynchronous(t, runFailover(t, true, 0)) })
+	t.Run("standby cut off", func(t *testing.T) { checkSynchronous(t, runFailover(t, true, lag)) })
+}
+
+// checkSynchronous checks that nothing admitted was lost at the failover.
+func checkSynchronous(t *testing.T, r result) {
 	for i, k := range keys {
 		if r.seen[i] > quota {
 			t.Errorf("key %s: clients saw %d units admitted across the failover, above the quota %d", k, r.seen[i], quota)
@@ -52,7 +63,12 @@ func TestFailoverSynchronous(t *testing.T) {
 }
 
 func TestFailoverAsynchronous(t *testing.T) {
-	r := runFailover(t, false)
+	t.Run("streaming", func(t *testing.T) { checkAsynchronous(t, runFailover(t, false, 0)) })
+	t.Run("standby cut off", func(t *testing.T) { checkAsynchronous(t, runFailover(t, false, lag)) })
+}
+
+// checkAsynchronous checks the bounds that hold whatever the standby lacks.
+func checkAsynchronous(t *testing.T, r result) {
 	for i, k := range keys {
 		// What the promoted standby lacks comes back as quota: clients can
 		// see up to the quota admitted before the stop and the quota again
@@ -75,10 +91,11 @@ type result struct {
 }
 
 // runFailover runs the workload on a fresh primary and standby, stops the
-// primary hard once killAt units are admitted, promotes the standby, lets
+// primary hard once killAt units are admitted (after cutting the standby
+// off for cut when cut is positive), promotes the standby, lets
 // every request be retried (same idempotency key) until it has an answer,
 // and reads the counts back from the new primary.
-func runFailover(t *testing.T, syncRep bool) result {
+func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	start := time.Now()
 	p := newPair(t, syncRep)
 	setup := time.Since(start)
@@ -122,6 +139,10 @@ func runFailover(t *testing.T, syncRep bool) result {
 			return
 		}
 		pace.SetLimit(40)
+		if cut > 0 {
+			p.cutStandby()
+			time.Sleep(cut)
+		}
 		stopBegan, atStopBegan = time.Now(), admitted.Load()
 		p.killPrimary()
 		killed <- time.Now()
@@ -208,15 +229,18 @@ func runFailover(t *testing.T, syncRep bool) result {
 		used[i] = quota - d.Remaining
 	}
 
-	mode := "asynchronous"
+	mode := "asynchronous replication"
 	if syncRep {
-		mode = "synchronous"
+		mode = "synchronous replication"
 	}
 	var total int64
 	for _, n := range seen {
 		total += n
 	}
-	t.Logf("%s replication, %d clients × %d goroutines, %d requests on %d keys of quota %d: "+
+	if cut > 0 {
+		mode += fmt.Sprintf(", standby cut off %v before the stop", cut)
+	}
+	t.Logf("%s, %d clients × %d goroutines, %d requests on %d keys of quota %d: "+
 		"admitted seen by clients %v (total %d), used on the promoted standby %v; "+
 		"%d units admitted when the stop began, %d when it ended; "+
 		"stop took %v, promotion %v; %d failed attempts from %v to %v after the stop ended (window %v); "+
