@@ -118,8 +118,9 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		mu       sync.Mutex
 		seen     = make([]int64, len(keys))
 		failures int
-		first    time.Time // first failed attempt
-		last     time.Time // last failed attempt
+		first    time.Time     // first failed attempt
+		last     time.Time     // last failed attempt
+		longest  time.Duration // the longest a request waited for its answer, retries included
 		wg       sync.WaitGroup
 	)
 	runCtx, stop := context.WithCancel(context.Background())
@@ -149,7 +150,13 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	}()
 
 	answer := func(l *durable.Limiter, req ratekit.Request) (ratekit.Decision, bool) {
-		deadline := time.Now().Add(requestTime)
+		began := time.Now()
+		defer func() {
+			mu.Lock()
+			longest = max(longest, time.Since(began))
+			mu.Unlock()
+		}()
+		deadline := began.Add(requestTime)
 		for time.Now().Before(deadline) && runCtx.Err() == nil {
 			actx, cancel := context.WithTimeout(runCtx, attemptTime)
 			d, err := l.Allow(actx, req)
@@ -243,18 +250,25 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	t.Logf("%s, %d clients × %d goroutines, %d requests on %d keys of quota %d: "+
 		"admitted seen by clients %v (total %d), used on the promoted standby %v; "+
 		"%d units admitted when the stop began, %d when it ended; "+
-		"stop took %v, promotion %v; %d failed attempts from %v to %v after the stop ended (window %v); "+
+		"stop took %v, promotion %v; %d failed attempts from %v to %v after the stop began (window %v); "+
+		"longest wait for an answer %v; "+
 		"setup %v, run %v",
 		mode, clients, goroutines, clients*goroutines*perRoutine, len(keys), quota,
 		seen, total, used, atStopBegan, atKill,
 		killTime.Sub(stopBegan).Round(time.Millisecond), promoted.Sub(killTime).Round(time.Millisecond), failures,
-		since(first, killTime), since(last, killTime), last.Sub(first).Round(time.Millisecond),
+		since(first, stopBegan), since(last, stopBegan), last.Sub(first).Round(time.Millisecond),
+		longest.Round(time.Millisecond),
 		setup.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if atKill >= int64(quota*len(keys)) {
 		t.Errorf("failover: the quota (%d) was used up before the primary stopped (%d admitted): the run did not cross the failover", quota*len(keys), atKill)
 	}
-	if failures > 0 && last.Sub(first) > 90*time.Second {
-		t.Errorf("failover: decisions failed for %v, above 90s", last.Sub(first))
+	// Loose bounds, for a loaded machine: decisions recover within a
+	// minute and a half of the stop.
+	if failures > 0 && last.Sub(stopBegan) > 90*time.Second {
+		t.Errorf("failover: decisions still failed %v after the stop began, above 90s", last.Sub(stopBegan))
+	}
+	if longest > 90*time.Second {
+		t.Errorf("failover: a request waited %v for its answer, above 90s", longest)
 	}
 	return result{seen: seen, used: used}
 }
