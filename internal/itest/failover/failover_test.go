@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"golang.org/x/time/rate"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable"
@@ -27,8 +26,8 @@ import (
 const (
 	clients    = 4
 	goroutines = 16
-	perRoutine = 20 // requests per goroutine, each retried until it has an answer
-	quota      = 150
+	perRoutine = 24 // requests per goroutine, each retried until it has an answer
+	quota      = 250
 	killAt     = 100 // admitted units (all keys) at which the primary is stopped
 	// attemptTime outlasts the stop of a standby cut off: a decision
 	// cancelled while it waits for a synchronous standby is committed on
@@ -114,13 +113,14 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 
 	var (
 		admitted atomic.Int64
-		pace     = rate.NewLimiter(200, 1) // requests a second, all clients
+		pace     paceSetter
 		mu       sync.Mutex
 		seen     = make([]int64, len(keys))
 		failures int
 		first    time.Time     // first failed attempt
 		last     time.Time     // last failed attempt
 		longest  time.Duration // the longest a request waited for its answer, retries included
+		attempts []attempt
 		wg       sync.WaitGroup
 	)
 	runCtx, stop := context.WithCancel(context.Background())
@@ -131,15 +131,14 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	)
 	killed := make(chan time.Time, 1)
 	go func() {
-		// The stop comes while decisions are in flight; the pace drops
-		// meanwhile so that the quota outlasts a slow pg_ctl.
+		// The stop comes while decisions are in flight, at a pace that
+		// leaves the quota seconds to outlast a slow pg_ctl.
 		for admitted.Load() < killAt && runCtx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if runCtx.Err() != nil {
 			return
 		}
-		pace.SetLimit(40)
 		if cut > 0 {
 			p.cutStandby()
 			time.Sleep(cut)
@@ -159,8 +158,13 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		deadline := began.Add(requestTime)
 		for time.Now().Before(deadline) && runCtx.Err() == nil {
 			actx, cancel := context.WithTimeout(runCtx, attemptTime)
+			at := attempt{began: time.Now()}
 			d, err := l.Allow(actx, req)
 			cancel()
+			at.ended, at.ok = time.Now(), err == nil
+			mu.Lock()
+			attempts = append(attempts, at)
+			mu.Unlock()
 			if err == nil {
 				return d, true
 			}
@@ -176,14 +180,22 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		}
 		return ratekit.Decision{}, false
 	}
+	pace.set(150)
 	var unanswered atomic.Int64
 	for c := 0; c < clients; c++ {
 		for g := 0; g < goroutines; g++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				// Goroutines start staggered, so that requests keep
+				// going out at every moment of the run.
+				n := time.Duration(c*goroutines + g)
+				time.Sleep(n * pace.interval() / (clients * goroutines))
 				for i := 0; i < perRoutine; i++ {
-					if pace.Wait(runCtx) != nil {
+					if i > 0 {
+						time.Sleep(pace.interval())
+					}
+					if runCtx.Err() != nil {
 						return
 					}
 					k := (c*goroutines + g + i) % len(keys)
@@ -211,7 +223,7 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		atKill = admitted.Load()
 		p.promote()
 		promoted = time.Now()
-		pace.SetLimit(400)
+		pace.set(400)
 	case <-time.After(3 * time.Minute):
 		stop()
 		wg.Wait()
@@ -236,6 +248,15 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		used[i] = quota - d.Remaining
 	}
 
+	var during, duringOK int
+	for _, a := range attempts {
+		if !a.began.Before(stopBegan) && a.began.Before(promoted) {
+			during++
+			if a.ok {
+				duringOK++
+			}
+		}
+	}
 	mode := "asynchronous replication"
 	if syncRep {
 		mode = "synchronous replication"
@@ -251,13 +272,13 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		"admitted seen by clients %v (total %d), used on the promoted standby %v; "+
 		"%d units admitted when the stop began, %d when it ended; "+
 		"stop took %v, promotion %v; %d failed attempts from %v to %v after the stop began (window %v); "+
-		"longest wait for an answer %v; "+
+		"longest wait for an answer %v; %d attempts began while pg_ctl stopped and promoted, %d of them succeeded; "+
 		"setup %v, run %v",
 		mode, clients, goroutines, clients*goroutines*perRoutine, len(keys), quota,
 		seen, total, used, atStopBegan, atKill,
 		killTime.Sub(stopBegan).Round(time.Millisecond), promoted.Sub(killTime).Round(time.Millisecond), failures,
 		since(first, stopBegan), since(last, stopBegan), last.Sub(first).Round(time.Millisecond),
-		longest.Round(time.Millisecond),
+		longest.Round(time.Millisecond), during, duringOK,
 		setup.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 	if atKill >= int64(quota*len(keys)) {
 		t.Errorf("failover: the quota (%d) was used up before the primary stopped (%d admitted): the run did not cross the failover", quota*len(keys), atKill)
@@ -271,6 +292,25 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		t.Errorf("failover: a request waited %v for its answer, above 90s", longest)
 	}
 	return result{seen: seen, used: used}
+}
+
+// paceSetter paces the run's requests: each goroutine waits interval
+// between its requests, so that all of them together send about the rate
+// set (fewer when decisions are slow). It is safe for concurrent use.
+type paceSetter struct{ ns atomic.Int64 }
+
+// set makes the rate perSecond requests a second over all goroutines.
+func (p *paceSetter) set(perSecond int) {
+	p.ns.Store(int64(time.Second) * clients * goroutines / int64(perSecond))
+}
+
+func (p *paceSetter) interval() time.Duration { return time.Duration(p.ns.Load()) }
+
+// attempt is one call of Allow: when it began and ended, and whether it
+// returned a decision.
+type attempt struct {
+	began, ended time.Time
+	ok           bool
 }
 
 func since(t, ref time.Time) time.Duration {
