@@ -215,27 +215,27 @@ func (p *pair) logs() string {
 // killPrimary stops the primary at once: pg_ctl stop -m immediate, which
 // ends every server process without a checkpoint or a flush, as a crash
 // does.
-func (p *pair) killPrimary() {
-	p.t.Helper()
-	p.run(60*time.Second, "pg_ctl", "-D", p.primary, "-m", "immediate", "-w", "-t", "30", "stop")
+func (p *pair) killPrimary() error {
+	return p.try(60*time.Second, "pg_ctl", "-D", p.primary, "-m", "immediate", "-w", "-t", "30", "stop")
 }
 
 // cutStandby cuts the standby off from the primary, as a network partition
 // or a lagging standby would: the primary refuses replication connections
 // from then on and ends the standby's current one. From then on the
 // standby receives nothing. It waits until the primary has no standby.
-func (p *pair) cutStandby() {
-	p.t.Helper()
+func (p *pair) cutStandby() error {
 	hba := filepath.Join(p.primary, "pg_hba.conf")
 	data, err := os.ReadFile(hba)
 	if err != nil {
-		p.t.Fatal(err)
+		return err
 	}
 	if err := os.WriteFile(hba, append([]byte("host replication all 127.0.0.1/32 reject\n"), data...), 0o600); err != nil {
-		p.t.Fatal(err)
+		return err
 	}
-	p.waitFor(30*time.Second, primaryPort, "reload of pg_hba.conf", "SELECT pg_reload_conf()")
-	p.waitFor(30*time.Second, primaryPort, "the end of replication",
+	if err := p.waitUntil(30*time.Second, primaryPort, "reload of pg_hba.conf", "SELECT pg_reload_conf()"); err != nil {
+		return err
+	}
+	return p.waitUntil(30*time.Second, primaryPort, "the end of replication",
 		"SELECT count(pg_terminate_backend(pid)) = 0 FROM pg_stat_replication")
 }
 
@@ -248,17 +248,25 @@ func (p *pair) promote() {
 // waitFor polls query on port until it returns true, for at most limit.
 func (p *pair) waitFor(limit time.Duration, port int, what, query string, args ...any) {
 	p.t.Helper()
+	if err := p.waitUntil(limit, port, what, query, args...); err != nil {
+		p.t.Fatalf("%v\n%s", err, p.logs())
+	}
+}
+
+// waitUntil is waitFor returning an error, for goroutines other than the
+// test's.
+func (p *pair) waitUntil(limit time.Duration, port int, what, query string, args ...any) error {
 	deadline := time.Now().Add(limit)
 	var last error
 	for time.Now().Before(deadline) {
 		ok, err := p.queryBool(port, query, args...)
 		if err == nil && ok {
-			return
+			return nil
 		}
 		last = err
 		time.Sleep(100 * time.Millisecond)
 	}
-	p.t.Fatalf("failover: no %s within %v (last error: %v)\n%s", what, limit, last, p.logs())
+	return fmt.Errorf("failover: no %s within %v (last error: %v)", what, limit, last)
 }
 
 func (p *pair) queryBool(port int, query string, args ...any) (bool, error) {

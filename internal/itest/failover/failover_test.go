@@ -129,8 +129,17 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 		stopBegan   time.Time
 		atStopBegan int64
 	)
-	killed := make(chan time.Time, 1)
+	// The stopper reports on killed when the primary is stopped, or the
+	// error that kept it from stopping it; it closes stopperDone on its
+	// way out.
+	type stopped struct {
+		at  time.Time
+		err error
+	}
+	killed := make(chan stopped, 1)
+	stopperDone := make(chan struct{})
 	go func() {
+		defer close(stopperDone)
 		// The stop comes while decisions are in flight, at a pace that
 		// leaves the quota seconds to outlast a slow pg_ctl.
 		for admitted.Load() < killAt && runCtx.Err() == nil {
@@ -140,12 +149,15 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 			return
 		}
 		if cut > 0 {
-			p.cutStandby()
+			if err := p.cutStandby(); err != nil {
+				killed <- stopped{err: err}
+				return
+			}
 			time.Sleep(cut)
 		}
 		stopBegan, atStopBegan = time.Now(), admitted.Load()
-		p.killPrimary()
-		killed <- time.Now()
+		err := p.killPrimary()
+		killed <- stopped{at: time.Now(), err: err}
 	}()
 
 	answer := func(l *durable.Limiter, req ratekit.Request) (ratekit.Decision, bool) {
@@ -219,7 +231,13 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	var killTime, promoted time.Time
 	var atKill int64
 	select {
-	case killTime = <-killed:
+	case s := <-killed:
+		if s.err != nil {
+			stop()
+			wg.Wait()
+			t.Fatalf("failover: %v\n%s", s.err, p.logs())
+		}
+		killTime = s.at
 		atKill = admitted.Load()
 		p.promote()
 		promoted = time.Now()
@@ -227,6 +245,7 @@ func runFailover(t *testing.T, syncRep bool, cut time.Duration) result {
 	case <-time.After(3 * time.Minute):
 		stop()
 		wg.Wait()
+		<-stopperDone
 		t.Fatalf("failover: %d units admitted in 3 minutes, the primary was never stopped\n%s", admitted.Load(), p.logs())
 	}
 	wg.Wait()
