@@ -162,7 +162,10 @@ const (
 	Unlogged Durability = iota + 1
 
 	// Logged keeps counts in ordinary tables, which survive crashes and
-	// are replicated. For billing and paid quotas.
+	// are replicated. A failover to a standby keeps every decision
+	// admitted with [Config.SynchronousCommit] under synchronous
+	// replication; otherwise it loses what the standby had not received,
+	// which comes back as unused quota. For billing and paid quotas.
 	Logged
 )
 

@@ -23,7 +23,9 @@
 // or failover; logged tables (durable.Logged) keep their counts. By default
 // a server crash can lose up to 3×wal_writer_delay of committed decisions;
 // with durable.Config.SynchronousCommit a decision is durable when it
-// returns.
+// returns, and a failover to a synchronous standby keeps it. To follow a
+// failover, give the pool every server in one connection string with
+// target_session_attrs=read-write.
 //
 // A Store keeps no session state and prepares no statements, so it works
 // through PgBouncer in transaction mode and through RDS Proxy; add
