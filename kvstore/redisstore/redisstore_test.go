@@ -89,7 +89,7 @@ func TestKeyHasHashTag(t *testing.T) {
 func TestMalformedRecord(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
-	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " ", "1  2", "99999999999999999999 1"} {
+	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " ", "1  2", "99999999999999999999 1", "+1 2", "01 2", "1 -0", "1 0x10"} {
 		c.Set(ctx, s.Key("bad"), v, time.Minute)
 		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
@@ -308,4 +308,11 @@ func TestRefusalsRunNoScript(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s, _ := redisstore.New(c, redisstore.Config{})
 	redistest.CheckRefusalsRunNoScript(t, srv, s)
+}
+
+// TestForeignValues: every read path reports a value no ratekit store
+// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
+func TestForeignValues(t *testing.T) {
+	s, _ := newStore(t)
+	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
 }

@@ -240,3 +240,10 @@ func TestServerlessOptions(t *testing.T) {
 		t.Fatalf("ServerlessOptions(100ms) over a dial timeout of 1s and two connections = %+v", o)
 	}
 }
+
+// TestForeignValues: every read path reports a value no ratekit store
+// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
+func TestForeignValues(t *testing.T) {
+	s, _ := newStore(t)
+	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
+}
