@@ -316,3 +316,57 @@ func TestForeignValues(t *testing.T) {
 	s, _ := newStore(t)
 	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
 }
+
+// TestLostReplyCountsOnce loses the reply of a script that Redis ran: a
+// client that resends a command after a network error (go-redis's
+// default, MaxRetries 3) must not run the script a second time, and
+// neither must a client built with ServerlessOptions.
+func TestLostReplyCountsOnce(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	for name, o := range map[string]*redis.UniversalOptions{
+		"default":    {},
+		"serverless": serverlessOptionsForTest(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			relay := redistest.StartCutRelay(t, addr)
+			o.Addrs = []string{relay.Addr}
+			c := redis.NewUniversalClient(o)
+			defer c.Close()
+			p := redistest.Prefix(t)
+			s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			direct, err := redisstore.New(newClient(t, addr, p), redisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
+		})
+	}
+}
+
+// serverlessOptionsForTest returns ServerlessOptions with a timeout that a
+// busy machine meets.
+func serverlessOptionsForTest() *redis.UniversalOptions {
+	return redisstore.ServerlessOptions(&redis.UniversalOptions{}, 5*time.Second)
+}
+
+// TestLostReplyCountsOncePipelined is TestLostReplyCountsOnce with one
+// round trip in flight, so that takes at once go to Redis in one pipeline.
+func TestLostReplyCountsOncePipelined(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	relay := redistest.StartCutRelay(t, addr)
+	c := redis.NewClient(&redis.Options{Addr: relay.Addr})
+	defer c.Close()
+	p := redistest.Prefix(t)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := redisstore.New(newClient(t, addr, p), redisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
+}
