@@ -26,6 +26,9 @@ type CutRelay struct {
 
 	armed atomic.Bool
 	cuts  atomic.Int64
+
+	mu    sync.Mutex
+	conns []net.Conn // nil once the relay stopped
 }
 
 // StartCutRelay starts a relay to upstream (host:port) on a free loopback
@@ -36,22 +39,17 @@ func StartCutRelay(t *testing.T, upstream string) *CutRelay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &CutRelay{Addr: l.Addr().String()}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
+	r := &CutRelay{Addr: l.Addr().String(), conns: []net.Conn{}}
+	var wg sync.WaitGroup
 	track := func(cs ...net.Conn) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if conns == nil {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.conns == nil {
 			return false
 		}
-		conns = append(conns, cs...)
+		r.conns = append(r.conns, cs...)
 		return true
 	}
-	conns = []net.Conn{}
 	wg.Go(func() {
 		for {
 			c, err := l.Accept()
@@ -71,15 +69,28 @@ func StartCutRelay(t *testing.T, upstream string) *CutRelay {
 	})
 	t.Cleanup(func() {
 		l.Close()
-		mu.Lock()
-		for _, c := range conns {
+		r.mu.Lock()
+		for _, c := range r.conns {
 			c.Close()
 		}
-		conns = nil
-		mu.Unlock()
+		r.conns = nil
+		r.mu.Unlock()
 		wg.Wait()
 	})
 	return r
+}
+
+// Kill closes every connection through the relay, whatever it carries;
+// clients reconnect through it.
+func (r *CutRelay) Kill() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.conns {
+		c.Close()
+	}
+	if r.conns != nil {
+		r.conns = r.conns[:0]
+	}
 }
 
 // Cut arms the relay to lose the reply of the next script a client sends.
@@ -237,5 +248,63 @@ func CheckLostReplyCountsOnce(t *testing.T, relay *CutRelay, s, direct Store) {
 		if got := charged("many" + strconv.Itoa(i)); got > n {
 			t.Errorf("take %d of %d at once: the bucket lacks %d units after one take of %d", i, takers, got, int64(n))
 		}
+	}
+}
+
+// CheckKilledConnectionsCountOnce fails t unless a period counter that s's
+// takes count, while relay kills every connection through it every few
+// milliseconds, ends at least at the takes s admitted and at most at those
+// plus the takes that returned an error (whose script may have run once):
+// no take is counted twice. direct is a store on the same server and
+// prefix without the relay.
+func CheckKilledConnectionsCountOnce(t *testing.T, relay *CutRelay, s, direct Store) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UnixMicro()
+	period := &kvstore.PeriodBounds{Bounds: [4]int64{now - 3600e6, now - 60e6, now + 3600e6, now + 7200e6}, Quota: 1e6}
+	stop := make(chan struct{})
+	var killer sync.WaitGroup
+	killer.Go(func() {
+		tick := time.NewTicker(3 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				relay.Kill()
+			}
+		}
+	})
+	const workers, takes = 8, 100
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			res := make([]kvstore.OpResult, 1)
+			for range takes {
+				tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				err := s.UpdateMulti(tctx, "", kvstore.OpTake, []kvstore.Update{{Key: "killed", Period: period, N: 1}}, res)
+				cancel()
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case res[0].OK:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	killer.Wait()
+	res := make([]kvstore.OpResult, 1)
+	if err := direct.UpdateMulti(ctx, "", kvstore.OpPeek, []kvstore.Update{{Key: "killed", Period: period, N: 1}}, res); err != nil {
+		t.Fatal(err)
+	}
+	a, f, used := admitted.Load(), failed.Load(), res[0].Used
+	t.Logf("connections killed every 3ms: %d takes admitted, %d failed, the counter holds %d", a, f, used)
+	if used < a || used > a+f {
+		t.Errorf("the counter holds %d after %d admitted takes and %d failed ones, want %d to %d", used, a, f, a, a+f)
 	}
 }

@@ -278,6 +278,7 @@ func TestLostReplyCountsOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
+			redistest.CheckKilledConnectionsCountOnce(t, relay, s, direct)
 		})
 	}
 }
