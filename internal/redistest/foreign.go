@@ -77,6 +77,12 @@ func CheckForeignValues(t *testing.T, addr string, s KeyedStore) {
 			return s.UpdateMulti(ctx, "", op, u, make([]kvstore.OpResult, 2))
 		}
 	}
+	second := func(op kvstore.Op) func(string) error {
+		return func(key string) error {
+			u := []kvstore.Update{{Key: key + ":other", Refill: r, N: 1}, {Key: key, Refill: r, N: 1}}
+			return s.UpdateMulti(ctx, "", op, u, make([]kvstore.OpResult, 2))
+		}
+	}
 	withPeriod := func(op kvstore.Op) func(string) error {
 		return func(key string) error {
 			u := []kvstore.Update{{Key: key, Refill: r, N: 1}, {Key: key + ":period", Period: period, N: 1}}
@@ -92,6 +98,8 @@ func CheckForeignValues(t *testing.T, addr string, s KeyedStore) {
 		{"composite take after a refusal", true, multi(kvstore.OpTake, r.Burst)},
 		{"composite peek", false, multi(kvstore.OpPeek, 1)},
 		{"composite refund", false, multi(kvstore.OpRefund, 1)},
+		{"composite take, foreign key second", false, second(kvstore.OpTake)},
+		{"composite peek, foreign key second", false, second(kvstore.OpPeek)},
 		{"period take", false, withPeriod(kvstore.OpTake)},
 		{"period peek", false, withPeriod(kvstore.OpPeek)},
 		{"period refund", false, withPeriod(kvstore.OpRefund)},
