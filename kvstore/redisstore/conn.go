@@ -21,6 +21,11 @@ type conn Store
 // strings, which go-redis writes as the strings and which box nothing. A
 // server that lost the script (a flushed cache, a failover) answers
 // NOSCRIPT, and the command is sent again with EVAL.
+//
+// The command goes as a scriptCmd, which go-redis never sends again once
+// it may have reached Redis, whatever the client's MaxRetries: when a
+// connection ends after Redis ran a script and before its reply arrived,
+// the caller gets the error, and the script has run once.
 func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args []string, dst []int64) ([]int64, error) {
 	cmdArgs := make([]any, 3, 3+len(keys)+len(args))
 	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", script.SHA(), len(keys)
@@ -32,12 +37,12 @@ func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args 
 	}
 	cmd := redis.NewCmd(ctx, cmdArgs...)
 	cmd.SetFirstKeyPos(3)
-	err := (*Store)(c).do(ctx, cmd)
+	err := (*Store)(c).do(ctx, scriptCmd{cmd})
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmdArgs[0], cmdArgs[1] = "eval", script.Source()
 		cmd = redis.NewCmd(ctx, cmdArgs...)
 		cmd.SetFirstKeyPos(3)
-		err = (*Store)(c).do(ctx, cmd)
+		err = (*Store)(c).do(ctx, scriptCmd{cmd})
 	}
 	if err != nil {
 		return dst, err
@@ -58,6 +63,18 @@ func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args 
 	}
 	return dst, fmt.Errorf("unexpected reply %v", cmd.Val())
 }
+
+// scriptCmd is a script's command that go-redis does not resend after a
+// failure once it may have been written (redis.Cmder's NoRetry, which the
+// client, a Ring, a ClusterClient and their pipelines honour): a script
+// that ran but whose reply was lost would otherwise run again, and a take
+// would be charged twice for one decision. A command refused before any of
+// it was written is still sent again, and a Redis Cluster's MOVED and ASK
+// redirections still apply (the script did not run).
+type scriptCmd struct{ *redis.Cmd }
+
+// NoRetry reports true: see scriptCmd.
+func (scriptCmd) NoRetry() bool { return true }
 
 // Read implements [redisengine.Conn] with one MULTI/EXEC, when a round
 // trip of its own is free (see coalescer.direct): it reports false when

@@ -57,6 +57,15 @@
 // same fields yourself) so that a slow or dead Redis returns an error within
 // the caller's context deadline.
 //
+// Retries: a script runs at most once per decision, whatever the client's
+// MaxRetries. The Store marks its scripts as commands go-redis must not
+// resend once they may have been written (redis.Cmder's NoRetry), so a
+// connection that ends after Redis ran a script and before its reply
+// arrived gives the caller an error, and the script has run once: a take
+// may be charged without being admitted, never twice. MaxRetries still
+// applies to the Store's reads, to dials and to commands refused before
+// anything was sent.
+//
 // # Replication and failover
 //
 // Store.Update is exact on one master: every update of a key runs in one

@@ -89,7 +89,7 @@ func TestKeyHasHashTag(t *testing.T) {
 func TestMalformedRecord(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
-	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " ", "1  2", "99999999999999999999 1"} {
+	for _, v := range []string{"", "12", "a b", "1 2 3", "1 x", "x 1", " ", "1  2", "99999999999999999999 1", "+1 2", "01 2", "1 -0", "1 0x10"} {
 		c.Set(ctx, s.Key("bad"), v, time.Minute)
 		if _, _, err := s.Get(ctx, "bad"); !errors.Is(err, kvstore.ErrMalformedRecord) {
 			t.Errorf("Get of %q: %v, want kvstore.ErrMalformedRecord", v, err)
@@ -308,4 +308,66 @@ func TestRefusalsRunNoScript(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	s, _ := redisstore.New(c, redisstore.Config{})
 	redistest.CheckRefusalsRunNoScript(t, srv, s)
+}
+
+// TestForeignValues: every read path reports a value no ratekit store
+// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
+func TestForeignValues(t *testing.T) {
+	s, _ := newStore(t)
+	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
+}
+
+// TestLostReplyCountsOnce loses the reply of a script that Redis ran: a
+// client that resends a command after a network error (go-redis's
+// default, MaxRetries 3) must not run the script a second time, and
+// neither must a client built with ServerlessOptions.
+func TestLostReplyCountsOnce(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	for name, o := range map[string]*redis.UniversalOptions{
+		"default":    {},
+		"serverless": serverlessOptionsForTest(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			relay := redistest.StartCutRelay(t, addr)
+			o.Addrs = []string{relay.Addr}
+			c := redis.NewUniversalClient(o)
+			defer c.Close()
+			p := redistest.Prefix(t)
+			s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			direct, err := redisstore.New(newClient(t, addr, p), redisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
+			redistest.CheckKilledConnectionsCountOnce(t, relay, s, direct)
+		})
+	}
+}
+
+// serverlessOptionsForTest returns ServerlessOptions with a timeout that a
+// busy machine meets.
+func serverlessOptionsForTest() *redis.UniversalOptions {
+	return redisstore.ServerlessOptions(&redis.UniversalOptions{}, 5*time.Second)
+}
+
+// TestLostReplyCountsOncePipelined is TestLostReplyCountsOnce with one
+// round trip in flight, so that takes at once go to Redis in one pipeline.
+func TestLostReplyCountsOncePipelined(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	relay := redistest.StartCutRelay(t, addr)
+	c := redis.NewClient(&redis.Options{Addr: relay.Addr})
+	defer c.Close()
+	p := redistest.Prefix(t)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	direct, err := redisstore.New(newClient(t, addr, p), redisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
 }

@@ -35,6 +35,12 @@
 // every call a context with a deadline, and build the client with
 // [ServerlessOptions], which bounds how long a connection that went silent
 // (an instance thawing behind a NAT gateway) stays in use.
+//
+// Retries: a script runs at most once per decision. rueidis resends a
+// command after a network error only when it is read-only, which EVALSHA
+// and EVAL are not (and nothing with DisableRetry, which ServerlessOptions
+// sets), so a connection that ends after Redis ran a script and before its
+// reply arrived gives the caller an error, and the script has run once.
 package rueidisstore
 
 import (

@@ -240,3 +240,45 @@ func TestServerlessOptions(t *testing.T) {
 		t.Fatalf("ServerlessOptions(100ms) over a dial timeout of 1s and two connections = %+v", o)
 	}
 }
+
+// TestForeignValues: every read path reports a value no ratekit store
+// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
+func TestForeignValues(t *testing.T) {
+	s, _ := newStore(t)
+	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
+}
+
+// TestLostReplyCountsOnce loses the reply of a script that Redis ran:
+// rueidis resends only read-only commands after a network error (and
+// nothing with DisableRetry, which ServerlessOptions sets), so no script
+// runs twice, on a default client or a serverless one.
+func TestLostReplyCountsOnce(t *testing.T) {
+	addr := testenv.RedisAddr(t)
+	for name, o := range map[string]*rueidis.ClientOption{
+		"default":    {DisableCache: true},
+		"serverless": rueidisstore.ServerlessOptions(&rueidis.ClientOption{DisableCache: true}, 5*time.Second),
+	} {
+		t.Run(name, func(t *testing.T) {
+			relay := redistest.StartCutRelay(t, addr)
+			o.InitAddress = []string{relay.Addr}
+			c, err := rueidis.NewClient(*o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			p := redistest.Prefix(t)
+			dc := newClient(t, addr)
+			cleanKeys(t, dc, p)
+			direct, err := rueidisstore.New(dc, rueidisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
+			redistest.CheckKilledConnectionsCountOnce(t, relay, s, direct)
+		})
+	}
+}

@@ -38,7 +38,14 @@ func TestLevel(t *testing.T) {
 		{"a period counter's record", 50, "3 1795327323488854", 0, false},
 		{"float", 50, "1.5", 0, false},
 		{"leading space", 50, " 1", 0, false},
-		{"plus sign, as Lua reads it", 50, "+1", max - 499, true},
+		{"plus sign", 50, "+1", 0, false},
+		{"leading zero", 50, "01", 0, false},
+		{"minus zero", 50, "-0", 0, false},
+		{"zero", 50, "0", max - 500, true},
+		{"hex", 50, "0x10", 0, false},
+		{"exponent", 50, "1e3", 0, false},
+		{"nan", 50, "nan", 0, false},
+		{"trailing space", 50, "1 ", 0, false},
 		{"overflowing digits", 50, "99999999999999999999", 0, false},
 	} {
 		level, ok := Level(max, rate, c.ttl, c.reply)
@@ -65,8 +72,10 @@ func FuzzLevel(f *testing.F) {
 			}
 			return
 		}
+		// A record's value is written by strconv.FormatInt (or Lua's
+		// string.format('%d')), and reads back only as it was written.
 		value, err := strconv.ParseInt(reply, 10, 64)
-		valid := ttl > 0 && err == nil && value >= 0 && value < 1<<53
+		valid := ttl > 0 && err == nil && value >= 0 && value < 1<<53 && strconv.FormatInt(value, 10) == reply
 		if ok != valid {
 			t.Fatalf("Level(%d, %d, %d, %q) reports %v", max, rate, ttl, reply, ok)
 		}

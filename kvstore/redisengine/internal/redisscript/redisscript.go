@@ -91,10 +91,24 @@ local max, rate, n_arg = ARGV[at] + 0, ARGV[at + 1] + 0, ARGV[at + 2]
 local n = n_arg + 0
 `
 
-// recordValueLua is the condition that value (tonumber of the key's value,
-// nil for anything else) is one a bucket's record holds: at least 0 and
-// below 2^53.
+// recordValueLua is the condition that value (a number, or nil for what is
+// not a record) is one a bucket's record holds: at least 0 and below 2^53.
 const recordValueLua = `value and value >= 0 and value < 9007199254740992`
+
+// getValueLua reads key's value with GET and sets value to the number it
+// is when it is a bucket record's value, and to nil otherwise. A record's
+// value is what the scripts write: a decimal integer, digits alone with no
+// leading zero (no sign, space, fraction, exponent or hex, which Lua's
+// tonumber would take), at least 0 and below 2^53; string.format('%d')
+// gives such a value back as it was, and nothing else. It is the rule of
+// Level in Go, and the one Redis's own DECRBY applies to the decrement-first
+// take (which then checks the range), so that every path reads a key
+// alike. It runs only where a script reads before it writes.
+const getValueLua = `
+local raw = redis.pcall('GET', key)
+value = tonumber(raw)
+if value and not (` + recordValueLua + ` and value % 1 == 0 and string.format('%d', value) == raw) then value = nil end
+`
 
 // debtLua sets raw_debt and debt from the record read as ttl (>= 0) and
 // value. A key that expires within this millisecond (ttl 0) has no debt.
@@ -113,7 +127,7 @@ const readBucketLua = `
 local ttl = redis.call('PTTL', key)
 local raw_debt, debt, value = 0, 0, 0
 if ttl ~= -2 then
-  value = tonumber(redis.pcall('GET', key))
+` + getValueLua + `
   if ttl == -1 or not (` + recordValueLua + `) then return redis.error_reply('` + Malformed + `') end
 ` + debtLua + `
 end
@@ -237,7 +251,7 @@ if ttl > 0 then
     end
     value, taken = value + n, true
   else
-    value = tonumber(redis.pcall('GET', key))
+` + getValueLua + `
   end
   if not (` + recordValueLua + `) then
     if taken then redis.call('INCRBY', key, n_arg) end
@@ -269,8 +283,8 @@ return level
 // replies, so that a store can decide those with a MULTI/EXEC of two reads,
 // which costs Redis a fraction of a script. Level reports false for what it
 // leaves to the script: a record Update would refuse as Malformed, and any
-// value but a decimal integer in [0, 2^53). It is recordValueLua and
-// debtLua in Go, in their names.
+// value but a decimal integer in [0, 2^53) as the scripts write it (see
+// getValueLua). It is getValueLua and debtLua in Go, in their names.
 func Level(max, rate, ttl int64, reply string) (int64, bool) {
 	switch {
 	case ttl == -2 || ttl == 0:
@@ -280,8 +294,8 @@ func Level(max, rate, ttl int64, reply string) (int64, bool) {
 	case ttl < 0:
 		return 0, false
 	}
-	value, err := strconv.ParseInt(reply, 10, 64)
-	if err != nil || value < 0 || value >= 1<<53 {
+	value, ok := recordValue(reply)
+	if !ok {
 		return 0, false
 	}
 	// The debt is rawDebt = ttl×rate - value clamped to [0, max].
@@ -296,6 +310,28 @@ func Level(max, rate, ttl int64, reply string) (int64, bool) {
 	}
 	debt := min(rawDebt, max)
 	return max - debt, true
+}
+
+// recordValue parses s as a bucket record's value, getValueLua's rule in
+// Go: a decimal integer of digits alone, with no leading zero but in "0",
+// below 2^53. It reports false for anything else.
+func recordValue(s string) (int64, bool) {
+	// 2^53 has 16 digits, so 16 digits never overflow an int64.
+	if len(s) == 0 || len(s) > 16 || s[0] == '0' && len(s) > 1 {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if v >= 1<<53 {
+		return 0, false
+	}
+	return v, true
 }
 
 // Decided reports whether levels, the levels of the updates' buckets in
@@ -413,8 +449,9 @@ const ClockSkew = "kvstore: clock skew"
 // is "b", max, rate (units per millisecond), n, and a period counter is
 // "p", b0, b1, b2, b3 (microseconds since the epoch), quota, n. A period
 // counter's record is "<count> <period start µs>" (FormatRecord's form:
-// Value the count, Time the start), written with its expiry at the end of
-// the period picked plus a minute, never shortened; a refund to zero
+// Value the count, Time the start, each digits alone with no leading zero
+// and below 2^53, as getValueLua reads a bucket's value), written with its
+// expiry at the end of the period picked plus a minute, never shortened; a refund to zero
 // deletes it. The record's start decides which period it counts (an ended
 // period's record counts zero), so the minute changes no decision: it keeps
 // the record from expiring within a script that read TIME just before the
@@ -459,15 +496,20 @@ for i = 1, nk do
     elseif now >= b2 and now < b3 then period, period_start = 3, b2
     else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
     local count, start = 0, false
-    local record = redis.call('GET', key)
+    local record = redis.pcall('GET', key)
     if record then
-      local space, record_count, record_start = string.find(record, ' ', 1, true), nil, nil
-      if space then record_count, record_start = tonumber(string.sub(record, 1, space - 1)), tonumber(string.sub(record, space + 1)) end
-      if not record_count or not record_start then return redis.error_reply('` + Malformed + `') end
-      if record_start >= period_start then
-        count, start = record_count, record_start
-        if count < 0 then count = 0 end
+      local space, count_raw, start_raw, record_count, record_start = nil, nil, nil, nil, nil
+      if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
+      if space then
+        count_raw, start_raw = string.sub(record, 1, space - 1), string.sub(record, space + 1)
+        record_count, record_start = tonumber(count_raw), tonumber(start_raw)
       end
+      if not (record_count and record_start and record_count >= 0 and record_count < 9007199254740992 and record_start >= 0 and record_start < 9007199254740992
+        and record_count % 1 == 0 and record_start % 1 == 0
+        and string.format('%d', record_count) == count_raw and string.format('%d', record_start) == start_raw) then
+        return redis.error_reply('` + Malformed + `')
+      end
+      if record_start >= period_start then count, start = record_count, record_start end
     end
     counts[i], starts[i], periods[i] = count, start, period
     if count + n > quota then all_fit = false end
@@ -727,18 +769,27 @@ func FormatRecord(rec kvstore.Record) string {
 }
 
 // ParseRecord parses what FormatRecord returns, and reports false for
-// anything else.
+// anything else: each number must read back as FormatRecord writes it (no
+// sign but a minus, no space, no leading zero).
 func ParseRecord(s string) (kvstore.Record, bool) {
 	a, b, ok := strings.Cut(s, " ")
 	if !ok {
 		return kvstore.Record{}, false
 	}
-	v, err1 := strconv.ParseInt(a, 10, 64)
-	t, err2 := strconv.ParseInt(b, 10, 64)
-	if err1 != nil || err2 != nil {
+	v, ok1 := parseDecimal(a)
+	t, ok2 := parseDecimal(b)
+	if !ok1 || !ok2 {
 		return kvstore.Record{}, false
 	}
 	return kvstore.Record{Value: v, Time: t}, true
+}
+
+// parseDecimal parses s as strconv.FormatInt writes an int64, and reports
+// false for anything else.
+func parseDecimal(s string) (int64, bool) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	var buf [20]byte
+	return v, err == nil && string(strconv.AppendInt(buf[:0], v, 10)) == s
 }
 
 // PeriodArgs appends to dst the ARGV of MultiPeriod for op and updates,
