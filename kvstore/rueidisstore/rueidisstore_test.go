@@ -145,6 +145,13 @@ func TestMalformedRecord(t *testing.T) {
 	}
 }
 
+// TestForeignValues: every read path reports a value no ratekit store
+// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
+func TestForeignValues(t *testing.T) {
+	s, _ := newStore(t)
+	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
+}
+
 // TestRefusalsRunNoScript: refusals after a refusal, and peeks, of one key
 // and of several, are decided without the script (see redistest).
 func TestRefusalsRunNoScript(t *testing.T) {
@@ -239,13 +246,6 @@ func TestServerlessOptions(t *testing.T) {
 	if o.ConnWriteTimeout != 100*time.Millisecond || o.Dialer.KeepAlive != 100*time.Millisecond || o.Dialer.Timeout != time.Second || o.PipelineMultiplex != 1 {
 		t.Fatalf("ServerlessOptions(100ms) over a dial timeout of 1s and two connections = %+v", o)
 	}
-}
-
-// TestForeignValues: every read path reports a value no ratekit store
-// writes as kvstore.ErrMalformedRecord and leaves the key as it was.
-func TestForeignValues(t *testing.T) {
-	s, _ := newStore(t)
-	redistest.CheckForeignValues(t, testenv.RedisAddr(t), s)
 }
 
 // TestLostReplyCountsOnce loses the reply of a script that Redis ran:
