@@ -114,63 +114,33 @@ var tokenBucket = []string{
 // imports and limiter function, one per shape its API and the root's have
 // had; a pair's program is the first variant that builds.
 var skewStores = map[string]func() (variants [][2]string){
-	"kvstore/redisstore": func() (v [][2]string) {
-		for _, tb := range tokenBucket {
-			v = append(v, [2]string{`
+	"kvstore/redisstore": kvStore(`
 	"github.com/redis/go-redis/v9"
 
 	"github.com/ratekit/ratekit/kvstore/redisstore"
-	"github.com/ratekit/ratekit/tokenbucket"
-`, `func limiter(ctx context.Context) (allower, func(), error) {
-	client := redis.NewClient(&redis.Options{Addr: os.Getenv("` + testenv.RedisEnv + `")})
+`, `	client := redis.NewClient(&redis.Options{Addr: os.Getenv("`+testenv.RedisEnv+`")})
 	cleanup := func() { client.Close() }
 	store, err := redisstore.New(client, redisstore.Config{Prefix: fmt.Sprintf("ratekit-skew:%d:", time.Now().UnixNano())})
-	if err != nil {
-		return nil, cleanup, err
-	}
-	l, err := ` + tb + `
-	return l, cleanup, err
-}
-`})
-		}
-		return v
-	},
-	"kvstore/rueidisstore": func() (v [][2]string) {
-		for _, tb := range tokenBucket {
-			v = append(v, [2]string{`
+`),
+	"kvstore/rueidisstore": kvStore(`
 	"github.com/redis/rueidis"
 
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
-	"github.com/ratekit/ratekit/tokenbucket"
-`, `func limiter(ctx context.Context) (allower, func(), error) {
-	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{os.Getenv("` + testenv.RedisEnv + `")}}, 0))
+`, `	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{os.Getenv("`+testenv.RedisEnv+`")}}, 0))
 	if err != nil {
 		return nil, func() {}, err
 	}
 	cleanup := client.Close
 	store, err := rueidisstore.New(client, rueidisstore.Config{Prefix: fmt.Sprintf("ratekit-skew:%d:", time.Now().UnixNano())})
-	if err != nil {
-		return nil, cleanup, err
-	}
-	l, err := ` + tb + `
-	return l, cleanup, err
-}
-`})
-		}
-		return v
-	},
-	"kvstore/dynamostore": func() (v [][2]string) {
-		for _, tb := range tokenBucket {
-			v = append(v, [2]string{`
+`),
+	"kvstore/dynamostore": kvStore(`
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
-	"github.com/ratekit/ratekit/tokenbucket"
-`, `func limiter(ctx context.Context) (allower, func(), error) {
-	client := dynamodb.New(dynamodb.Options{
+`, `	client := dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
-		BaseEndpoint: aws.String(os.Getenv("` + testenv.DynamoDBEnv + `")),
+		BaseEndpoint: aws.String(os.Getenv("`+testenv.DynamoDBEnv+`")),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "ratekit skew test"}, nil
 		}),
@@ -183,16 +153,7 @@ var skewStores = map[string]func() (variants [][2]string){
 	}
 	cleanup = func() { client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)}) }
 	store, err := dynamostore.New(client, dynamostore.Config{Table: table})
-	if err != nil {
-		return nil, cleanup, err
-	}
-	l, err := ` + tb + `
-	return l, cleanup, err
-}
-`})
-		}
-		return v
-	},
+`),
 	"durable": func() (v [][2]string) {
 		// The PostgreSQL store was the module …/pgstore before it moved
 		// into durable, and the algorithm was durable.Config's before it
@@ -233,6 +194,27 @@ var skewStores = map[string]func() (variants [][2]string){
 		}
 		return v
 	},
+}
+
+// kvStore returns the program variants of a key-value store module: its
+// imports besides tokenbucket, and open, the lines of limiter that set
+// store, err and cleanup; each variant then builds one of tokenBucket's
+// limiters over store.
+func kvStore(imports, open string) func() [][2]string {
+	return func() (v [][2]string) {
+		for _, tb := range tokenBucket {
+			v = append(v, [2]string{imports + `	"github.com/ratekit/ratekit/tokenbucket"
+`, `func limiter(ctx context.Context) (allower, func(), error) {
+` + open + `	if err != nil {
+		return nil, cleanup, err
+	}
+	l, err := ` + tb + `
+	return l, cleanup, err
+}
+`})
+		}
+		return v
+	}
 }
 
 // notStores are the library modules (by directory) that hold no store, so
