@@ -40,7 +40,7 @@ func CheckExtremes(t *testing.T, store kvstore.Store) {
 		key := fmt.Sprintf("k%d", i)
 		plans.Set(key, ratekit.Plan{Name: "p", Policies: []ratekit.Policy{pol}})
 		name := fmt.Sprintf("%v quota %d window %v", pol.Algorithm, pol.Quota, pol.Window)
-		if !extremes.Check(t, name, func() error {
+		if !decidedOrRefused(t, name, func() error {
 			_, err := l.Allow(ctx, ratekit.Request{Key: key, Cost: 1})
 			return err
 		}) {
@@ -63,4 +63,29 @@ func CheckExtremes(t *testing.T, store kvstore.Store) {
 			}
 		}
 	}
+}
+
+// decidedOrRefused calls decide in a subtest named name and fails it when
+// decide panics or returns an error that does not match
+// ratekit.ErrInvalidConfig. It returns whether decide returned no error.
+// Unlike extremes.Check it bounds no allocation: the process-wide count
+// would include the store client's own goroutines.
+func decidedOrRefused(t *testing.T, name string, decide func() error) (ok bool) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("panic: %v", p)
+				}
+			}()
+			err = decide()
+		}()
+		if err != nil && !errors.Is(err, ratekit.ErrInvalidConfig) {
+			t.Fatalf("error %v does not match ratekit.ErrInvalidConfig", err)
+		}
+		ok = err == nil
+	})
+	return ok
 }
