@@ -115,6 +115,7 @@ func runIssue42(ctx context.Context, e *env, rows, scenarios, rlfDir string, con
 		if err := admin.Ping(ctx).Err(); err != nil {
 			return fmt.Errorf("redis at %s (RATEKIT_REDIS_ADDR): %w", redisAddr(), err)
 		}
+		defer deleteKeys(context.Background(), admin, t.prefix)
 	}
 
 	hot, tenK, denied := issue42Scenarios()
@@ -167,7 +168,7 @@ func (x *issue42) run(table []row42) error {
 					return fmt.Errorf("%s, %s: %v", r.backend, s.name, err)
 				}
 				done++
-				fmt.Fprintf(os.Stderr, "issue42: [%d/%d] %s, %s, %d callers done (%v)\n", done, cells, r.backend, s.name, conc, time.Since(start).Round(time.Second))
+				fmt.Fprintf(os.Stderr, "issue42: [%d/%d] %s, %s, %d %s done (%v)\n", done, cells, r.backend, s.name, conc, plural(conc, "caller"), time.Since(start).Round(time.Second))
 			}
 		}
 	}

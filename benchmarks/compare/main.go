@@ -825,22 +825,7 @@ func (e *env) cleanup() {
 	}
 	e.closers = nil
 	if e.redis != nil {
-		var errs []error
-		iter := e.redis.Scan(ctx, 0, e.prefix+"*", 1000).Iterator()
-		var batch []string
-		for iter.Next(ctx) {
-			batch = append(batch, iter.Val())
-			if len(batch) == 500 {
-				errs = append(errs, e.redis.Del(ctx, batch...).Err())
-				batch = batch[:0]
-			}
-		}
-		if len(batch) > 0 {
-			errs = append(errs, e.redis.Del(ctx, batch...).Err())
-		}
-		if err := errors.Join(append(errs, iter.Err())...); err != nil {
-			log.Printf("removing Redis keys %s*: %v", e.prefix, err)
-		}
+		deleteKeys(ctx, e.redis, e.prefix)
 		e.redis.Close()
 		e.redis = nil
 	}
@@ -854,6 +839,27 @@ func (e *env) cleanup() {
 		}
 		e.pg.Close()
 		e.pg = nil
+	}
+}
+
+// deleteKeys removes the Redis keys that start with prefix, logging what
+// fails.
+func deleteKeys(ctx context.Context, c *redis.Client, prefix string) {
+	var errs []error
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			errs = append(errs, c.Del(ctx, batch...).Err())
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		errs = append(errs, c.Del(ctx, batch...).Err())
+	}
+	if err := errors.Join(append(errs, iter.Err())...); err != nil {
+		log.Printf("removing Redis keys %s*: %v", prefix, err)
 	}
 }
 
