@@ -177,8 +177,11 @@ func (x *issue42) run(table []row42) error {
 	fmt.Printf("## The table of issue #42\n\n%s, host %s, GOMAXPROCS %d, %s. Contenders in turn: per cell, %d rounds of one block per\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.GOMAXPROCS(0), runtime.Version(), x.rounds)
 	fmt.Printf("contender (%v warm-up, %v measured), the order reversed every other round; medians of the rounds.\n\n", x.warm, x.d)
-	fmt.Println("| backend | cell | callers | contender | decisions/s | p50 | p99 | admitted | × floor | Redis µs/decision |")
-	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Println("Allocations/decision: this process's heap allocations over the block's decisions (Go contenders; the whole process,")
+	fmt.Println("idle clients' background work included). Redis µs/decision: Redis's time in commands (INFO commandstats) over them.")
+	fmt.Println()
+	fmt.Println("| backend | cell | callers | contender | decisions/s | p50 | p99 | admitted | × floor | allocations/decision | Redis µs/decision |")
+	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 	for ri, r := range table {
 		for si, s := range r.scenarios {
 			for ni, conc := range x.concs {
@@ -186,8 +189,8 @@ func (x *issue42) run(table []row42) error {
 				floorTP, _ := turnReferences(r.contenders, func(ci int) harness.Result { return harness.Median(rs[ci]) })
 				for ci, c := range r.contenders {
 					m := harness.Median(rs[ci])
-					fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", r.short, s.name, conc, c.name, count(m.Throughput),
-						harness.Latency(m.P50), harness.Latency(m.P99), percent(m.Admitted), ratio(m.Throughput, floorTP), usecCell(us[ci]))
+					fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.short, s.name, conc, c.name, count(m.Throughput),
+						harness.Latency(m.P50), harness.Latency(m.P99), percent(m.Admitted), ratio(m.Throughput, floorTP), allocsCell(m.Allocs), usecCell(us[ci]))
 				}
 			}
 		}
@@ -240,6 +243,14 @@ func leadCell(contenders []turnContender, tp func(ci int) float64) string {
 		return "**" + v + "**"
 	}
 	return v
+}
+
+// allocsCell formats allocations per decision, "—" when not measured.
+func allocsCell(a float64) string {
+	if a < 0 {
+		return "—"
+	}
+	return strconv.FormatFloat(a, 'f', 1, 64)
 }
 
 func plural(n int, word string) string {
