@@ -176,7 +176,8 @@ func (x *issue42) run(table []row42) error {
 	host, _ := os.Hostname()
 	fmt.Printf("## The table of issue #42\n\n%s, host %s, GOMAXPROCS %d, %s. Contenders in turn: per cell, %d rounds of one block per\n",
 		time.Now().UTC().Format("2006-01-02 15:04 MST"), host, runtime.GOMAXPROCS(0), runtime.Version(), x.rounds)
-	fmt.Printf("contender (%v warm-up, %v measured), the order reversed every other round; medians of the rounds.\n\n", x.warm, x.d)
+	fmt.Printf("contender (%v warm-up, %v measured), the order reversed every other round; medians of the rounds.\n", x.warm, x.d)
+	fmt.Printf("Command: `go run ./compare %s`.\n\n", strings.Join(os.Args[1:], " "))
 	fmt.Println("Allocations/decision: this process's heap allocations over the block's decisions (Go contenders; the whole process,")
 	fmt.Println("idle clients' background work included). Redis µs/decision: Redis's time in commands (INFO commandstats) over them.")
 	fmt.Println()
@@ -197,7 +198,7 @@ func (x *issue42) run(table []row42) error {
 	}
 	fmt.Println()
 	fmt.Println("Ratio: the better ratekit contender's decisions/s over the best peer's in the same cell (for plans: a planned decision")
-	fmt.Println("over a composite of the same policies); below 1.00 in bold.")
+	fmt.Println("over a composite of the same policies, where the issue asks at least 1/1.2 = 0.83); below 1.00 in bold.")
 	fmt.Println()
 	head, rule := "| backend | cell |", "|---|---|"
 	for _, conc := range x.concs {
