@@ -46,37 +46,13 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 			if err != nil {
 				return err
 			}
-			order := make([]int, len(contenders))
-			for i := range order {
-				order[i] = i
+			rs, us, err := measureBlocks(ctx, contenders, runners, conc, rounds, d, warm, admin)
+			if err != nil {
+				return fmt.Errorf("blocks, %s, %v", s.short, err)
 			}
-			for round := range rounds {
-				if round > 0 {
-					slices.Reverse(order)
-				}
-				for _, ci := range order {
-					var discard harness.Sample
-					if err := runners[ci](ctx, conc, warm, &discard); err != nil {
-						return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, contenders[ci].name, conc, err)
-					}
-					if err := admin.ConfigResetStat(ctx).Err(); err != nil {
-						return err
-					}
-					var sample harness.Sample
-					if err := runners[ci](ctx, conc, d, &sample); err != nil {
-						return fmt.Errorf("blocks, %s, %s, concurrency %d: %v", s.short, contenders[ci].name, conc, err)
-					}
-					usec, err := commandUsec(ctx, admin)
-					if err != nil {
-						return err
-					}
-					res := sample.Result()
-					id := cell{si, ci, conc}
-					results[id] = append(results[id], res)
-					if res.Decisions > 0 {
-						server[id] = append(server[id], usec/float64(res.Decisions))
-					}
-				}
+			for ci := range contenders {
+				results[cell{si, ci, conc}] = rs[ci]
+				server[cell{si, ci, conc}] = us[ci]
 			}
 			fmt.Fprintf(os.Stderr, "blocks: %s at %d done\n", s.short, conc)
 		}
@@ -102,6 +78,53 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	}
 	fmt.Println()
 	return nil
+}
+
+// measureBlocks measures one cell as an outside harness does: rounds of
+// one block per contender (runners[ci] runs contender ci at conc callers: a
+// warm-up of warm, then d measured), contenders one after the other, the
+// order reversed every other round. It returns each contender's results,
+// one per round, and, when admin is not nil, the Redis time in commands per
+// decision of each measured block (INFO commandstats, reset before the
+// block).
+func measureBlocks(ctx context.Context, contenders []turnContender, runners []harness.Runner, conc, rounds int, d, warm time.Duration, admin *redis.Client) ([][]harness.Result, [][]float64, error) {
+	results := make([][]harness.Result, len(contenders))
+	server := make([][]float64, len(contenders))
+	order := make([]int, len(contenders))
+	for i := range order {
+		order[i] = i
+	}
+	for round := range rounds {
+		if round > 0 {
+			slices.Reverse(order)
+		}
+		for _, ci := range order {
+			var discard harness.Sample
+			if err := runners[ci](ctx, conc, warm, &discard); err != nil {
+				return nil, nil, fmt.Errorf("%s, concurrency %d: %v", contenders[ci].name, conc, err)
+			}
+			if admin != nil {
+				if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+					return nil, nil, err
+				}
+			}
+			var sample harness.Sample
+			if err := runners[ci](ctx, conc, d, &sample); err != nil {
+				return nil, nil, fmt.Errorf("%s, concurrency %d: %v", contenders[ci].name, conc, err)
+			}
+			res := sample.Result()
+			results[ci] = append(results[ci], res)
+			if admin == nil || res.Decisions == 0 {
+				continue
+			}
+			usec, err := commandUsec(ctx, admin)
+			if err != nil {
+				return nil, nil, err
+			}
+			server[ci] = append(server[ci], usec/float64(res.Decisions))
+		}
+	}
+	return results, server, nil
 }
 
 // commandUsec returns the microseconds Redis spent in commands since the

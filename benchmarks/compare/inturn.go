@@ -37,6 +37,9 @@ type turnContender struct {
 	name  string
 	role  role
 	build func(s scenario, conc int) (harness.Runner, error)
+	// extra marks a variant measured for study, left out of the issue-42
+	// table (-table issue42).
+	extra bool
 }
 
 // turnEnv holds what the in-turn contenders share: the address, the key
@@ -57,7 +60,11 @@ type turnEnv struct {
 func openTurnEnv(addr, prefix, rlfDir string, maxInFlight int) (*turnEnv, error) {
 	t := &turnEnv{addr: addr, prefix: prefix, maxInFlight: maxInFlight}
 	if rlfDir != "" {
-		node, err := startNode(rlfDir, addr, t.prefix+":rlf:")
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		node, err := startNode(rlfDir, "redis", host, port, t.prefix+":rlf:")
 		if err != nil {
 			return nil, err
 		}
@@ -67,14 +74,19 @@ func openTurnEnv(addr, prefix, rlfDir string, maxInFlight int) (*turnEnv, error)
 }
 
 func (t *turnEnv) close() {
-	for _, c := range t.closers {
-		c()
-	}
-	t.closers = nil
+	t.closeClients()
 	if t.node != nil {
 		t.node.close()
 		t.node = nil
 	}
+}
+
+// closeClients closes the clients made so far.
+func (t *turnEnv) closeClients() {
+	for _, c := range t.closers {
+		c()
+	}
+	t.closers = nil
 }
 
 func (t *turnEnv) goRedis(conc int) *redis.Client {
@@ -165,7 +177,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				return nil, err
 			}
 			return tb(s, conc, store)
-		}},
+		}, false},
 	}
 	if t.maxInFlight != 0 {
 		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, redisstore (go-redis), MaxInFlight %d", t.maxInFlight), ours, func(s scenario, conc int) (harness.Runner, error) {
@@ -174,7 +186,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				return nil, err
 			}
 			return tb(s, conc, store)
-		}})
+		}, true})
 	}
 	// onRueidis runs the token bucket on rueidisstore under the key prefix
 	// tag, on a client whose options set changes from the README's (nil:
@@ -201,15 +213,15 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 		}
 	}
 	cs = append(cs,
-		turnContender{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, onRueidis("rr", nil, false)},
-		turnContender{"ratekit tokenbucket Atomic, rueidisstore after a burst (connection pipelined)", ours, onRueidis("rb", nil, true)})
+		turnContender{"ratekit tokenbucket Atomic, rueidisstore (rueidis)", ours, onRueidis("rr", nil, false), false},
+		turnContender{"ratekit tokenbucket Atomic, rueidisstore after a burst (connection pipelined)", ours, onRueidis("rb", nil, true), true})
 	if rueidisMultiplex != 0 {
 		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), PipelineMultiplex %d", rueidisMultiplex), ours,
-			onRueidis("rx", func(o *rueidis.ClientOption) { o.PipelineMultiplex = rueidisMultiplex }, false)})
+			onRueidis("rx", func(o *rueidis.ClientOption) { o.PipelineMultiplex = rueidisMultiplex }, false), true})
 	}
 	if rueidisFlushDelay > 0 {
 		cs = append(cs, turnContender{fmt.Sprintf("ratekit tokenbucket Atomic, rueidisstore (rueidis), MaxFlushDelay %v", rueidisFlushDelay), ours,
-			onRueidis("rf", func(o *rueidis.ClientOption) { o.MaxFlushDelay = rueidisFlushDelay }, false)})
+			onRueidis("rf", func(o *rueidis.ClientOption) { o.MaxFlushDelay = rueidisFlushDelay }, false), true})
 	}
 	cs = append(cs, []turnContender{
 		{"go-redis/redis_rate v10", peer, func(s scenario, conc int) (harness.Runner, error) {
@@ -223,7 +235,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				}
 				return res.Allowed > 0, nil
 			})
-		}},
+		}, false},
 		{"ulule/limiter v3 (Redis store)", peer, func(s scenario, conc int) (harness.Runner, error) {
 			store, err := ulredis.NewStoreWithOptions(t.goRedis(conc), ulule.StoreOptions{Prefix: fmt.Sprintf("%s:ulule-%s-%d", t.prefix, s.short, conc), MaxRetry: 3})
 			if err != nil {
@@ -237,17 +249,17 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				}
 				return !c.Reached, nil
 			})
-		}},
+		}, false},
 	}...)
 	if t.node != nil {
 		cs = append(cs, turnContender{"rate-limiter-flexible 11.4 (Node 20, ioredis: one pipelined connection)", peer, func(s scenario, conc int) (harness.Runner, error) {
-			r := t.node.runner(s, conc)
+			r := t.node.runner(s, conc, "")
 			// V8 compiles the hot loop after thousands of calls: on a
 			// loaded machine that takes seconds, which the other
 			// contenders' warm-up does not need.
 			var discard harness.Sample
 			return r, r(ctx, conc, 3*time.Second, &discard)
-		}})
+		}, false})
 	}
 	return append(cs,
 		turnContender{"floor: one INCR round trip (go-redis)", floor, func(s scenario, conc int) (harness.Runner, error) {
@@ -256,7 +268,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				return true, c.Incr(ctx, prefix+key).Err()
 			})
-		}},
+		}, false},
 		turnContender{"INCR through rueidis (for reference)", reference, func(s scenario, conc int) (harness.Runner, error) {
 			c, err := t.rueidis()
 			if err != nil {
@@ -266,7 +278,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				return true, c.Do(ctx, c.B().Incr().Key(prefix+key).Build()).Error()
 			})
-		}},
+		}, false},
 	)
 }
 
@@ -279,15 +291,15 @@ type nodeRunner struct {
 	out *bufio.Scanner
 }
 
-func startNode(dir, addr, prefix string) (*nodeRunner, error) {
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "rate-limiter-flexible")); err != nil {
-		return nil, fmt.Errorf("-rlf %s: run npm install there first: %w", dir, err)
+// startNode starts rlf.js in dir with args (its store, then the store's
+// address and the key prefix: see rlf.js).
+func startNode(dir string, args ...string) (*nodeRunner, error) {
+	for _, pkg := range []string{"rate-limiter-flexible", "ioredis", "pg"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg)); err != nil {
+			return nil, fmt.Errorf("-rlf %s: run npm ci there first: %w", dir, err)
+		}
 	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("node", filepath.Join(dir, "rlf.js"), host, port, prefix)
+	cmd := exec.Command("node", append([]string{filepath.Join(dir, "rlf.js")}, args...)...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -331,10 +343,13 @@ func (n *nodeRunner) call(req map[string]any) (nodeReply, error) {
 	return r, nil
 }
 
-func (n *nodeRunner) runner(s scenario, conc int) harness.Runner {
+// runner returns the Runner of rate-limiter-flexible for scenario s at
+// conc callers; on PostgreSQL, table names its table.
+func (n *nodeRunner) runner(s scenario, conc int, table string) harness.Runner {
 	return func(_ context.Context, workers int, d time.Duration, sample *harness.Sample) error {
-		r, err := n.call(map[string]any{"op": "run", "scenario": s.short, "name": fmt.Sprintf("%s-%d", s.short, conc), "points": s.lim.n,
-			"duration": int64(s.lim.period / time.Second), "keys": len(s.keys), "conc": workers, "ms": d.Milliseconds(), "prime": s.primed})
+		r, err := n.call(map[string]any{"op": "run", "scenario": s.short, "name": n.name(s, conc), "points": s.lim.n,
+			"duration": int64(s.lim.period / time.Second), "keys": len(s.keys), "uniform": s.uniform, "conc": workers, "ms": d.Milliseconds(),
+			"prime": s.primed, "table": table})
 		if err != nil {
 			return err
 		}
@@ -346,6 +361,17 @@ func (n *nodeRunner) runner(s scenario, conc int) harness.Runner {
 		sample.AddCounts(r.Admitted, time.Duration(r.ElapsedNS))
 		return nil
 	}
+}
+
+// name returns the name of the limiter of scenario s at conc callers.
+func (n *nodeRunner) name(s scenario, conc int) string {
+	return fmt.Sprintf("%s-%d", s.short, conc)
+}
+
+// release ends the limiter of scenario s at conc callers and its pool.
+func (n *nodeRunner) release(s scenario, conc int) error {
+	_, err := n.call(map[string]any{"op": "release", "name": n.name(s, conc)})
+	return err
 }
 
 func (n *nodeRunner) close() {

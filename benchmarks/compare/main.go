@@ -51,6 +51,25 @@
 // rlf.js with its packages installed (cd benchmarks/rlf && npm install), and
 // the program drives it over stdin and stdout, one slice at a time.
 //
+// With -table issue42, it measures only the table of issue #42, as the
+// outside harness of that issue did: for every row (-rows: Redis; PostgreSQL
+// logged with synchronous commit; PostgreSQL unlogged; in process; plans)
+// and every cell at every concurrency of -concurrency, each contender with
+// clients of its own whose pools hold as many connections as callers
+// (rueidis and ioredis: one pipelined connection), -runs rounds of one block
+// per contender (a -blocks warm-up, 500ms by default, then -duration
+// measured, 2s by default), contenders one after the other, the order
+// reversed every other round. Admitted cells have a quota of 10^9 a minute
+// on one hot key or on 10,000 keys drawn uniformly; the denied key has a
+// limit of 1 per hour, exhausted first. It prints the throughput table and
+// the ratio of ratekit's better contender to the best peer per cell (for
+// plans: a planned decision to a composite of the same policies).
+// rate-limiter-flexible (Redis and PostgreSQL) runs when rlf/node_modules
+// is installed or -rlf names it.
+//
+//	cd benchmarks && go run ./compare -table issue42 [-runs 3] [-rows redis,logged,unlogged,memory,plans]
+//	    [-scenarios hot,10k,denied] [-concurrency 1,8,64]
+//
 //	cd benchmarks && go run ./compare [-duration 1s] [-runs 3] [-concurrency 1,8,64]
 //	    [-backends memory,token,redis,postgres] [-scenarios hot,denied,10k] [-contenders regexp]
 //	    [-paired=true] [-exactness=true] [-inturn 1,8] [-slice 50ms] [-rlf rlf] [-sequential=true]
@@ -142,6 +161,9 @@ type scenario struct {
 	pick func(w, i int) int
 	// primed scenarios exhaust their key before measuring.
 	primed bool
+	// uniform says that pick draws keys uniformly at random (rather than
+	// round robin), so that rate-limiter-flexible draws them so too.
+	uniform bool
 }
 
 type env struct {
@@ -180,6 +202,8 @@ func main() {
 	redisMaxInFlight := flag.Int("redis-max-in-flight", 0, "when not 0, adds to the in-turn table a redisstore contender with this Config.MaxInFlight")
 	rlfDir := flag.String("rlf", "", "directory of rlf.js with rate-limiter-flexible installed (npm install): adds it to the in-turn table")
 	sequential := flag.Bool("sequential", true, "measure the tables of every backend and concurrency (false: only the in-turn table)")
+	table := flag.String("table", "", "issue42: measure only the table of issue #42 (its -rows at each -concurrency, contenders in turn: -runs rounds of a -blocks warm-up and -duration measured per contender, by default 500ms and 2s) and print its ratios")
+	rows := flag.String("rows", issue42Rows, "with -table issue42, the rows to measure")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
 	if err != nil {
@@ -194,6 +218,30 @@ func main() {
 	ctx := context.Background()
 	e := &env{prefix: "ratekit-compare-" + randHex(6), maxWorkers: max(slices.Max(concs), 64)}
 	defer e.cleanup()
+	if *table != "" {
+		if *table != "issue42" {
+			log.Fatalf("-table %q: the only table is issue42", *table)
+		}
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["duration"] {
+			*duration = 2 * time.Second
+		}
+		if *blocks == 0 {
+			*blocks = 500 * time.Millisecond
+		}
+		if !set["rlf"] {
+			*rlfDir = rlfDefault("rlf")
+		}
+		if *rlfDir == "" {
+			fmt.Fprintln(os.Stderr, "issue42: rate-limiter-flexible is left out (cd rlf && npm ci, or -rlf DIR)")
+		}
+		if err := runIssue42(ctx, e, *rows, *scenariosFlag, *rlfDir, concs, *runs, *duration, *blocks); err != nil {
+			e.cleanup()
+			log.Fatal(err)
+		}
+		return
+	}
 	var contenders []contender
 	if want(*backendsFlag, "memory") {
 		contenders = append(contenders, memoryContenders(e)...)
@@ -223,9 +271,9 @@ func main() {
 	}
 	var scenarios []scenario
 	for _, s := range []scenario{
-		{"one hot key, always admitted (limit 10^9 per hour)", "hot", openLimit, []string{"hot"}, func(_, _ int) int { return 0 }, false},
-		{"one denied key (limit 1 per hour, exhausted)", "denied", deniedLimit, []string{"blocked"}, func(_, _ int) int { return 0 }, true},
-		{"10,000 keys round robin (limit 10^9 per hour each)", "10k", openLimit, keys, func(w, i int) int { return (w*7919 + i) % len(keys) }, false},
+		{"one hot key, always admitted (limit 10^9 per hour)", "hot", openLimit, []string{"hot"}, func(_, _ int) int { return 0 }, false, false},
+		{"one denied key (limit 1 per hour, exhausted)", "denied", deniedLimit, []string{"blocked"}, func(_, _ int) int { return 0 }, true, false},
+		{"10,000 keys round robin (limit 10^9 per hour each)", "10k", openLimit, keys, func(w, i int) int { return (w*7919 + i) % len(keys) }, false, false},
 	} {
 		if want(*scenariosFlag, s.short) {
 			scenarios = append(scenarios, s)
@@ -777,22 +825,7 @@ func (e *env) cleanup() {
 	}
 	e.closers = nil
 	if e.redis != nil {
-		var errs []error
-		iter := e.redis.Scan(ctx, 0, e.prefix+"*", 1000).Iterator()
-		var batch []string
-		for iter.Next(ctx) {
-			batch = append(batch, iter.Val())
-			if len(batch) == 500 {
-				errs = append(errs, e.redis.Del(ctx, batch...).Err())
-				batch = batch[:0]
-			}
-		}
-		if len(batch) > 0 {
-			errs = append(errs, e.redis.Del(ctx, batch...).Err())
-		}
-		if err := errors.Join(append(errs, iter.Err())...); err != nil {
-			log.Printf("removing Redis keys %s*: %v", e.prefix, err)
-		}
+		deleteKeys(ctx, e.redis, e.prefix)
 		e.redis.Close()
 		e.redis = nil
 	}
@@ -806,6 +839,27 @@ func (e *env) cleanup() {
 		}
 		e.pg.Close()
 		e.pg = nil
+	}
+}
+
+// deleteKeys removes the Redis keys that start with prefix, logging what
+// fails.
+func deleteKeys(ctx context.Context, c *redis.Client, prefix string) {
+	var errs []error
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		batch = append(batch, iter.Val())
+		if len(batch) == 500 {
+			errs = append(errs, c.Del(ctx, batch...).Err())
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		errs = append(errs, c.Del(ctx, batch...).Err())
+	}
+	if err := errors.Join(append(errs, iter.Err())...); err != nil {
+		log.Printf("removing Redis keys %s*: %v", prefix, err)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,6 +42,14 @@ type Result struct {
 
 	// Decisions is the number of decisions made.
 	Decisions int64
+
+	// Allocs is the heap allocations of this process per decision while
+	// the decisions were made (runtime.MemStats.Mallocs; it counts the
+	// process's other goroutines too, such as idle clients' background
+	// work). It is negative when the decisions were made in another
+	// process (Sample.AddBucket) or side by side with other ops
+	// (MeasureInterleaved).
+	Allocs float64
 }
 
 const (
@@ -91,6 +100,10 @@ type Sample struct {
 	decisions int64
 	admitted  int64
 	elapsed   time.Duration
+	// mallocs counts this process's allocations over the decisions that
+	// measure made; outside says that some decisions came from AddBucket.
+	mallocs uint64
+	outside bool
 }
 
 // AddBucket adds n decisions whose latency falls in bucket b of the
@@ -102,6 +115,7 @@ func (s *Sample) AddBucket(b int, n uint64) error {
 	}
 	s.hist[b] += n
 	s.decisions += int64(n)
+	s.outside = true
 	return nil
 }
 
@@ -121,12 +135,17 @@ func (s *Sample) Result() Result {
 	if s.decisions == 0 || s.elapsed <= 0 {
 		return Result{}
 	}
+	allocs := -1.0
+	if !s.outside {
+		allocs = float64(s.mallocs) / float64(s.decisions)
+	}
 	return Result{
 		Throughput: float64(s.decisions) / s.elapsed.Seconds(),
 		P50:        s.hist.quantile(s.decisions, 0.50),
 		P99:        s.hist.quantile(s.decisions, 0.99),
 		Admitted:   float64(s.admitted) / float64(s.decisions),
 		Decisions:  s.decisions,
+		Allocs:     allocs,
 	}
 }
 
@@ -139,6 +158,8 @@ func (s *Sample) measure(ctx context.Context, workers int, d time.Duration, op O
 	admitted := make([]int64, workers)
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
 	start := time.Now()
 	for w := range workers {
 		wg.Add(1)
@@ -165,6 +186,9 @@ func (s *Sample) measure(ctx context.Context, workers int, d time.Duration, op O
 	}
 	wg.Wait()
 	s.elapsed += time.Since(start)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	s.mallocs += after.Mallocs - before.Mallocs
 	for w := range workers {
 		if errs[w] != nil {
 			return errs[w]
@@ -261,6 +285,7 @@ func MeasureInterleaved(ctx context.Context, d time.Duration, ops []Op) ([]Resul
 			P99:        hists[j].quantile(n, 0.99),
 			Admitted:   float64(admitted[j]) / float64(n),
 			Decisions:  n,
+			Allocs:     -1,
 		}
 	}
 	return out, nil
@@ -300,6 +325,7 @@ func Median(rs []Result) Result {
 		P99:        time.Duration(med(func(r Result) float64 { return float64(r.P99) })),
 		Admitted:   med(func(r Result) float64 { return r.Admitted }),
 		Decisions:  int64(med(func(r Result) float64 { return float64(r.Decisions) })),
+		Allocs:     med(func(r Result) float64 { return r.Allocs }),
 	}
 }
 

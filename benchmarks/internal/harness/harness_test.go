@@ -117,3 +117,41 @@ func TestMeasureInTurn(t *testing.T) {
 		t.Errorf("slow runner: %d decisions, %v admitted", slow.Decisions, slow.Admitted)
 	}
 }
+
+// sinks keep each worker's allocation on the heap.
+var sinks [2]*[64]byte
+
+// TestMeasureAllocs: an op that allocates one object per decision reports
+// about one allocation per decision, one that allocates none about none,
+// and decisions made in another process none measured.
+func TestMeasureAllocs(t *testing.T) {
+	ctx := context.Background()
+	one, err := Measure(ctx, 2, 30*time.Millisecond, func(_ context.Context, w, _ int) (bool, error) {
+		sinks[w] = new([64]byte)
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := Measure(ctx, 2, 30*time.Millisecond, func(context.Context, int, int) (bool, error) { return true, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if one.Decisions < 1000 || none.Decisions < 1000 {
+		t.Fatalf("implausible results %+v, %+v", one, none)
+	}
+	if one.Allocs < 1 || one.Allocs > 1.1 {
+		t.Errorf("one allocation per decision: %v", one.Allocs)
+	}
+	if none.Allocs < 0 || none.Allocs > 0.1 {
+		t.Errorf("no allocation per decision: %v", none.Allocs)
+	}
+	var s Sample
+	if err := s.AddBucket(Bucket(1000), 10); err != nil {
+		t.Fatal(err)
+	}
+	s.AddCounts(10, time.Millisecond)
+	if r := s.Result(); r.Allocs >= 0 {
+		t.Errorf("decisions of another process: %v allocations per decision, want negative", r.Allocs)
+	}
+}
