@@ -652,88 +652,59 @@ func RateArg(r kvstore.Refill) int64 {
 	return r.Rate * 1000
 }
 
+// Key appends to t the Redis key of key in the empty group, prefix + "{"
+// + key + "}" (the key of an ordinary Update), and returns it.
+func (t *Text) Key(prefix, key string) string {
+	at := len(t.buf)
+	t.buf = append(t.buf, prefix...)
+	t.buf = append(t.buf, '{')
+	t.buf = append(t.buf, key...)
+	t.buf = append(t.buf, '}')
+	return t.since(at)
+}
+
 // MultiKeys appends to dst the Redis keys of updates in group, in order,
-// built in one string so that a call allocates once for all of them: prefix
-// + "{" + key + "}" in the empty group (the key of an ordinary Update), and
-// otherwise prefix + "g" + kvstore.GroupKey(group, key), whose hash tag
-// depends on the group alone, so that a group's keys share a Redis Cluster
-// hash slot; the "g" keeps grouped keys apart from the ordinary ones.
-func MultiKeys(dst []string, prefix, group string, updates []kvstore.Update) []string {
-	// Every key but its own part is the same length: prefix, braces and,
-	// in a group, "g", the group's length, ':' and the group.
-	fixed := len(prefix) + 2
-	if group != "" {
-		fixed += 2 + len(group) + decimalLen(len(group))
-	}
-	total := 0
-	for i := range updates {
-		total += fixed + len(updates[i].Key)
-	}
-	var num [20]byte
-	glen := strconv.AppendInt(num[:0], int64(len(group)), 10)
-	var b strings.Builder
-	b.Grow(total)
-	for i := range updates {
-		b.WriteString(prefix)
-		if group == "" {
-			b.WriteByte('{')
-			b.WriteString(updates[i].Key)
-			b.WriteByte('}')
-			continue
+// written to t: prefix + "{" + key + "}" in the empty group (the key of an
+// ordinary Update), and otherwise prefix + "g" + kvstore.GroupKey(group,
+// key), whose hash tag depends on the group alone, so that a group's keys
+// share a Redis Cluster hash slot; the "g" keeps grouped keys apart from
+// the ordinary ones.
+func MultiKeys(dst []string, t *Text, prefix, group string, updates []kvstore.Update) []string {
+	if group == "" {
+		for i := range updates {
+			dst = append(dst, t.Key(prefix, updates[i].Key))
 		}
-		b.WriteString("g{")
-		b.Write(glen)
-		b.WriteByte(':')
-		b.WriteString(group)
-		b.WriteByte('}')
-		b.WriteString(updates[i].Key)
+		return dst
 	}
-	all, at := b.String(), 0
 	for i := range updates {
-		end := at + fixed + len(updates[i].Key)
-		dst = append(dst, all[at:end])
-		at = end
+		at := len(t.buf)
+		t.buf = append(t.buf, prefix...)
+		t.buf = append(t.buf, "g{"...)
+		t.buf = strconv.AppendInt(t.buf, int64(len(group)), 10)
+		t.buf = append(t.buf, ':')
+		t.buf = append(t.buf, group...)
+		t.buf = append(t.buf, '}')
+		t.buf = append(t.buf, updates[i].Key...)
+		dst = append(dst, t.since(at))
 	}
 	return dst
 }
 
-// Updates records the policies and costs of a multi-key update's updates,
-// for a store that caches the script arguments it formatted for them.
-type Updates struct {
-	refills []kvstore.Refill
-	ns      []int64
+// UpdateArgs appends to dst Update's ARGV for a Refill r, a cost n and the
+// op argument op, the numbers written to t.
+func UpdateArgs(dst []string, t *Text, r kvstore.Refill, n int64, op string) []string {
+	return append(dst, t.Int(r.Burst), t.Int(RateArg(r)), t.Int(n), op)
 }
 
-// NewUpdates records the policies and costs of updates.
-func NewUpdates(updates []kvstore.Update) Updates {
-	u := Updates{refills: make([]kvstore.Refill, len(updates)), ns: make([]int64, len(updates))}
+// MultiArgs appends to dst Multi's ARGV for the op argument op and
+// updates, the numbers written to t.
+func MultiArgs(dst []string, t *Text, op string, updates []kvstore.Update) []string {
+	dst = append(dst, op)
 	for i := range updates {
-		u.refills[i], u.ns[i] = updates[i].Refill, updates[i].N
+		u := &updates[i]
+		dst = append(dst, t.Int(u.Refill.Burst), t.Int(RateArg(u.Refill)), t.Int(u.N))
 	}
-	return u
-}
-
-// Match reports whether updates have the policies and costs recorded in u,
-// in order.
-func (u *Updates) Match(updates []kvstore.Update) bool {
-	if len(u.ns) != len(updates) {
-		return false
-	}
-	for i := range updates {
-		if u.refills[i] != updates[i].Refill || u.ns[i] != updates[i].N {
-			return false
-		}
-	}
-	return true
-}
-
-// decimalLen returns the number of decimal digits of n >= 0.
-func decimalLen(n int) int {
-	d := 1
-	for ; n >= 10; n /= 10 {
-		d++
-	}
-	return d
+	return dst
 }
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
@@ -793,8 +764,9 @@ func parseDecimal(s string) (int64, bool) {
 }
 
 // PeriodArgs appends to dst the ARGV of MultiPeriod for op and updates,
-// which must have passed kvstore.CheckMultiPeriods.
-func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string {
+// which must have passed kvstore.CheckMultiPeriods, the numbers written to
+// t.
+func PeriodArgs(dst []string, t *Text, op kvstore.Op, updates []kvstore.Update) []string {
 	switch op {
 	case kvstore.OpTake:
 		dst = append(dst, "t")
@@ -806,13 +778,10 @@ func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string 
 	for i := range updates {
 		u := &updates[i]
 		if p := u.Period; p != nil {
-			dst = append(dst, "p",
-				strconv.FormatInt(p.Bounds[0], 10), strconv.FormatInt(p.Bounds[1], 10),
-				strconv.FormatInt(p.Bounds[2], 10), strconv.FormatInt(p.Bounds[3], 10),
-				strconv.FormatInt(p.Quota, 10), strconv.FormatInt(u.N, 10))
+			dst = append(dst, "p", t.Int(p.Bounds[0]), t.Int(p.Bounds[1]), t.Int(p.Bounds[2]), t.Int(p.Bounds[3]), t.Int(p.Quota), t.Int(u.N))
 			continue
 		}
-		dst = append(dst, "b", strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		dst = append(dst, "b", t.Int(u.Refill.Burst), t.Int(RateArg(u.Refill)), t.Int(u.N))
 	}
 	return dst
 }
