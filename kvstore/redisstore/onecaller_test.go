@@ -67,3 +67,22 @@ func benchAllow(b *testing.B, s *redisstore.Store) {
 		return err
 	})
 }
+
+// TestOneCallerAllocs pins what a lone caller's decisions allocate on a
+// go-redis client built with redis.NewClient's defaults: Update no more
+// than go-redis allocates for a bare command (an IntCmd of arguments boxed
+// beforehand, through the pool's health check), a tokenbucket decision one
+// more (its store key), and a planned decision no more than a composite of
+// the same policies (see redistest.CheckOneCallerAllocs).
+func TestOneCallerAllocs(t *testing.T) {
+	p := redistest.Prefix(t)
+	c := newClient(t, testenv.RedisAddr(t), p)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []any{"incr", p + "incr"}
+	redistest.CheckOneCallerAllocs(t, s, func(ctx context.Context) error {
+		return c.Process(ctx, redis.NewIntCmd(ctx, args...))
+	})
+}

@@ -80,3 +80,32 @@ func BenchmarkOneCaller(b *testing.B) {
 		})
 	})
 }
+
+// TestOneCallerAllocs pins what a lone caller's decisions allocate on a
+// rueidis client built with rueidis's defaults: Update no more than a bare
+// INCR through the same client, a tokenbucket decision one more (its store
+// key), and a planned decision no more than a composite of the same
+// policies (see redistest.CheckOneCallerAllocs); after a burst, when a
+// lone command goes on a dedicated connection, Update one more than INCR
+// (the dedicated client rueidis allocates for each use).
+func TestOneCallerAllocs(t *testing.T) {
+	p := redistest.Prefix(t)
+	c := newClient(t, testenv.RedisAddr(t))
+	cleanKeys(t, c, p)
+	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := p + "incr"
+	incr := func(ctx context.Context) error { return c.Do(ctx, c.B().Incr().Key(key).Build()).Error() }
+	redistest.CheckOneCallerAllocs(t, s, incr)
+	burst(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r := kvstore.Refill{Burst: 1e12, Rate: 1e6}
+	bare := testing.AllocsPerRun(200, func() { incr(ctx) })
+	update := testing.AllocsPerRun(200, func() { s.Update(ctx, "update", r, kvstore.OpTake, 1) })
+	if update > bare+1 {
+		t.Errorf("after a burst, Update allocates %v times, INCR %v", update, bare)
+	}
+}
