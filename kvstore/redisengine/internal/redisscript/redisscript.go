@@ -500,13 +500,15 @@ for i = 1, nk do
     if record then
       local space, count_raw, start_raw, record_count, record_start = nil, nil, nil, nil, nil
       if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
+      local start_text = ARGV[base + period]
       if space then
         count_raw, start_raw = string.sub(record, 1, space - 1), string.sub(record, space + 1)
-        record_count, record_start = tonumber(count_raw), tonumber(start_raw)
+        record_count = tonumber(count_raw)
+        if start_raw == start_text then record_start = period_start else record_start = tonumber(start_raw) end
       end
       if not (record_count and record_start and record_count >= 0 and record_count < 9007199254740992 and record_start >= 0 and record_start < 9007199254740992
         and record_count % 1 == 0 and record_start % 1 == 0
-        and string.format('%d', record_count) == count_raw and string.format('%d', record_start) == start_raw) then
+        and string.format('%d', record_count) == count_raw and (start_raw == start_text or string.format('%d', record_start) == start_raw)) then
         return redis.error_reply('` + Malformed + `')
       end
       if record_start >= period_start then count, start = record_count, record_start end
@@ -544,7 +546,9 @@ for i = 1, nk do
       else
         local expire_at = ARGV[base + 1 + period] + 999
         expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
-        local record = string.format('%d', count) .. ' ' .. string.format('%d', start or ARGV[base + period] + 0)
+        local start_text = ARGV[base + period]
+        if start and start ~= start_text + 0 then start_text = string.format('%d', start) end
+        local record = string.format('%d', count) .. ' ' .. start_text
         if start then
           redis.call('SET', key, record, 'KEEPTTL')
           redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
