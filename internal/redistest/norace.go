@@ -2,5 +2,5 @@
 
 package redistest
 
-// raceEnabled reports whether the race detector is on (see race.go).
-const raceEnabled = false
+// AllocSlack is the slack a test gives an allocation bound (see race.go).
+const AllocSlack = 0

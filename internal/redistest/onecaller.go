@@ -98,15 +98,10 @@ func cpuTime() time.Duration {
 // a store may keep), and a tokenbucket.Planned decision of a burst and a
 // monthly quota at most as much as a tokenbucket.Composite of the same two
 // policies (its period bounds' text included). Each is averaged over 200
-// decisions after a warm-up. Under the race detector, whose sync.Pool
-// drops a quarter of what it is given back, so that pooled buffers are
-// allocated again now and then, each bound has a slack of two.
+// decisions after a warm-up, each bound with a slack of AllocSlack.
 func CheckOneCallerAllocs(t *testing.T, s kvstore.MultiAtomic, bare func(context.Context) error) {
 	t.Helper()
-	slack := 0.0
-	if raceEnabled {
-		slack = 2
-	}
+	const slack = AllocSlack
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	plan, fixed := plannedtest.BenchPlans()

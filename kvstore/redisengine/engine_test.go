@@ -259,11 +259,31 @@ func TestUpdatePeriods(t *testing.T) {
 	if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
 		t.Fatal(err)
 	}
-	if want := "period p:{a},p:{m} t,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+	if want := "period p:{a},p:{m} T,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
 		t.Errorf("sent %q, want %q", f.evals[0], want)
 	}
 	if res[0] != (kvstore.OpResult{OK: true, Remaining: 9}) || res[1] != (kvstore.OpResult{OK: true, Remaining: 2, Used: 3, Now: 150, Period: 2}) {
 		t.Errorf("results %+v", res)
+	}
+	// A refused take makes the same keys' next take read first, and an
+	// admitted one decrement first again.
+	for i, step := range []struct {
+		reply []int64
+		want  string
+	}{
+		{[]int64{150, 9, 5, -2}, "T"},
+		{[]int64{150, 9, 5, -2}, "t"},
+		{[]int64{150, 9, 4, 2}, "t"},
+		{[]int64{150, 9, 5, 2}, "T"},
+	} {
+		f.evals = nil
+		f.reply = func(*Script, []string, []string) ([]int64, error) { return step.reply, nil }
+		if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
+			t.Fatal(err)
+		}
+		if want := "period p:{a},p:{m} " + step.want + ",b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+			t.Errorf("take %d: sent %q, want %q", i, f.evals[0], want)
+		}
 	}
 	f.reply = func(*Script, []string, []string) ([]int64, error) {
 		return nil, fmt.Errorf("ERR user script: kvstore: clock skew: Redis TIME 400 us is outside [0, 300)")

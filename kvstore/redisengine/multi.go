@@ -46,15 +46,15 @@ func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, u
 		putCall(c)
 		return err
 	}
-	if periods {
-		return e.updatePeriods(ctx, c, op, keys, updates, results)
-	}
 	opArg, hash := "r", uint64(0)
 	switch op {
 	case kvstore.OpTake:
 		opArg, hash = e.refusals.TakeOpKeys(keys)
 	case kvstore.OpPeek:
 		opArg = "p"
+	}
+	if periods {
+		return e.updatePeriods(ctx, c, opArg, hash, keys, updates, results)
 	}
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of keys whose last take was refused: two
@@ -110,10 +110,11 @@ func (e *Engine) checkKeys(group string, keys []string, updates []kvstore.Update
 	return nil
 }
 
-// updatePeriods runs the period script (redisscript.MultiPeriod) for a
-// call with period counters over keys, the updates' Redis keys.
-func (e *Engine) updatePeriods(ctx context.Context, c *call, op kvstore.Op, keys []string, updates []kvstore.Update, results []kvstore.OpResult) error {
-	args := redisscript.PeriodArgs(c.argBuf(1+7*len(updates)), &c.text, op, updates)
+// updatePeriods runs the period script (redisscript.MultiPeriod) with the
+// op argument opArg for a call with period counters over keys, the
+// updates' Redis keys; hash is the keys' hash for e.refusals.
+func (e *Engine) updatePeriods(ctx context.Context, c *call, opArg string, hash uint64, keys []string, updates []kvstore.Update, results []kvstore.OpResult) error {
+	args := redisscript.PeriodArgs(c.argBuf(1+7*len(updates)), &c.text, opArg, updates)
 	vals, err := e.eval(ctx, periodScript, keys, args, c.intBuf(redisscript.PeriodReplyLen(updates)))
 	if err != nil {
 		return err
@@ -122,5 +123,10 @@ func (e *Engine) updatePeriods(ctx context.Context, c *call, op kvstore.Op, keys
 		return e.wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", vals))
 	}
 	putCall(c)
+	admitted := true
+	for i := range results {
+		admitted = admitted && results[i].OK
+	}
+	e.refusals.Took(opArg, hash, admitted)
 	return nil
 }

@@ -105,7 +105,7 @@ func TestOneCallerAllocs(t *testing.T) {
 	r := kvstore.Refill{Burst: 1e12, Rate: 1e6}
 	bare := testing.AllocsPerRun(200, func() { incr(ctx) })
 	update := testing.AllocsPerRun(200, func() { s.Update(ctx, "update", r, kvstore.OpTake, 1) })
-	if update > bare+1 {
+	if update > bare+1+redistest.AllocSlack {
 		t.Errorf("after a burst, Update allocates %v times, INCR %v", update, bare)
 	}
 }
