@@ -14,8 +14,7 @@ import (
 // stays pipelined for good, and each lone command costs two goroutine
 // hand-offs more: a wake-up of the writer, a wake-up of the caller, and
 // the system calls behind them. A function instance that once served a
-// burst, or shares its client with code that runs commands concurrently,
-// would pay that on every decision after.
+// burst would pay that on every decision after.
 //
 // So the Store counts its commands in flight. A command that finds none
 // other goes on the client's pipelined connections until the Store has
@@ -32,7 +31,11 @@ import (
 // ends, whose Done is nil): rueidis pipelines any connection for a context
 // that can end without a deadline, since only its writer and reader can
 // stop waiting at that end. It is not taken on a Redis Cluster, whose
-// dedicated connections serve the hash slot of their first command.
+// dedicated connections serve the hash slot of their first command. The
+// Store sees only its own commands: a client whose connections other code
+// pipelined (its own commands at once, or rueidis's keepalive PING meeting
+// a command) serves the Store's lone commands pipelined until the Store
+// itself sees two at once.
 
 // do sends cmd, on a dedicated connection when the caller is alone and
 // the client's connections may be pipelined (see above).
