@@ -32,6 +32,22 @@ func Scripts() (update, multi string) {
 	return update, r.src
 }
 
+// PeriodScript returns the Lua text of the Redis engine's period script
+// (the multi-key script with period counters), as the engine hands it to
+// its connection.
+func PeriodScript() string {
+	var r recorder
+	e, err := redisengine.New(&r, redisengine.Config{Name: "redistest", Module: "github.com/ratekit/ratekit", Protocol: 1, Prefix: "p:"})
+	if err != nil {
+		panic(err)
+	}
+	ups := []kvstore.Update{{Key: "c", N: 1, Period: &kvstore.PeriodBounds{Bounds: [4]int64{0, 1, 2, 3}, Quota: 1}}}
+	// The recorder's reply is not a period counter's, so the call fails
+	// after the script was handed over: only its text matters here.
+	e.UpdateMulti(context.Background(), "", kvstore.OpTake, ups, make([]kvstore.OpResult, 1))
+	return r.src
+}
+
 // RateArg returns the rate argument of the update scripts for r: its
 // refill in units per millisecond, capped at r.Max.
 func RateArg(r kvstore.Refill) int64 {

@@ -21,13 +21,18 @@ import (
 // runs, nor after a call that returned an error, so an implementation may
 // refer to them instead of copying them (as go-redis's commands do) and
 // may keep them after it gave up waiting; after a call returned without an
-// error, it must not use them any more.
+// error, it must not use them any more. The keys and arguments are strings
+// written into a buffer that the Engine reuses for its next calls once a
+// call returned without an error, so that a decision allocates nothing for
+// them: what keeps one longer (a client's hook that logs commands later,
+// say) must copy it (strings.Clone).
 type Conn interface {
 	// Eval runs script on keys with args: EVALSHA script.SHA(), and, when
 	// the server answers NOSCRIPT, EVAL script.Source() with the same keys
 	// and args. It appends the reply's integers to dst and returns dst:
-	// one for an integer reply, each element's for an array of integers.
-	// A reply of another shape is an error.
+	// one for an integer reply, each element's for an array of integers
+	// (script.Array tells which the script sends). A reply of another
+	// shape is an error.
 	Eval(ctx context.Context, script *Script, keys, args []string, dst []int64) ([]int64, error)
 
 	// Read sends MULTI, then PTTL and GET of each key in order, then
@@ -58,13 +63,20 @@ type Conn interface {
 // Engine's scripts are package variables: a Conn may use a *Script as a map
 // key.
 type Script struct {
-	src  string
-	once sync.Once
-	sha  string
+	src   string
+	array bool
+	once  sync.Once
+	sha   string
 }
 
-// newScript returns the Script of the Lua text src.
-func newScript(src string) *Script { return &Script{src: src} }
+// newScript returns the Script of the Lua text src, whose reply is an
+// array of integers when array is true and one integer otherwise.
+func newScript(src string, array bool) *Script { return &Script{src: src, array: array} }
+
+// Array reports whether the script replies with an array of integers
+// rather than with one integer, for a client that reads a reply by its
+// expected type (go-redis's IntCmd and IntSliceCmd box nothing).
+func (s *Script) Array() bool { return s.array }
 
 // Source returns the script's Lua text, the argument of EVAL.
 func (s *Script) Source() string { return s.src }
@@ -82,7 +94,7 @@ func (s *Script) SHA() string {
 
 // The scripts the Engine runs (see package redisscript).
 var (
-	updateScript = newScript(redisscript.Update)
-	multiScript  = newScript(redisscript.Multi)
-	periodScript = newScript(redisscript.MultiPeriod)
+	updateScript = newScript(redisscript.Update, false)
+	multiScript  = newScript(redisscript.Multi, true)
+	periodScript = newScript(redisscript.MultiPeriod, true)
 )

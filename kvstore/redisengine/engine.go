@@ -20,10 +20,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratekit/ratekit"
@@ -60,11 +58,6 @@ type Engine struct {
 	conn   Conn
 	name   string
 	prefix string
-
-	// args and multiArgs cache the script arguments of the last call's
-	// policies and costs, formatted once.
-	args      atomic.Pointer[updateArgs]
-	multiArgs atomic.Pointer[multiArgs]
 
 	// refusals picks the order of each take's reads (see
 	// redisscript.Refusals).
@@ -162,20 +155,15 @@ func (e *Engine) Delete(ctx context.Context, key string) error {
 // Redis, and kvstore.ErrMalformedRecord when the key holds something no
 // ratekit store wrote.
 func (e *Engine) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
-	a := e.args.Load()
-	if a == nil || a.r != r || a.n != n {
-		if err := r.Validate(); err != nil {
-			return kvstore.OpResult{}, err
-		}
-		a = newUpdateArgs(r, n)
-		e.args.Store(a)
+	if err := r.Validate(); err != nil {
+		return kvstore.OpResult{}, err
 	}
 	if err := r.CheckOp(op, n); err != nil {
 		return kvstore.OpResult{}, err
 	}
 	opArg, hash := e.refusals.OpArg(op, key)
 	c := getCall()
-	keys := append(c.keyBuf(1), e.Key(key))
+	keys := append(c.keyBuf(1), c.text.Key(e.prefix, key))
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of a key whose last take was refused: two
 		// reads decide it, unless the take now fits.
@@ -192,7 +180,8 @@ func (e *Engine) Update(ctx context.Context, key string, r kvstore.Refill, op kv
 			return res[0], nil
 		}
 	}
-	vals, err := e.eval(ctx, updateScript, keys, a.ops[opIndex(opArg)][:], c.intBuf(1))
+	args := redisscript.UpdateArgs(c.argBuf(4), &c.text, r, n, opArg)
+	vals, err := e.eval(ctx, updateScript, keys, args, c.intBuf(1))
 	if err != nil {
 		return kvstore.OpResult{}, err
 	}
@@ -275,62 +264,45 @@ var _ interface {
 	kvstore.ClockStepper
 } = (*Engine)(nil)
 
-// updateArgs caches the update script's arguments for a Refill and a cost,
-// one list for each op, formatted once, so that the hot path formats and
-// allocates nothing for them.
-type updateArgs struct {
-	r   kvstore.Refill
-	n   int64
-	ops [4][4]string // max, rate, n and the op: T, t, p, r (see opIndex)
-}
-
-func newUpdateArgs(r kvstore.Refill, n int64) *updateArgs {
-	a := &updateArgs{r: r, n: n}
-	max, rate, ns := strconv.FormatInt(r.Burst, 10), strconv.FormatInt(redisscript.RateArg(r), 10), strconv.FormatInt(n, 10)
-	for i, op := range opLetters {
-		a.ops[i] = [4]string{max, rate, ns, op}
-	}
-	return a
-}
-
-// opLetters are the scripts' op arguments, in the order of opIndex.
-var opLetters = [4]string{"T", "t", "p", "r"}
-
-// opIndex returns the index of the op argument op in opLetters.
-func opIndex(op string) int {
-	switch op {
-	case "T":
-		return 0
-	case "t":
-		return 1
-	case "p":
-		return 2
-	}
-	return 3
-}
-
-// callKeys is the number of keys a pooled call holds without allocating.
-const callKeys = 8
+// callKeys is the number of keys a pooled call holds without allocating,
+// and callArgs the number of script arguments (a period script's on
+// callKeys counters).
+const (
+	callKeys = 8
+	callArgs = 1 + 7*callKeys
+)
 
 // call holds the buffers one decision hands to the Conn, pooled: a Conn
-// may refer to them until it returns without an error (see Conn). A
-// decision of more than callKeys keys allocates buffers of its own.
+// may refer to them until it returns without an error (see Conn), and a
+// decision that ends with an error leaves its call to the garbage
+// collector instead of the pool. The keys and arguments are written to
+// text, into inline until it is full. A decision of more than callKeys
+// keys allocates buffers of its own.
 type call struct {
 	keys   [callKeys]string
+	args   [callArgs]string
 	ints   [2*callKeys + 1]int64
 	ttls   [callKeys]int64
 	values [callKeys]string
 	levels [callKeys]int64
+	text   redisscript.Text
+	inline [1024]byte
 }
 
 var callPool = sync.Pool{New: func() any { return new(call) }}
 
-// getCall returns a call from the pool.
-func getCall() *call { return callPool.Get().(*call) }
+// getCall returns a call from the pool, its text empty.
+func getCall() *call {
+	c := callPool.Get().(*call)
+	c.text.Reset(c.inline[:])
+	return c
+}
 
-// putCall clears the strings c holds and returns c to the pool.
+// putCall clears the strings c holds and returns c to the pool. No Conn
+// may refer to c's keys and arguments any more.
 func putCall(c *call) {
 	clear(c.keys[:])
+	clear(c.args[:])
 	clear(c.values[:])
 	callPool.Put(c)
 }
@@ -339,6 +311,14 @@ func putCall(c *call) {
 func (c *call) keyBuf(n int) []string {
 	if n <= callKeys {
 		return c.keys[:0]
+	}
+	return make([]string, 0, n)
+}
+
+// argBuf returns an empty slice of capacity n for a script's arguments.
+func (c *call) argBuf(n int) []string {
+	if n <= callArgs {
+		return c.args[:0]
 	}
 	return make([]string, 0, n)
 }

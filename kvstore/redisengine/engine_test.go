@@ -259,11 +259,31 @@ func TestUpdatePeriods(t *testing.T) {
 	if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
 		t.Fatal(err)
 	}
-	if want := "period p:{a},p:{m} t,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+	if want := "period p:{a},p:{m} T,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
 		t.Errorf("sent %q, want %q", f.evals[0], want)
 	}
 	if res[0] != (kvstore.OpResult{OK: true, Remaining: 9}) || res[1] != (kvstore.OpResult{OK: true, Remaining: 2, Used: 3, Now: 150, Period: 2}) {
 		t.Errorf("results %+v", res)
+	}
+	// A refused take makes the same keys' next take read first, and an
+	// admitted one decrement first again.
+	for i, step := range []struct {
+		reply []int64
+		want  string
+	}{
+		{[]int64{150, 9, 5, -2}, "T"},
+		{[]int64{150, 9, 5, -2}, "t"},
+		{[]int64{150, 9, 4, 2}, "t"},
+		{[]int64{150, 9, 5, 2}, "T"},
+	} {
+		f.evals = nil
+		f.reply = func(*Script, []string, []string) ([]int64, error) { return step.reply, nil }
+		if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
+			t.Fatal(err)
+		}
+		if want := "period p:{a},p:{m} " + step.want + ",b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+			t.Errorf("take %d: sent %q, want %q", i, f.evals[0], want)
+		}
 	}
 	f.reply = func(*Script, []string, []string) ([]int64, error) {
 		return nil, fmt.Errorf("ERR user script: kvstore: clock skew: Redis TIME 400 us is outside [0, 300)")
@@ -305,32 +325,56 @@ func TestRecords(t *testing.T) {
 	}
 }
 
-// TestUpdateAllocs: a take costs the Engine one allocation, the key's,
-// whatever the op, on a Conn that allocates nothing.
+// TestUpdateAllocs: a decision allocates nothing in the Engine, whatever
+// the op, for one key, for buckets together and with a period counter, on
+// a Conn that allocates nothing: the keys and arguments are written into
+// a pooled buffer.
 func TestUpdateAllocs(t *testing.T) {
 	e, err := New(lean{}, Config{Name: "teststore", Protocol: protocol, Prefix: "p:"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	r := kvstore.Refill{Burst: 10, Rate: 1}
+	r := kvstore.Refill{Burst: 1e12, Rate: 1e6}
+	period := &kvstore.PeriodBounds{Bounds: [4]int64{1_780_000_000_000_000, 1_782_000_000_000_000, 1_784_000_000_000_000, 1_786_000_000_000_000}, Quota: 1e9}
+	buckets := []kvstore.Update{{Key: "burst:k", Refill: r, N: 1}, {Key: "day:k", Refill: kvstore.Refill{Burst: 1e9, Rate: 11}, N: 1}}
+	planned := []kvstore.Update{{Key: "b:k", Refill: r, N: 1}, {Key: "p:k", N: 1, Period: period}}
+	res := make([]kvstore.OpResult, 2)
 	for _, op := range []kvstore.Op{kvstore.OpTake, kvstore.OpPeek, kvstore.OpRefund} {
-		e.Update(ctx, "k", r, op, 1)
-		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := e.Update(ctx, "k", r, op, 1); err != nil {
-				t.Fatal(err)
+		for name, f := range map[string]func() error{
+			"Update":              func() error { _, err := e.Update(ctx, "key-1234567890", r, op, 1); return err },
+			"UpdateMulti":         func() error { return e.UpdateMulti(ctx, "", op, buckets, res) },
+			"UpdateMulti grouped": func() error { return e.UpdateMulti(ctx, "customer-42", op, buckets, res) },
+			"UpdateMulti periods": func() error { return e.UpdateMulti(ctx, "customer-42", op, planned, res) },
+		} {
+			if err := f(); err != nil {
+				t.Fatalf("%s, op %d: %v", name, op, err)
 			}
-		})
-		if allocs > 1 {
-			t.Errorf("op %d: %v allocations", op, allocs)
+			if allocs := testing.AllocsPerRun(100, func() { f() }); allocs != 0 {
+				t.Errorf("%s, op %d: %v allocations", name, op, allocs)
+			}
 		}
 	}
 }
 
-// lean is a Conn that allocates nothing: every key holds 5 units.
+// lean is a Conn that allocates nothing: every key holds 5 units, and a
+// period counter's reply is in its second period, at 2 units used.
 type lean struct{}
 
-func (lean) Eval(_ context.Context, _ *Script, keys, _ []string, dst []int64) ([]int64, error) {
+func (lean) Eval(_ context.Context, s *Script, keys, args []string, dst []int64) ([]int64, error) {
+	if s == periodScript {
+		dst = append(dst, 1_783_000_000_000_000)
+		for i := 1; i < len(args); {
+			if args[i] == "p" {
+				dst = append(dst, 2, 2)
+				i += 7
+				continue
+			}
+			dst = append(dst, 5)
+			i += 4
+		}
+		return dst, nil
+	}
 	for range keys {
 		dst = append(dst, 5)
 	}
@@ -348,3 +392,36 @@ func (lean) Get(context.Context, string) (string, bool, error)        { return "
 func (lean) Set(context.Context, string, string, time.Duration) error { return nil }
 func (lean) Del(context.Context, string) error                        { return nil }
 func (lean) Partitioned() bool                                        { return false }
+
+// TestKeptAfterAnError: a Conn may keep the keys and arguments of a call
+// that returned an error (a command sent after its caller stopped
+// waiting): the Engine's next calls, which write theirs into pooled
+// buffers, leave them as they were.
+func TestKeptAfterAnError(t *testing.T) {
+	f := &fakeConn{}
+	e := newEngine(t, f)
+	ctx := context.Background()
+	r := kvstore.Refill{Burst: 1e12, Rate: 1e6}
+	var keptKeys, keptArgs []string
+	f.reply = func(_ *Script, keys, args []string) ([]int64, error) {
+		if keptKeys == nil {
+			keptKeys, keptArgs = keys, args
+			return nil, context.DeadlineExceeded
+		}
+		return []int64{5}, nil
+	}
+	if _, err := e.Update(ctx, "first-key", r, kvstore.OpTake, 123456); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Update: %v, want context.DeadlineExceeded", err)
+	}
+	for i := range 100 {
+		if _, err := e.Update(ctx, "other-key-"+itoa(i), kvstore.Refill{Burst: 9e11, Rate: 7e5}, kvstore.OpTake, 654321); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"p:{first-key}"}; !slices.Equal(keptKeys, want) {
+		t.Errorf("the failed call's keys became %q, want %q", keptKeys, want)
+	}
+	if want := []string{"1000000000000", "1000000000", "123456", "T"}; !slices.Equal(keptArgs, want) {
+		t.Errorf("the failed call's arguments became %q, want %q", keptArgs, want)
+	}
+}

@@ -3,7 +3,6 @@ package redisengine
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisengine/internal/redisscript"
@@ -42,13 +41,10 @@ func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, u
 		return err
 	}
 	c := getCall()
-	keys := redisscript.MultiKeys(c.keyBuf(len(updates)), e.prefix, group, updates)
+	keys := redisscript.MultiKeys(c.keyBuf(len(updates)), &c.text, e.prefix, group, updates)
 	if err := e.checkKeys(group, keys, updates); err != nil {
 		putCall(c)
 		return err
-	}
-	if periods {
-		return e.updatePeriods(ctx, c, op, keys, updates, results)
 	}
 	opArg, hash := "r", uint64(0)
 	switch op {
@@ -56,6 +52,9 @@ func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, u
 		opArg, hash = e.refusals.TakeOpKeys(keys)
 	case kvstore.OpPeek:
 		opArg = "p"
+	}
+	if periods {
+		return e.updatePeriods(ctx, c, opArg, hash, keys, updates, results)
 	}
 	if opArg == "t" || opArg == "p" {
 		// A peek, or a take of keys whose last take was refused: two
@@ -69,12 +68,8 @@ func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, u
 			return nil
 		}
 	}
-	m := e.multiArgs.Load()
-	if m == nil || !m.Match(updates) {
-		m = newMultiArgs(updates)
-		e.multiArgs.Store(m)
-	}
-	vals, err := e.eval(ctx, multiScript, keys, m.ops[opIndex(opArg)], c.intBuf(len(keys)))
+	args := redisscript.MultiArgs(c.argBuf(1+3*len(updates)), &c.text, opArg, updates)
+	vals, err := e.eval(ctx, multiScript, keys, args, c.intBuf(len(keys)))
 	if err != nil {
 		return err
 	}
@@ -115,10 +110,11 @@ func (e *Engine) checkKeys(group string, keys []string, updates []kvstore.Update
 	return nil
 }
 
-// updatePeriods runs the period script (redisscript.MultiPeriod) for a
-// call with period counters over keys, the updates' Redis keys.
-func (e *Engine) updatePeriods(ctx context.Context, c *call, op kvstore.Op, keys []string, updates []kvstore.Update, results []kvstore.OpResult) error {
-	args := redisscript.PeriodArgs(make([]string, 0, 1+7*len(updates)), op, updates)
+// updatePeriods runs the period script (redisscript.MultiPeriod) with the
+// op argument opArg for a call with period counters over keys, the
+// updates' Redis keys; hash is the keys' hash for e.refusals.
+func (e *Engine) updatePeriods(ctx context.Context, c *call, opArg string, hash uint64, keys []string, updates []kvstore.Update, results []kvstore.OpResult) error {
+	args := redisscript.PeriodArgs(c.argBuf(1+7*len(updates)), &c.text, opArg, updates)
 	vals, err := e.eval(ctx, periodScript, keys, args, c.intBuf(redisscript.PeriodReplyLen(updates)))
 	if err != nil {
 		return err
@@ -127,27 +123,10 @@ func (e *Engine) updatePeriods(ctx context.Context, c *call, op kvstore.Op, keys
 		return e.wrap(ctx, "EVALSHA", fmt.Errorf("unexpected reply %v", vals))
 	}
 	putCall(c)
+	admitted := true
+	for i := range results {
+		admitted = admitted && results[i].OK
+	}
+	e.refusals.Took(opArg, hash, admitted)
 	return nil
-}
-
-// multiArgs caches the multi-key script's arguments for the last
-// UpdateMulti's updates (the op, then each one's max, rate and n),
-// formatted once for each op, so that a composite that sends the same
-// policies and costs over and over formats and allocates nothing for them.
-type multiArgs struct {
-	redisscript.Updates
-	ops [4][]string // for the ops T, t, p and r (see opIndex)
-}
-
-func newMultiArgs(updates []kvstore.Update) *multiArgs {
-	m := &multiArgs{Updates: redisscript.NewUpdates(updates)}
-	all := make([]string, 0, 3*len(updates))
-	for i := range updates {
-		u := &updates[i]
-		all = append(all, strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(redisscript.RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
-	}
-	for i, op := range opLetters {
-		m.ops[i] = append([]string{op}, all...)
-	}
-	return m
 }

@@ -3,7 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
-	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,64 +17,129 @@ type conn Store
 
 // Eval implements [redisengine.Conn] with one command built here rather
 // than through redis.Script.Run, which copies the keys and arguments into
-// new slices. The keys and arguments go as pointers to the engine's
-// strings, which go-redis writes as the strings and which box nothing. A
-// server that lost the script (a flushed cache, a failover) answers
-// NOSCRIPT, and the command is sent again with EVAL.
+// new slices and reads the reply as boxed values. The keys and arguments
+// go as pointers to the engine's strings, which go-redis writes as the
+// strings and which box nothing, in a pooled argument list; the reply is
+// read by the script's type (an IntCmd or an IntSliceCmd), which boxes
+// nothing either. A server that lost the script (a flushed cache, a
+// failover) answers NOSCRIPT, and the command is sent again with EVAL.
 //
-// The command goes as a scriptCmd, which go-redis never sends again once
-// it may have reached Redis, whatever the client's MaxRetries: when a
-// connection ends after Redis ran a script and before its reply arrived,
-// the caller gets the error, and the script has run once.
+// The command goes as a command go-redis never sends again once it may
+// have reached Redis, whatever the client's MaxRetries (see scriptCmd):
+// when a connection ends after Redis ran a script and before its reply
+// arrived, the caller gets the error, and the script has run once.
 func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args []string, dst []int64) ([]int64, error) {
-	cmdArgs := make([]any, 3, 3+len(keys)+len(args))
-	cmdArgs[0], cmdArgs[1], cmdArgs[2] = "evalsha", script.SHA(), len(keys)
+	ea := getEvalArgs(3 + len(keys) + len(args))
+	cmdArgs := append(ea.args, "evalsha", c.shaArg(script), len(keys))
 	for i := range keys {
 		cmdArgs = append(cmdArgs, &keys[i])
 	}
 	for i := range args {
 		cmdArgs = append(cmdArgs, &args[i])
 	}
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	cmd.SetFirstKeyPos(3)
-	err := (*Store)(c).do(ctx, scriptCmd{cmd})
+	cmd := newScriptCmd(ctx, script.Array(), cmdArgs)
+	err := (*Store)(c).do(ctx, cmd.Cmder)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		cmdArgs[0], cmdArgs[1] = "eval", script.Source()
-		cmd = redis.NewCmd(ctx, cmdArgs...)
-		cmd.SetFirstKeyPos(3)
-		err = (*Store)(c).do(ctx, scriptCmd{cmd})
+		cmd = newScriptCmd(ctx, script.Array(), cmdArgs)
+		err = (*Store)(c).do(ctx, cmd.Cmder)
 	}
 	if err != nil {
+		// A command whose caller stopped waiting may still be sent: its
+		// arguments stay with it, out of the pool.
 		return dst, err
 	}
-	// The reply read in place: Int64Slice would copy it into a new slice.
-	switch v := cmd.Val().(type) {
-	case int64:
-		return append(dst, v), nil
-	case []any:
-		for _, e := range v {
-			i, ok := e.(int64)
-			if !ok {
-				return dst, fmt.Errorf("unexpected reply %v", v)
-			}
-			dst = append(dst, i)
-		}
-		return dst, nil
-	}
-	return dst, fmt.Errorf("unexpected reply %v", cmd.Val())
+	ea.put(cmdArgs)
+	return cmd.appendTo(dst), nil
 }
 
-// scriptCmd is a script's command that go-redis does not resend after a
-// failure once it may have been written (redis.Cmder's NoRetry, which the
-// client, a Ring, a ClusterClient and their pipelines honour): a script
-// that ran but whose reply was lost would otherwise run again, and a take
-// would be charged twice for one decision. A command refused before any of
-// it was written is still sent again, and a Redis Cluster's MOVED and ASK
-// redirections still apply (the script did not run).
-type scriptCmd struct{ *redis.Cmd }
+// scriptCmd is a script's command: go-redis's IntCmd for a reply of one
+// integer (one set), its IntSliceCmd for an array of integers (many
+// set), either of which reads the reply without boxing it.
+//
+// go-redis does not resend the command after a failure once it may have
+// been written (redis.Cmder's NoRetry, which the client, a Ring, a
+// ClusterClient and their pipelines honour): a script that ran but whose
+// reply was lost would otherwise run again, and a take would be charged
+// twice for one decision. A command refused before any of it was written
+// is still sent again, and a Redis Cluster's MOVED and ASK redirections
+// still apply (the script did not run).
+type scriptCmd struct {
+	redis.Cmder
+	one  *redis.IntCmd
+	many *redis.IntSliceCmd
+}
+
+// newScriptCmd returns a script's command of args, which reads an array of
+// integers when array is true and one integer otherwise.
+func newScriptCmd(ctx context.Context, array bool, args []any) scriptCmd {
+	if array {
+		cmd := redis.NewIntSliceCmd(ctx, args...)
+		cmd.SetFirstKeyPos(3)
+		return scriptCmd{Cmder: noRetryInts{cmd}, many: cmd}
+	}
+	cmd := redis.NewIntCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	return scriptCmd{Cmder: noRetryInt{cmd}, one: cmd}
+}
+
+// appendTo appends the integers of the command's reply to dst.
+func (c scriptCmd) appendTo(dst []int64) []int64 {
+	if c.many != nil {
+		return append(dst, c.many.Val()...)
+	}
+	return append(dst, c.one.Val())
+}
+
+// noRetryInt and noRetryInts are go-redis's integer commands marked as
+// never to be sent again once they may have been written (see scriptCmd).
+type (
+	noRetryInt  struct{ *redis.IntCmd }
+	noRetryInts struct{ *redis.IntSliceCmd }
+)
 
 // NoRetry reports true: see scriptCmd.
-func (scriptCmd) NoRetry() bool { return true }
+func (noRetryInt) NoRetry() bool { return true }
+
+// NoRetry reports true: see scriptCmd.
+func (noRetryInts) NoRetry() bool { return true }
+
+// evalArgs is a pooled argument list of a script's command.
+type evalArgs struct{ args []any }
+
+// maxEvalArgs is the capacity beyond which an argument list is not pooled.
+const maxEvalArgs = 128
+
+var evalArgsPool = sync.Pool{New: func() any { return &evalArgs{args: make([]any, 0, 32)} }}
+
+// getEvalArgs returns a pooled argument list, empty, with room for n.
+func getEvalArgs(n int) *evalArgs {
+	ea := evalArgsPool.Get().(*evalArgs)
+	if cap(ea.args) < n {
+		ea.args = make([]any, 0, n)
+	}
+	return ea
+}
+
+// put returns ea to the pool with args, the list it became, cleared.
+func (ea *evalArgs) put(args []any) {
+	if cap(args) > maxEvalArgs {
+		return
+	}
+	clear(args)
+	ea.args = args[:0]
+	evalArgsPool.Put(ea)
+}
+
+// shaArg returns the SHA of script as a command's argument, boxed once per
+// script and Store: boxing the string at every call would allocate.
+func (c *conn) shaArg(script *redisengine.Script) any {
+	if v, ok := c.shas.Load(script); ok {
+		return v
+	}
+	v, _ := c.shas.LoadOrStore(script, any(script.SHA()))
+	return v
+}
 
 // Read implements [redisengine.Conn] with one MULTI/EXEC, when a round
 // trip of its own is free (see coalescer.direct): it reports false when

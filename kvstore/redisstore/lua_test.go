@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -205,15 +206,30 @@ func TestLuaMatchesGo(t *testing.T) {
 }
 
 // multiWith runs the multi-key script with the op argument letter on the
-// Redis keys rkeys, key i under rs[i] with ns[i].
-func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstore.Refill, ns []int64, letter string) ([]kvstore.OpResult, error) {
+// Redis keys rkeys, key i under rs[i] with ns[i]; with counter set (a
+// Redis key), it runs the period script instead, on the same buckets and
+// a period counter of a quota no take reaches, and returns the buckets'
+// results.
+func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstore.Refill, ns []int64, letter, counter string) ([]kvstore.OpResult, error) {
 	args := []any{letter}
 	for i := range rkeys {
+		if counter != "" {
+			args = append(args, "b")
+		}
 		args = append(args, rs[i].Burst, redistest.RateArg(rs[i]), ns[i])
 	}
-	vals, err := c.Eval(ctx, multiLua, rkeys, args...).Int64Slice()
+	script, keys := multiLua, rkeys
+	if counter != "" {
+		now := time.Now().UnixMicro()
+		args = append(args, "p", now-3600e6, now-60e6, now+3600e6, now+7200e6, kvstore.MaxValue, 1)
+		script, keys = periodLua, append(slices.Clip(rkeys), counter)
+	}
+	vals, err := c.Eval(ctx, script, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
+	}
+	if counter != "" {
+		vals = vals[1 : 1+len(rkeys)]
 	}
 	res := make([]kvstore.OpResult, len(vals))
 	for i, v := range vals {
@@ -229,7 +245,8 @@ func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstor
 // TestMultiLuaMatchesGo is TestLuaMatchesGo for the multi-key script: two
 // or three keys, each with its own random refill and n, through random
 // sequences of takes (both orders, and the store's own choice), peeks and
-// refunds. At some millisecond between Redis's TIME before and after the
+// refunds, half of them through the period script with a counter beside
+// the buckets that never refuses. At some millisecond between Redis's TIME before and after the
 // call (each key's own: see below), kvstore.Refill.Apply on each key's
 // reference record must give the script's result for that key, and the
 // record the script left, with a
@@ -239,6 +256,9 @@ func TestMultiLuaMatchesGo(t *testing.T) {
 	s, c := newStore(t)
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(13, 14))
+	// Which calls go through the period script: a stream of its own, so
+	// that rng draws the sequences it always drew.
+	viaPeriod := rand.New(rand.NewPCG(15, 16))
 	names := []string{"m0", "m1", "m2"}
 	steps, admitted, refused := 0, 0, 0
 	for seq := 0; seq < 60; seq++ {
@@ -276,11 +296,15 @@ func TestMultiLuaMatchesGo(t *testing.T) {
 				res []kvstore.OpResult
 				err error
 			)
+			counter := ""
+			if viaPeriod.IntN(2) == 0 {
+				counter = s.Key("mc")
+			}
 			switch {
 			case op == kvstore.OpTake && rng.IntN(3) > 0:
-				res, err = multiWith(ctx, c, rkeys, rs, ns, takeLetters[rng.IntN(2)])
+				res, err = multiWith(ctx, c, rkeys, rs, ns, takeLetters[rng.IntN(2)], counter)
 			case op == kvstore.OpPeek:
-				res, err = multiWith(ctx, c, rkeys, rs, ns, "p")
+				res, err = multiWith(ctx, c, rkeys, rs, ns, "p", counter)
 			default:
 				ups := make([]kvstore.Update, nk)
 				for i := range nk {
@@ -387,7 +411,7 @@ func TestTakeShortensALongExpiry(t *testing.T) {
 			}
 			var err error
 			if multi {
-				_, err = multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{fast, fast}, []int64{1, 1}, letter)
+				_, err = multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{fast, fast}, []int64{1, 1}, letter, "")
 			} else {
 				_, err = takeWith(ctx, c, s.Key("a"), fast, 1, letter)
 			}
@@ -408,5 +432,9 @@ func TestTakeShortensALongExpiry(t *testing.T) {
 }
 
 // updateLua and multiLua are the engine's update and multi-key scripts,
-// which the tests above run with op arguments of their own.
-var updateLua, multiLua = redistest.Scripts()
+// and periodLua its period script, which the tests above run with op
+// arguments of their own.
+var (
+	updateLua, multiLua = redistest.Scripts()
+	periodLua           = redistest.PeriodScript()
+)

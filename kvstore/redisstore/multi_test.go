@@ -78,7 +78,7 @@ func TestUpdateMultiMalformedChangesNothing(t *testing.T) {
 			t.Fatal("a's key is gone")
 		}
 		for _, letter := range takeLetters {
-			_, err := multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{slow, slow}, []int64{1, 1}, letter)
+			_, err := multiWith(ctx, c, []string{s.Key("a"), s.Key("b")}, []kvstore.Refill{slow, slow}, []int64{1, 1}, letter, "")
 			if err == nil || !strings.Contains(err.Error(), kvstore.ErrMalformedRecord.Error()) {
 				t.Fatalf("b = %q, take %s: err = %v, want %q", v, letter, err, kvstore.ErrMalformedRecord.Error())
 			}

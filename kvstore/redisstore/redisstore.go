@@ -117,6 +117,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -175,6 +176,7 @@ type Store struct {
 	*engine
 	client redis.UniversalClient
 	co     coalescer
+	shas   sync.Map // *redisengine.Script to its SHA as a command's argument (see conn.shaArg)
 }
 
 // engine is the Redis engine a Store embeds.

@@ -4,6 +4,9 @@ import (
 	"testing"
 
 	"github.com/ratekit/ratekit/internal/plannedtest"
+	"github.com/ratekit/ratekit/internal/redistest"
+	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore"
 )
 
 // TestPlannedConcurrent: 8 goroutines on keys of a monthly quota, through
@@ -20,4 +23,20 @@ func TestPlannedConcurrent(t *testing.T) {
 func TestPlannedExtremes(t *testing.T) {
 	s, _ := newStore(t)
 	plannedtest.CheckExtremes(t, s)
+}
+
+// BenchmarkPlannedAllow measures a decision of a burst and a monthly quota
+// with a plan lookup (tokenbucket.Planned, one script that reads TIME)
+// against the same two policies in a fixed tokenbucket.Composite, on the
+// shared test Redis through rueidis, from parallel goroutines over 1,024
+// keys.
+func BenchmarkPlannedAllow(b *testing.B) {
+	p := redistest.Prefix(b)
+	c := newClient(b, testenv.RedisAddr(b))
+	cleanKeys(b, c, p)
+	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plannedtest.Bench(b, s)
 }

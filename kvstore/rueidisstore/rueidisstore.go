@@ -20,10 +20,17 @@
 // seen two commands at once (or a command whose context can be canceled but
 // has no deadline, such as an HTTP request's), rueidis writes and reads a
 // lone command on its caller's goroutine; after that the connection stays
-// pipelined, and a lone command costs two goroutine hand-offs more. Use it
-// when an instance makes several decisions at once; kvstore/redisstore,
-// which coalesces only beyond a bound of round trips in flight, suits a
-// program that already has a go-redis client.
+// pipelined, and a lone command would cost two goroutine hand-offs more.
+// So once the Store has seen two of its commands in flight at once, a
+// command that finds no other in flight goes on a dedicated connection of
+// the client's pool (rueidis.Client.Dedicated), written and read on its
+// caller's goroutine: an instance that once served a burst still makes a
+// lone decision with one write and one read. A lone command whose context
+// can end without a deadline stays on the pipelined connections, as does
+// every command on a Redis Cluster. Use the Store when an instance makes
+// several decisions at once; kvstore/redisstore, which coalesces only
+// beyond a bound of round trips in flight, suits a program that already
+// has a go-redis client.
 //
 // The decision flow and the scripts are ratekit's Redis engine
 // (kvstore/redisengine, in ratekit's main module); this package adapts
@@ -47,6 +54,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -61,16 +69,30 @@ import (
 // ([kvstore.Atomic]), UpdateMulti and Partitioned ([kvstore.MultiAtomic]),
 // CountsPeriods ([kvstore.PeriodCounter]), ClockStep
 // ([kvstore.ClockStepper]) and Key are the Engine's, documented there;
-// here rueidis pipelines the commands, and Partitioned reports whether the
-// client is a Redis Cluster client (rueidis.ClientModeCluster), whose keys
-// live in hash slots that one script cannot span (a single server and a
-// Sentinel group are not partitioned).
+// here rueidis pipelines the commands (a lone one, once the Store has seen
+// a burst, on a dedicated connection: see the package doc), and
+// Partitioned reports whether the client is a Redis Cluster client
+// (rueidis.ClientModeCluster), whose keys live in hash slots that one
+// script cannot span (a single server and a Sentinel group are not
+// partitioned).
 //
-// It is safe for concurrent use; it holds no connection of its own and
-// never closes the client.
+// It is safe for concurrent use; it holds no connection of its own (a
+// dedicated connection goes back to the client's pool after each
+// command) and never closes the client.
 type Store struct {
 	client rueidis.Client
 	*engine
+
+	// calls counts the Store's commands in flight, and pipelined is set
+	// once the client may have pipelined its connections (see conn.do).
+	calls     atomic.Int64
+	pipelined atomic.Bool
+	// direct is the command of the one call that goes on a dedicated
+	// connection, when a caller is alone (see conn.do).
+	direct dedicated
+	// standalone is true for a client of one server or of a Sentinel
+	// group, whose dedicated connections take commands of any key.
+	standalone bool
 }
 
 // engine is the Redis engine a Store embeds.
@@ -91,7 +113,8 @@ func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("rueidisstore: %w: nil client", ratekit.ErrInvalidConfig)
 	}
-	s := &Store{client: client}
+	s := &Store{client: client, standalone: client.Mode() != rueidis.ClientModeCluster}
+	s.direct.send = s.direct.do
 	e, err := redisengine.New((*conn)(s), redisengine.Config{Name: "rueidisstore", Module: "github.com/ratekit/ratekit/kvstore/rueidisstore", Protocol: engineProtocol, Prefix: cmp.Or(cfg.Prefix, DefaultPrefix)})
 	if err != nil {
 		return nil, err
@@ -134,7 +157,8 @@ type Config struct {
 //     set (rueidis's default opens two on a machine of two or three CPUs).
 //     A function instance's concurrent decisions then share fewer, larger
 //     writes and reads, which costs Redis less per decision, and a thaw
-//     finds one connection to replace, not two.
+//     finds one pipelined connection to replace, not two (beside the
+//     dedicated one of a store that has served a burst).
 //
 // rueidis's defaults (ten seconds and one second) leave a connection that
 // went silent, as a NAT gateway or load balancer leaves the flows it
@@ -174,9 +198,9 @@ type conn Store
 // lost the script (a flushed cache, a failover) and answers NOSCRIPT.
 func (c *conn) Eval(ctx context.Context, script *redisengine.Script, keys, args []string, dst []int64) ([]int64, error) {
 	b, n := c.client.B(), int64(len(keys))
-	res := c.client.Do(ctx, b.Evalsha().Sha1(script.SHA()).Numkeys(n).Key(keys...).Arg(args...).Build())
+	res := c.do(ctx, b.Evalsha().Sha1(script.SHA()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	if rerr, ok := rueidis.IsRedisErr(res.Error()); ok && rerr.IsNoScript() {
-		res = c.client.Do(ctx, b.Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
+		res = c.do(ctx, b.Eval().Script(script.Source()).Numkeys(n).Key(keys...).Arg(args...).Build())
 	}
 	msg, err := res.ToMessage()
 	if err != nil {
@@ -209,7 +233,7 @@ func (c *conn) Read(ctx context.Context, keys []string, ttls []int64, values []s
 		cmds = append(cmds, b.Pttl().Key(k).Build(), b.Get().Key(k).Build())
 	}
 	cmds = append(cmds, b.Exec().Build())
-	res := c.client.DoMulti(ctx, cmds...)
+	res := c.doMulti(ctx, cmds)
 	replies, err := res[len(res)-1].ToArray()
 	if err != nil {
 		if _, refused := rueidis.IsRedisErr(err); refused {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func near(level, want int64) bool { return level >= want && level < want+1e9 }
 
 // newClient returns a rueidis client of the Redis at addrs, closed at
 // cleanup.
-func newClient(t *testing.T, addrs ...string) rueidis.Client {
+func newClient(t testing.TB, addrs ...string) rueidis.Client {
 	t.Helper()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs, DisableCache: true})
 	if err != nil {
@@ -251,12 +252,15 @@ func TestServerlessOptions(t *testing.T) {
 // TestLostReplyCountsOnce loses the reply of a script that Redis ran:
 // rueidis resends only read-only commands after a network error (and
 // nothing with DisableRetry, which ServerlessOptions sets), so no script
-// runs twice, on a default client or a serverless one.
+// runs twice, on a default client or a serverless one, and on a store
+// that has served a burst, whose lone commands go on a dedicated
+// connection.
 func TestLostReplyCountsOnce(t *testing.T) {
 	addr := testenv.RedisAddr(t)
 	for name, o := range map[string]*rueidis.ClientOption{
-		"default":    {DisableCache: true},
-		"serverless": rueidisstore.ServerlessOptions(&rueidis.ClientOption{DisableCache: true}, 5*time.Second),
+		"default":             {DisableCache: true},
+		"serverless":          rueidisstore.ServerlessOptions(&rueidis.ClientOption{DisableCache: true}, 5*time.Second),
+		"default after burst": {DisableCache: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			relay := redistest.StartCutRelay(t, addr)
@@ -276,6 +280,9 @@ func TestLostReplyCountsOnce(t *testing.T) {
 			s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if strings.HasSuffix(name, "after burst") {
+				burst(t, s)
 			}
 			redistest.CheckLostReplyCountsOnce(t, relay, s, direct)
 			redistest.CheckKilledConnectionsCountOnce(t, relay, s, direct)

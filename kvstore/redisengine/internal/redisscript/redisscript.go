@@ -445,7 +445,7 @@ const ClockSkew = "kvstore: clock skew"
 // hold a period counter, so that Multi, and calls of buckets alone, read no
 // clock.
 //
-// ARGV[1] is the op (t, p or r); then, key by key in KEYS order, a bucket
+// ARGV[1] is the op (T or t: take, p or r); then, key by key in KEYS order, a bucket
 // is "b", max, rate (units per millisecond), n, and a period counter is
 // "p", b0, b1, b2, b3 (microseconds since the epoch), quota, n. A period
 // counter's record is "<count> <period start µs>" (FormatRecord's form:
@@ -456,10 +456,18 @@ const ClockSkew = "kvstore: clock skew"
 // period's record counts zero), so the minute changes no decision: it keeps
 // the record from expiring within a script that read TIME just before the
 // period's end, since Redis before 7.2 checks expiry against a fresh
-// clock. Every key is read, and the clock checked against every
-// counter's bounds, before anything is written: a clock outside a
-// counter's [b0, b3) fails the call with ClockSkew, a record of the other
-// kind (or anything else) with Malformed.
+// clock. Every counter is read, and the clock checked against its
+// bounds, before anything is written: a clock outside a counter's [b0,
+// b3) fails the call with ClockSkew, a record of the other kind (or
+// anything else) with Malformed, and nothing changes.
+//
+// The takes differ as Multi's do. T, once every counter can take its n,
+// decrements the buckets first, as Multi's T, and when every bucket's
+// DECRBY admitted its take, writes the counters and is done: a TIME, a
+// GET, a SET and a PEXPIREAT a counter and a PTTL and a DECRBY a bucket.
+// Otherwise it puts back what it took and goes on as t, which reads every
+// bucket (PTTL and GET) and writes only when the take applies to every
+// key.
 //
 // The reply is an array: TIME in microseconds, then, key by key, one
 // integer for a bucket, encoded as Multi's, and two for a period counter:
@@ -477,43 +485,76 @@ const MultiPeriod = `
 local op, nk = ARGV[1], #KEYS
 local time = redis.call('TIME')
 local now = time[1] * 1000000 + time[2]
-local kind_at, ttls, raw_debts, debts, values = {}, {}, {}, {}, {}
-local counts, starts, periods, all_fit = {}, {}, {}, true
+local kind_at, counts, starts, periods, all_fit = {}, {}, {}, {}, true
 local next_at = 2
 for i = 1, nk do
   local key, base = KEYS[i], next_at
   kind_at[i] = base
   if ARGV[base] == 'b' then
-    local at = base + 1
-` + bucketArgsLua + readBucketLua + `
     next_at = base + 4
   else
-    local b0, b1, b2, b3 = ARGV[base + 1] + 0, ARGV[base + 2] + 0, ARGV[base + 3] + 0, ARGV[base + 4] + 0
-    local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
-    local period, period_start
-    if now >= b0 and now < b1 then period, period_start = 1, b0
-    elseif now >= b1 and now < b2 then period, period_start = 2, b1
-    elseif now >= b2 and now < b3 then period, period_start = 3, b2
-    else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
-    local count, start = 0, false
-    local record = redis.pcall('GET', key)
-    if record then
-      local space, count_raw, start_raw, record_count, record_start = nil, nil, nil, nil, nil
-      if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
-      if space then
-        count_raw, start_raw = string.sub(record, 1, space - 1), string.sub(record, space + 1)
-        record_count, record_start = tonumber(count_raw), tonumber(start_raw)
-      end
-      if not (record_count and record_start and record_count >= 0 and record_count < 9007199254740992 and record_start >= 0 and record_start < 9007199254740992
-        and record_count % 1 == 0 and record_start % 1 == 0
-        and string.format('%d', record_count) == count_raw and string.format('%d', record_start) == start_raw) then
-        return redis.error_reply('` + Malformed + `')
-      end
-      if record_start >= period_start then count, start = record_count, record_start end
-    end
-    counts[i], starts[i], periods[i] = count, start, period
-    if count + n > quota then all_fit = false end
+` + readCounterLua + `
     next_at = base + 7
+  end
+end
+if op == 'T' then
+  if all_fit then
+    local took, fix, done = {}, nil, 0
+    for i = 1, nk do
+      local base = kind_at[i]
+      if ARGV[base] == 'b' then
+        local key, at = KEYS[i], base + 1
+        local ttl = redis.call('PTTL', key)
+        if ttl <= 0 then break end
+` + bucketArgsLua + `
+        local value = redis.pcall('DECRBY', key, n_arg)
+        if type(value) ~= 'number' then break end
+        local new_debt = ttl * rate - value
+        if ` + decrementedLua + ` then
+          took[i] = max - new_debt
+        elseif ` + refilledLua + ` then
+          took[i] = max - n
+          fix = fix or {}
+          fix[i] = new_debt - n
+        else
+          redis.call('INCRBY', key, n_arg)
+          break
+        end
+      end
+      done = i
+    end
+    if done == nk then
+      if fix then
+        for i, delta in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', delta)) end
+      end
+      local out = {now}
+      for i = 1, nk do
+        local key, base = KEYS[i], kind_at[i]
+        if ARGV[base] == 'b' then
+          out[#out + 1] = took[i]
+        else
+          local period, start = periods[i], starts[i]
+          local count = counts[i] + ARGV[base + 6]
+` + writeCounterLua + `
+          out[#out + 1] = count
+          out[#out + 1] = period
+        end
+      end
+      return out
+    end
+    for i = 1, done do
+      local base = kind_at[i]
+      if ARGV[base] == 'b' then redis.call('INCRBY', KEYS[i], ARGV[base + 3]) end
+    end
+  end
+  op = 't'
+end
+local ttls, raw_debts, debts, values = {}, {}, {}, {}
+for i = 1, nk do
+  local key, base = KEYS[i], kind_at[i]
+  if ARGV[base] == 'b' then
+    local at = base + 1
+` + bucketArgsLua + readBucketLua + `
   end
 end
 local out = {now}
@@ -542,15 +583,7 @@ for i = 1, nk do
       if count == 0 then
         redis.call('DEL', key)
       else
-        local expire_at = ARGV[base + 1 + period] + 999
-        expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
-        local record = string.format('%d', count) .. ' ' .. string.format('%d', start or ARGV[base + period] + 0)
-        if start then
-          redis.call('SET', key, record, 'KEEPTTL')
-          redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
-        else
-          redis.call('SET', key, record, 'PXAT', string.format('%d', expire_at))
-        end
+` + writeCounterLua + `
       end
     end
     out[#out + 1] = count
@@ -558,6 +591,63 @@ for i = 1, nk do
   end
 end
 return out
+`
+
+// readCounterLua reads the record of a period counter of MultiPeriod, key
+// i under the locals key and base (the index of its "p" in ARGV), and
+// keeps in counts, starts and periods its count in the period picked by
+// now, its record's start (false for no record of that period) and the
+// period; all_fit becomes false when the count cannot take its n. A clock
+// outside the bounds fails the script with ClockSkew, a record that is
+// not a counter's with Malformed, before anything is written. The start
+// of a record of the period picked is its text in ARGV, as FormatRecord
+// writes it, which spares parsing and formatting it.
+const readCounterLua = `
+local b0, b1, b2, b3 = ARGV[base + 1] + 0, ARGV[base + 2] + 0, ARGV[base + 3] + 0, ARGV[base + 4] + 0
+local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
+local period, period_start
+if now >= b0 and now < b1 then period, period_start = 1, b0
+elseif now >= b1 and now < b2 then period, period_start = 2, b1
+elseif now >= b2 and now < b3 then period, period_start = 3, b2
+else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
+local count, start = 0, false
+local record = redis.pcall('GET', key)
+if record then
+  local space, count_raw, start_raw, record_count, record_start = nil, nil, nil, nil, nil
+  if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
+  local start_text = ARGV[base + period]
+  if space then
+    count_raw, start_raw = string.sub(record, 1, space - 1), string.sub(record, space + 1)
+    record_count = tonumber(count_raw)
+    if start_raw == start_text then record_start = period_start else record_start = tonumber(start_raw) end
+  end
+  if not (record_count and record_start and record_count >= 0 and record_count < 9007199254740992 and record_start >= 0 and record_start < 9007199254740992
+    and record_count % 1 == 0 and record_start % 1 == 0
+    and string.format('%d', record_count) == count_raw and (start_raw == start_text or string.format('%d', record_start) == start_raw)) then
+    return redis.error_reply('` + Malformed + `')
+  end
+  if record_start >= period_start then count, start = record_count, record_start end
+end
+counts[i], starts[i], periods[i] = count, start, period
+if count + n > quota then all_fit = false end
+`
+
+// writeCounterLua writes the record of a period counter of MultiPeriod,
+// key under the locals key and base, as count (> 0) in period, the period
+// picked, whose record start is start (false: the period's own): expiring
+// a minute after the end of the period, and never sooner than it did.
+const writeCounterLua = `
+local expire_at = ARGV[base + 1 + period] + 999
+expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
+local start_text = ARGV[base + period]
+if start and start ~= start_text + 0 then start_text = string.format('%d', start) end
+local record = string.format('%d', count) .. ' ' .. start_text
+if start then
+  redis.call('SET', key, record, 'KEEPTTL')
+  redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
+else
+  redis.call('SET', key, record, 'PXAT', string.format('%d', expire_at))
+end
 `
 
 // Refusals picks the op argument of the takes of Update and Multi: t (read
@@ -652,88 +742,59 @@ func RateArg(r kvstore.Refill) int64 {
 	return r.Rate * 1000
 }
 
+// Key appends to t the Redis key of key in the empty group, prefix + "{"
+// + key + "}" (the key of an ordinary Update), and returns it.
+func (t *Text) Key(prefix, key string) string {
+	at := len(t.buf)
+	t.buf = append(t.buf, prefix...)
+	t.buf = append(t.buf, '{')
+	t.buf = append(t.buf, key...)
+	t.buf = append(t.buf, '}')
+	return t.since(at)
+}
+
 // MultiKeys appends to dst the Redis keys of updates in group, in order,
-// built in one string so that a call allocates once for all of them: prefix
-// + "{" + key + "}" in the empty group (the key of an ordinary Update), and
-// otherwise prefix + "g" + kvstore.GroupKey(group, key), whose hash tag
-// depends on the group alone, so that a group's keys share a Redis Cluster
-// hash slot; the "g" keeps grouped keys apart from the ordinary ones.
-func MultiKeys(dst []string, prefix, group string, updates []kvstore.Update) []string {
-	// Every key but its own part is the same length: prefix, braces and,
-	// in a group, "g", the group's length, ':' and the group.
-	fixed := len(prefix) + 2
-	if group != "" {
-		fixed += 2 + len(group) + decimalLen(len(group))
-	}
-	total := 0
-	for i := range updates {
-		total += fixed + len(updates[i].Key)
-	}
-	var num [20]byte
-	glen := strconv.AppendInt(num[:0], int64(len(group)), 10)
-	var b strings.Builder
-	b.Grow(total)
-	for i := range updates {
-		b.WriteString(prefix)
-		if group == "" {
-			b.WriteByte('{')
-			b.WriteString(updates[i].Key)
-			b.WriteByte('}')
-			continue
+// written to t: prefix + "{" + key + "}" in the empty group (the key of an
+// ordinary Update), and otherwise prefix + "g" + kvstore.GroupKey(group,
+// key), whose hash tag depends on the group alone, so that a group's keys
+// share a Redis Cluster hash slot; the "g" keeps grouped keys apart from
+// the ordinary ones.
+func MultiKeys(dst []string, t *Text, prefix, group string, updates []kvstore.Update) []string {
+	if group == "" {
+		for i := range updates {
+			dst = append(dst, t.Key(prefix, updates[i].Key))
 		}
-		b.WriteString("g{")
-		b.Write(glen)
-		b.WriteByte(':')
-		b.WriteString(group)
-		b.WriteByte('}')
-		b.WriteString(updates[i].Key)
+		return dst
 	}
-	all, at := b.String(), 0
 	for i := range updates {
-		end := at + fixed + len(updates[i].Key)
-		dst = append(dst, all[at:end])
-		at = end
+		at := len(t.buf)
+		t.buf = append(t.buf, prefix...)
+		t.buf = append(t.buf, "g{"...)
+		t.buf = strconv.AppendInt(t.buf, int64(len(group)), 10)
+		t.buf = append(t.buf, ':')
+		t.buf = append(t.buf, group...)
+		t.buf = append(t.buf, '}')
+		t.buf = append(t.buf, updates[i].Key...)
+		dst = append(dst, t.since(at))
 	}
 	return dst
 }
 
-// Updates records the policies and costs of a multi-key update's updates,
-// for a store that caches the script arguments it formatted for them.
-type Updates struct {
-	refills []kvstore.Refill
-	ns      []int64
+// UpdateArgs appends to dst Update's ARGV for a Refill r, a cost n and the
+// op argument op, the numbers written to t.
+func UpdateArgs(dst []string, t *Text, r kvstore.Refill, n int64, op string) []string {
+	return append(dst, t.Int(r.Burst), t.Int(RateArg(r)), t.Int(n), op)
 }
 
-// NewUpdates records the policies and costs of updates.
-func NewUpdates(updates []kvstore.Update) Updates {
-	u := Updates{refills: make([]kvstore.Refill, len(updates)), ns: make([]int64, len(updates))}
+// MultiArgs appends to dst Multi's ARGV for the op argument op and
+// updates, the numbers written to t.
+func MultiArgs(dst []string, t *Text, op string, updates []kvstore.Update) []string {
+	dst = append(dst, op)
 	for i := range updates {
-		u.refills[i], u.ns[i] = updates[i].Refill, updates[i].N
+		u := &updates[i]
+		dst = append(dst, t.Int(u.Refill.Burst), t.Int(RateArg(u.Refill)), t.Int(u.N))
 	}
-	return u
-}
-
-// Match reports whether updates have the policies and costs recorded in u,
-// in order.
-func (u *Updates) Match(updates []kvstore.Update) bool {
-	if len(u.ns) != len(updates) {
-		return false
-	}
-	for i := range updates {
-		if u.refills[i] != updates[i].Refill || u.ns[i] != updates[i].N {
-			return false
-		}
-	}
-	return true
-}
-
-// decimalLen returns the number of decimal digits of n >= 0.
-func decimalLen(n int) int {
-	d := 1
-	for ; n >= 10; n /= 10 {
-		d++
-	}
-	return d
+	return dst
 }
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
@@ -792,27 +853,18 @@ func parseDecimal(s string) (int64, bool) {
 	return v, err == nil && string(strconv.AppendInt(buf[:0], v, 10)) == s
 }
 
-// PeriodArgs appends to dst the ARGV of MultiPeriod for op and updates,
-// which must have passed kvstore.CheckMultiPeriods.
-func PeriodArgs(dst []string, op kvstore.Op, updates []kvstore.Update) []string {
-	switch op {
-	case kvstore.OpTake:
-		dst = append(dst, "t")
-	case kvstore.OpPeek:
-		dst = append(dst, "p")
-	default:
-		dst = append(dst, "r")
-	}
+// PeriodArgs appends to dst the ARGV of MultiPeriod for the op argument op
+// (T, t, p or r) and updates, which must have passed
+// kvstore.CheckMultiPeriods, the numbers written to t.
+func PeriodArgs(dst []string, t *Text, op string, updates []kvstore.Update) []string {
+	dst = append(dst, op)
 	for i := range updates {
 		u := &updates[i]
 		if p := u.Period; p != nil {
-			dst = append(dst, "p",
-				strconv.FormatInt(p.Bounds[0], 10), strconv.FormatInt(p.Bounds[1], 10),
-				strconv.FormatInt(p.Bounds[2], 10), strconv.FormatInt(p.Bounds[3], 10),
-				strconv.FormatInt(p.Quota, 10), strconv.FormatInt(u.N, 10))
+			dst = append(dst, "p", t.Int(p.Bounds[0]), t.Int(p.Bounds[1]), t.Int(p.Bounds[2]), t.Int(p.Bounds[3]), t.Int(p.Quota), t.Int(u.N))
 			continue
 		}
-		dst = append(dst, "b", strconv.FormatInt(u.Refill.Burst, 10), strconv.FormatInt(RateArg(u.Refill), 10), strconv.FormatInt(u.N, 10))
+		dst = append(dst, "b", t.Int(u.Refill.Burst), t.Int(RateArg(u.Refill)), t.Int(u.N))
 	}
 	return dst
 }

@@ -1,6 +1,7 @@
 package redisscript
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/ratekit/ratekit/kvstore"
@@ -28,7 +29,7 @@ func TestSlot(t *testing.T) {
 }
 
 func TestMultiKeysOfAGroup(t *testing.T) {
-	keys := MultiKeys(nil, "p:", "org-7", []kvstore.Update{{Key: "burst:u1"}, {Key: "a"}, {Key: "b"}})
+	keys := MultiKeys(nil, new(Text), "p:", "org-7", []kvstore.Update{{Key: "burst:u1"}, {Key: "a"}, {Key: "b"}})
 	if want := "p:g{5:org-7}burst:u1"; keys[0] != want {
 		t.Errorf("MultiKeys: %q, want %q", keys[0], want)
 	}
@@ -37,21 +38,41 @@ func TestMultiKeysOfAGroup(t *testing.T) {
 	}
 }
 
-// TestMultiKeysMatchOneByOne checks that MultiKeys builds, in one string,
-// the keys that the ordinary and grouped forms build one by one.
+// TestMultiKeysMatchOneByOne checks that MultiKeys builds, into one Text,
+// the keys that the ordinary and grouped forms build one by one, and that
+// the keys of one Text keep their bytes while it writes more.
 func TestMultiKeysMatchOneByOne(t *testing.T) {
 	updates := []kvstore.Update{{Key: "a"}, {Key: ""}, {Key: "client-42"}, {Key: "{x}"}}
+	var text Text
+	text.Reset(make([]byte, 4)) // grows while the keys are written
+	var keys []string
 	for _, group := range []string{"", "g", "org-1234567890", "{9:}"} {
-		keys := MultiKeys(nil, "rk:", group, updates)
-		keys2 := MultiKeys(make([]string, 1, 8), "rk:", group, updates)[1:]
+		keys = MultiKeys(keys, &text, "rk:", group, updates)
+	}
+	for g, group := range []string{"", "g", "org-1234567890", "{9:}"} {
 		for i, u := range updates {
 			want := "rk:{" + u.Key + "}"
 			if group != "" {
 				want = "rk:g" + kvstore.GroupKey(group, u.Key)
 			}
-			if keys[i] != want || keys2[i] != want {
-				t.Errorf("group %q, key %q: %q and %q, want %q", group, u.Key, keys[i], keys2[i], want)
+			if got := keys[g*len(updates)+i]; got != want {
+				t.Errorf("group %q, key %q: %q, want %q", group, u.Key, got, want)
 			}
+		}
+	}
+}
+
+// TestTextInt checks the numbers Text writes, beside strconv's.
+func TestTextInt(t *testing.T) {
+	var text Text
+	vals := []int64{0, 7, 99, 100, -1, 1 << 52, -1 << 63, 1<<63 - 1}
+	got := make([]string, len(vals))
+	for i, v := range vals {
+		got[i] = text.Int(v)
+	}
+	for i, v := range vals {
+		if want := strconv.FormatInt(v, 10); got[i] != want {
+			t.Errorf("Int(%d) = %q, want %q", v, got[i], want)
 		}
 	}
 }
