@@ -14,7 +14,6 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -52,13 +51,14 @@ type Config struct {
 
 // Store is an in-memory key-value store. It is safe for concurrent use.
 //
-// Every key has an entry with its own mutex, on the same cache line as the
-// record it guards, and an index from key to entry (a [sync.Map], whose
-// lookups take no lock). An operation on a key that the store holds,
-// [Store.Update] included, finds the entry without a lock and runs under
-// that entry's mutex: it is atomic, and operations on different keys do not
-// wait for each other. Adding and removing keys also takes the lock of one
-// of up to 64 shards, which keeps the bound.
+// The keys are spread over up to 64 shards by a seeded hash. A shard is a
+// mutex, on a cache line of its own, that guards the shard's keys: their
+// index (a Go map per [Scope]) and their records. An operation on one key
+// runs under its shard's mutex, from the lookup to the write: it is atomic,
+// it takes one lock, and operations on keys of different shards do not wait
+// for each other (those of one shard wait for a few map and arithmetic
+// steps, never for another lock). [Store.Len] takes the shards in turn;
+// [Scope.UpdateMulti] takes its keys' shards in ascending order.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
@@ -68,8 +68,7 @@ type Config struct {
 // entry that expires first. For a token bucket that entry is the bucket
 // nearest to full, the one whose loss changes the fewest decisions, since an
 // absent bucket reads as full. This is the sampled eviction Redis uses for
-// maxmemory, with time to live as the score. An entry that another goroutine
-// is using at that moment is not a candidate.
+// maxmemory, with time to live as the score.
 //
 // Records expire lazily: a Get or Update that finds a record past its time to
 // live treats the key as absent. Get leaves the expired entry in place for
@@ -93,8 +92,9 @@ type Store struct {
 // Scope is a key space of a [Store]: a [kvstore.Store] and [kvstore.Atomic]
 // whose key k stands for the store's key prefix+k, with its own index, so
 // that an operation finds the key without building prefix+k. A Scope shares
-// its Store's clock, key bound ([Config.MaxKeys]) and eviction; its methods
-// have the Store's semantics and errors. It is safe for concurrent use.
+// its Store's clock, shards, key bound ([Config.MaxKeys]) and eviction; its
+// methods have the Store's semantics and errors. It is safe for concurrent
+// use.
 //
 // A key written through a Scope is held in that Scope only: the Store's own
 // methods (the scope of the empty prefix) do not see it under prefix+k, and
@@ -102,30 +102,32 @@ type Store struct {
 // prefix must therefore go through [Store.Prefixed] (tokenbucket does, through
 // [kvstore.Prefixer]).
 type Scope struct {
-	s     *Store
-	index *keyIndex
+	s *Store
+	// index maps the scope's keys to their entries, one map per shard:
+	// index[i] is guarded by the mutex of shard i, and nil until the
+	// scope's first key in that shard.
+	index []map[string]*entry
 }
 
-// A shard keeps the bound for its keys: it lists their entries, so that
-// eviction can sample them.
+// A shard guards its keys' index and records, and keeps the bound for them:
+// it lists their entries, so that eviction can sample them.
 type shard struct {
 	mu      sync.Mutex
+	id      int // the shard's position in Store.shards
 	max     int
 	entries []*entry // in no order; entries[e.pos] == e
-	_       [24]byte // keep shards on separate cache lines
+	_       [16]byte // keep shards on separate cache lines
 }
 
-// An entry holds one key's record. An entry that is removed is marked dead
-// under its mutex and never written again; an operation that locks a dead
-// entry looks the key up again.
+// An entry holds one key's record; its shard's mutex guards it. An entry
+// that is removed is marked dead and never written again.
 type entry struct {
-	mu      sync.Mutex
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
 	key     string // immutable, owned by the store
-	scope   *Scope // immutable: the index that holds the entry
-	pos     int    // index in the shard's entries; guarded by the shard's mu
-	dead    bool   // guarded by mu
+	scope   *Scope // immutable: the scope whose index holds the entry
+	pos     int    // index in the shard's entries
+	dead    bool
 }
 
 var (
@@ -154,12 +156,13 @@ func New(cfg Config) (*Store, error) {
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
 	}
-	s.Scope = Scope{s: s, index: newKeyIndex()}
+	s.Scope = Scope{s: s, index: make([]map[string]*entry, n)}
 	if s.now == nil {
 		s.start = time.Now()
 		s.base = s.start.UnixNano()
 	}
 	for i := range s.shards {
+		s.shards[i].id = i
 		s.shards[i].max = maxKeys / n
 		if i < maxKeys%n {
 			s.shards[i].max++
@@ -194,30 +197,28 @@ func (s *Store) scope(prefix string) *Scope {
 		if s.scopes == nil {
 			s.scopes = make(map[string]*Scope)
 		}
-		sc = &Scope{s: s, index: newKeyIndex()}
+		sc = &Scope{s: s, index: make([]map[string]*entry, len(s.shards))}
 		s.scopes[prefix] = sc
 	}
 	return sc
 }
 
+// shard returns the shard of key.
 func (s *Store) shard(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
-// lock returns the live entry of key locked, or nil when the scope does not
-// hold key.
-func (c *Scope) lock(key string) *entry {
-	for {
-		e, ok := c.index.Load(key)
-		if !ok {
-			return nil
-		}
-		e.mu.Lock()
-		if !e.dead {
-			return e
-		}
-		e.mu.Unlock()
-	}
+// lockShard locks the shard of key and returns it.
+func (s *Store) lockShard(key string) *shard {
+	sh := s.shard(key)
+	sh.mu.Lock()
+	return sh
+}
+
+// find returns the entry of key in sh, whose mutex the caller holds, or nil
+// when the scope does not hold key.
+func (c *Scope) find(sh *shard, key string) *entry {
+	return c.index[sh.id][key]
 }
 
 // Get implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -226,12 +227,10 @@ func (c *Scope) Get(ctx context.Context, key string) (kvstore.Record, bool, erro
 		return kvstore.Record{}, false, err
 	}
 	now := c.s.clock()
-	e := c.lock(key)
-	if e == nil {
-		return kvstore.Record{}, false, nil
-	}
-	defer e.mu.Unlock()
-	if now >= e.expires {
+	sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	e := c.find(sh, key)
+	if e == nil || now >= e.expires {
 		return kvstore.Record{}, false, nil
 	}
 	return e.rec, true, nil
@@ -248,16 +247,14 @@ func (c *Scope) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	}
 	ttl = max(ttl, time.Millisecond)
 	now := c.s.clock()
-	for {
-		if e := c.lock(key); e != nil {
-			e.rec, e.expires = rec, addNanos(now, int64(ttl))
-			e.mu.Unlock()
-			return nil
-		}
-		if c.insert(key, rec, addNanos(now, int64(ttl)), now) {
-			return nil
-		}
+	sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	if e := c.find(sh, key); e != nil {
+		e.rec, e.expires = rec, addNanos(now, int64(ttl))
+		return nil
 	}
+	c.insert(sh, key, rec, addNanos(now, int64(ttl)), now)
+	return nil
 }
 
 // Delete implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -265,63 +262,51 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if e := c.lock(key); e != nil {
-		c.s.remove(e)
-		e.mu.Unlock()
+	sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	if e := c.find(sh, key); e != nil {
+		sh.drop(e)
 	}
 	return nil
 }
 
-// Update implements [kvstore.Atomic] under the key's entry lock, on the
+// Update implements [kvstore.Atomic] under the key's shard lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
 func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
 	if err := ctx.Err(); err != nil {
 		return kvstore.OpResult{}, err
 	}
-	s := c.s
-	nowNano := s.clock()
-	nowMicro := nowNano / 1000
-	if nowNano < 0 && nowNano%1000 != 0 {
-		nowMicro-- // time.Time.UnixMicro rounds down
+	nowNano := c.s.clock()
+	sh := c.s.lockShard(key)
+	e := c.find(sh, key)
+	live := e != nil && nowNano < e.expires
+	var rec kvstore.Record
+	if live {
+		rec = e.rec
 	}
-	for {
-		e := c.lock(key)
+	res, next, write, err := r.Apply(rec, live, micros(nowNano), op, n)
+	switch {
+	case err == nil && write && next.Value < r.Burst:
 		if e == nil {
-			// The key is absent: the value is full. Only a write
-			// below full is stored; another goroutine may add the key
-			// first, and then the update runs on its entry.
-			res, next, write, err := r.Apply(kvstore.Record{}, false, nowMicro, op, n)
-			if err != nil || !write || next.Value >= r.Burst {
-				return res, err
-			}
-			if c.insert(key, next, expiry(r, next), nowNano) {
-				return res, nil
-			}
-			continue
-		}
-		live := nowNano < e.expires
-		var rec kvstore.Record
-		if live {
-			rec = e.rec
-		}
-		res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
-		switch {
-		case err == nil && write && next.Value < r.Burst:
+			// Only a write below full is stored: the absent key's
+			// value is full.
+			c.insert(sh, key, next, expiry(r, next), nowNano)
+		} else {
 			// The record goes into the key's entry even when that
 			// entry had expired: the same keys as removing it and
 			// inserting the key afresh, without the allocations (a
 			// bucket that refills within microseconds expires between
 			// most visits).
 			e.rec, e.expires = next, expiry(r, next)
-		case !live || err == nil && write:
-			// An expired record that is not rewritten goes, and so
-			// does a full one: an absent key reads as full.
-			s.remove(e)
 		}
-		e.mu.Unlock()
-		return res, err
+	case e != nil && (!live || err == nil && write):
+		// An expired record that is not rewritten goes, and so does
+		// a full one: an absent key reads as full.
+		sh.drop(e)
 	}
+	sh.mu.Unlock()
+	return res, err
 }
 
 // expiry returns when the record next, written by an update with r, is full
@@ -355,100 +340,69 @@ func (s *Store) Len() int {
 	return n
 }
 
-// insert adds key with rec, expiring at expires, evicting first when the
-// key's shard is full. It returns false, adding nothing, when another
-// goroutine added key first. The key is copied, so that no method keeps its
-// caller's key string: a caller may build its key in a reused or stack
-// buffer, and only an insert allocates for it.
-func (c *Scope) insert(key string, rec kvstore.Record, expires, now int64) bool {
-	s := c.s
-	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), scope: c}
-	// e stays locked until it is in the index: an eviction that found it
-	// in the shard's list before would otherwise remove it and let a dead
-	// entry be published.
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	for len(sh.entries) >= sh.max && !sh.evict(s, now) {
-		// Every entry that eviction could take is in use, and its
-		// user may be waiting for sh.mu to remove it: let it run.
-		sh.mu.Unlock()
-		runtime.Gosched()
-		sh.mu.Lock()
+// insert adds key, which the scope does not hold, with rec expiring at
+// expires to sh, the key's shard, whose mutex the caller holds, evicting
+// first when sh is full, and returns its entry. The key is copied, so that
+// no method keeps its caller's key string: a caller may build its key in a
+// reused or stack buffer, and only an insert allocates for it.
+func (c *Scope) insert(sh *shard, key string, rec kvstore.Record, expires, now int64) *entry {
+	for len(sh.entries) >= sh.max {
+		sh.evict(now)
 	}
-	e.pos = len(sh.entries)
+	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), scope: c, pos: len(sh.entries)}
 	sh.entries = append(sh.entries, e)
-	sh.mu.Unlock()
-	if _, loaded := c.index.LoadOrStore(e.key, e); loaded {
-		s.remove(e)
-		return false
+	m := c.index[sh.id]
+	if m == nil {
+		m = make(map[string]*entry)
+		c.index[sh.id] = m
 	}
-	return true
+	m[e.key] = e
+	return e
 }
 
-// remove marks e dead and takes it out of the index and of its shard. The
-// caller holds e.mu, and not the shard's mu.
-func (s *Store) remove(e *entry) {
-	sh := s.shard(e.key)
-	sh.mu.Lock()
-	sh.drop(s, e)
-	sh.mu.Unlock()
-}
-
-// drop marks e dead and takes it out of the index and of sh. The caller
-// holds e.mu and sh.mu.
-func (sh *shard) drop(s *Store, e *entry) {
+// drop marks e, an entry of sh, dead and takes it out of its scope's index
+// and of sh. The caller holds sh.mu.
+func (sh *shard) drop(e *entry) {
 	e.dead = true
 	last := len(sh.entries) - 1
 	moved := sh.entries[last]
 	sh.entries[e.pos], moved.pos = moved, e.pos
 	sh.entries[last] = nil
 	sh.entries = sh.entries[:last]
-	e.scope.index.CompareAndDelete(e.key, e)
+	delete(e.scope.index[sh.id], e.key)
 }
 
 // evict samples up to five entries of sh, consecutive from a random
 // position, and removes those past their time to live, or else the one that
-// expires first. Entries in use (locked) are skipped. It reports whether it
-// removed an entry. The caller holds sh.mu.
-func (sh *shard) evict(s *Store, now int64) bool {
+// expires first: it removes at least one entry of a shard that holds any.
+// The caller holds sh.mu.
+func (sh *shard) evict(now int64) {
 	n := len(sh.entries)
 	if n == 0 {
-		return false
+		return
 	}
 	var (
-		held    [evictionSamples]*entry
-		locked  int
+		sample  [evictionSamples]*entry
 		removed bool
 	)
 	start := rand.IntN(n)
-	for i := 0; i < min(n, evictionSamples); i++ {
-		e := sh.entries[(start+i)%n]
-		if !e.mu.TryLock() {
-			continue
-		}
-		held[locked] = e
-		locked++
+	k := min(n, evictionSamples)
+	for i := range k {
+		sample[i] = sh.entries[(start+i)%n]
 	}
 	victim := -1
-	for i, e := range held[:locked] {
+	for i, e := range sample[:k] {
 		switch {
 		case now >= e.expires:
-			sh.drop(s, e)
+			sh.drop(e)
 			removed = true
-		case victim < 0 || e.expires < held[victim].expires:
+		case victim < 0 || e.expires < sample[victim].expires:
 			victim = i
 		}
 	}
-	if !removed && victim >= 0 {
-		sh.drop(s, held[victim])
-		removed = true
+	if !removed {
+		sh.drop(sample[victim])
 	}
-	for _, e := range held[:locked] {
-		e.mu.Unlock()
-	}
-	return removed
 }
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
