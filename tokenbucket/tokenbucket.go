@@ -312,8 +312,21 @@ func (l *Limiter) Policy() ratekit.Policy { return l.policy }
 // Mode returns the Limiter's consistency mode.
 func (l *Limiter) Mode() Mode { return l.mode }
 
-// check validates req and returns its cost in units.
-func (l *Limiter) check(req ratekit.Request) (int64, error) {
+// check validates req and returns its cost in units. The common request,
+// valid with no parts, passes on comparisons alone; any other goes through
+// checkSlow, which gives the error.
+func (l *Limiter) check(req *ratekit.Request) (int64, error) {
+	if k := len(req.Key); k > 0 && k <= ratekit.MaxKeyLen && req.Cost >= 1 && req.Cost <= l.burst &&
+		len(req.IdempotencyKey) <= ratekit.MaxKeyLen && len(req.Parts) == 0 {
+		return req.Cost * l.unit, nil
+	}
+	return l.checkSlow(req)
+}
+
+// checkSlow validates req as check does, with the errors of
+// ratekit.Request.Validate, ratekit.ErrUnexpectedParts and
+// ratekit.ErrCostExceedsQuota.
+func (l *Limiter) checkSlow(req *ratekit.Request) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
@@ -332,28 +345,36 @@ func (l *Limiter) check(req ratekit.Request) (int64, error) {
 // cost above Burst, and the store's error (wrapped; an error caused by ctx
 // wraps ctx.Err()) when the store fails.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n, err := l.check(&req)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	var (
-		sent   time.Time
-		ticket uint64
-	)
 	if l.denied != nil {
-		sent = l.now()
-		level, hit, t := l.denied.lookup(req.Key, n, sent, l.refill)
-		if hit {
-			l.decide(&d, false, level, n)
-			return d, nil
-		}
-		ticket = t
+		return l.allowCached(ctx, req.Key, n)
 	}
 	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
-	if err == nil && !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
+	if err != nil {
+		return ratekit.Decision{}, err
 	}
-	l.denied.finish(req.Key, err != nil || res.OK)
+	l.decide(&d, res.OK, res.Remaining, n)
+	return d, nil
+}
+
+// allowCached is Allow of n units for key with the denied-key cache: a key
+// the cache holds is denied without asking the store, and a denial the
+// store decides goes into the cache.
+func (l *Limiter) allowCached(ctx context.Context, key string, n int64) (d ratekit.Decision, err error) {
+	sent := l.now()
+	level, hit, ticket := l.denied.lookup(key, n, sent, l.refill)
+	if hit {
+		l.decide(&d, false, level, n)
+		return d, nil
+	}
+	res, err := l.apply(ctx, key, kvstore.OpTake, n)
+	if err == nil && !res.OK {
+		l.denied.add(key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
+	}
+	l.denied.finish(key, err != nil || res.OK)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -364,7 +385,7 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 // Peek reports the decision Allow would make for req now, taking nothing.
 // It returns the same errors as Allow.
 func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n, err := l.check(&req)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -381,7 +402,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Deci
 // Eventual mode it is a read-compute-write that races like Allow: a
 // concurrent write can lose it. It returns the same errors as Allow.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n, err := l.check(&req)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
