@@ -2,6 +2,8 @@ package memstore
 
 import (
 	"context"
+	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,24 +21,23 @@ func TestEvictRule(t *testing.T) {
 		}
 		sh := &s.shards[0]
 		sh.max = 5
-		s.index[0] = map[string]*entry{}
 		for i, k := range []string{"a", "b", "c", "d", "e"} {
-			e := &entry{key: k, expires: int64(10 * (i + 1)), pos: i, scope: &s.Scope} // a:10 … e:50
+			e := &entry{key: k, hash: maphash.String(s.seed, k), expires: int64(10 * (i + 1)), pos: i, scope: &s.Scope} // a:10 … e:50
+			sh.index(e)
 			sh.entries = append(sh.entries, e)
-			s.index[0][k] = e
 		}
 		return s, sh
 	}
 	keys := func(s *Store, sh *shard) map[string]bool {
 		m := map[string]bool{}
 		for i, e := range sh.entries {
-			if e.pos != i || e.dead || s.index[0][e.key] != e {
-				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key, i, e.pos, e.dead, s.index[0][e.key] == e)
+			if e.pos != i || e.dead || sh.find(&s.Scope, e.key, e.hash) != e {
+				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key, i, e.pos, e.dead, sh.find(&s.Scope, e.key, e.hash) == e)
 			}
 			m[e.key] = true
 		}
-		if len(s.index[0]) != len(m) {
-			t.Fatalf("index holds %d keys, the shard lists %d", len(s.index[0]), len(m))
+		if n := indexed(t, sh); n != len(m) {
+			t.Fatalf("index holds %d keys, the shard lists %d", n, len(m))
 		}
 		return m
 	}
@@ -76,32 +77,89 @@ func checkConsistent(t *testing.T, s *Store, maxKeys int) {
 			t.Fatalf("shard %d holds %d entries, its share is %d", i, len(sh.entries), sh.max)
 		}
 		for j, e := range sh.entries {
-			if e.pos != j || e.dead || s.shard(e.key) != sh {
+			if e.pos != j || e.dead || e.hash != maphash.String(s.seed, e.key) || s.shard(e.hash) != sh {
 				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key, e.pos, e.dead)
 			}
-			if v, ok := e.scope.index[i][e.key]; !ok || v != e {
+			if sh.find(e.scope, e.key, e.hash) != e {
 				t.Fatalf("listed key %q is not indexed to its entry", e.key)
 			}
 			listed++
 		}
-	}
-	indexed := 0
-	scopes := []*Scope{&s.Scope}
-	for _, sc := range s.scopes {
-		scopes = append(scopes, sc)
-	}
-	for _, sc := range scopes {
-		for i, m := range sc.index {
-			for k, e := range m {
-				if e.dead || e.key != k || e.scope != sc || s.shard(k) != &s.shards[i] {
-					t.Fatalf("index holds %q → dead %v, key %q", k, e.dead, e.key)
-				}
-				indexed++
-			}
+		if n := indexed(t, sh); n != len(sh.entries) {
+			t.Fatalf("shard %d indexes %d entries and lists %d", i, n, len(sh.entries))
+		}
+		if 4*len(sh.entries) > 3*len(sh.table) && len(sh.entries) > 0 {
+			t.Fatalf("shard %d: %d entries in a table of %d slots", i, len(sh.entries), len(sh.table))
 		}
 	}
-	if indexed != listed || listed > maxKeys {
-		t.Fatalf("%d keys indexed, %d listed, bound %d", indexed, listed, maxKeys)
+	if listed > maxKeys {
+		t.Fatalf("%d keys listed, bound %d", listed, maxKeys)
+	}
+}
+
+// indexed returns the number of entries in sh's table, after checking that
+// each is live and found by a search for its key.
+func indexed(t *testing.T, sh *shard) int {
+	t.Helper()
+	n := 0
+	for _, sl := range sh.table {
+		if sl.e == nil {
+			continue
+		}
+		if sl.e.dead || sl.hash != sl.e.hash || sh.find(sl.e.scope, sl.e.key, sl.hash) != sl.e {
+			t.Fatalf("a table slot holds a dead or unreachable entry %q", sl.e.key)
+		}
+		n++
+	}
+	return n
+}
+
+// TestTableRuns adds and removes keys of a shard whose hashes share a few
+// homes, near the table's end too, so that runs of slots collide, wrap
+// around and are cut by removals: after every step each listed key is found
+// and every removed one is not (a removal that broke a run would hide the
+// keys after it; one that left a key behind would find it).
+func TestTableRuns(t *testing.T) {
+	s, err := New(Config{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	sh.max = 1 << 20
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[string]*entry{}
+	var gone []*entry
+	for i := range 3000 {
+		if len(live) > 0 && rng.IntN(60) < min(len(live), 50) { // about 30 to 50 keys
+			for _, e := range live { // a random key: map order
+				sh.drop(e)
+				delete(live, e.key)
+				gone = append(gone, e)
+				break
+			}
+		} else {
+			k := strconv.Itoa(i)
+			// Homes 0, 1 and the last slots of tables up to 64 slots:
+			// the low bits choose the shard, the next ones the home.
+			h := uint64([]int{0, 1, 7, 15, 31, 63}[rng.IntN(6)]) << maxShardBits
+			e := &entry{key: k, hash: h, scope: &s.Scope, pos: len(sh.entries)}
+			sh.index(e)
+			sh.entries = append(sh.entries, e)
+			live[k] = e
+		}
+		for _, e := range live {
+			if sh.find(&s.Scope, e.key, e.hash) != e {
+				t.Fatalf("step %d: key %q not found among %d", i, e.key, len(live))
+			}
+		}
+		for _, e := range gone[max(len(gone)-20, 0):] {
+			if sh.find(&s.Scope, e.key, e.hash) != nil {
+				t.Fatalf("step %d: removed key %q found", i, e.key)
+			}
+		}
+		if n := indexed(t, sh); n != len(live) {
+			t.Fatalf("step %d: table holds %d, want %d", i, n, len(live))
+		}
 	}
 }
 

@@ -53,11 +53,12 @@ type Config struct {
 //
 // The keys are spread over up to 64 shards by a seeded hash. A shard is a
 // mutex, on a cache line of its own, that guards the shard's keys: their
-// index (a Go map per [Scope]) and their records. An operation on one key
-// runs under its shard's mutex, from the lookup to the write: it is atomic,
-// it takes one lock, and operations on keys of different shards do not wait
-// for each other (those of one shard wait for a few map and arithmetic
-// steps, never for another lock). [Store.Len] takes the shards in turn;
+// index (a hash table with linear probing, which reuses the hash that chose
+// the shard) and their records. An operation on one key runs under its
+// shard's mutex, from the lookup to the write: it is atomic, it takes one
+// lock and hashes the key once, and operations on keys of different shards
+// do not wait for each other (those of one shard wait for a few table and
+// arithmetic steps, never for another lock). [Store.Len] takes the shards in turn;
 // [Scope.UpdateMulti] takes its keys' shards in ascending order.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
@@ -90,8 +91,9 @@ type Store struct {
 }
 
 // Scope is a key space of a [Store]: a [kvstore.Store] and [kvstore.Atomic]
-// whose key k stands for the store's key prefix+k, with its own index, so
-// that an operation finds the key without building prefix+k. A Scope shares
+// whose key k stands for the store's key prefix+k, with keys of its own in
+// the shards' indexes, so that an operation finds the key without building
+// prefix+k. A Scope shares
 // its Store's clock, shards, key bound ([Config.MaxKeys]) and eviction; its
 // methods have the Store's semantics and errors. It is safe for concurrent
 // use.
@@ -103,20 +105,23 @@ type Store struct {
 // [kvstore.Prefixer]).
 type Scope struct {
 	s *Store
-	// index maps the scope's keys to their entries, one map per shard:
-	// index[i] is guarded by the mutex of shard i, and nil until the
-	// scope's first key in that shard.
-	index []map[string]*entry
 }
 
 // A shard guards its keys' index and records, and keeps the bound for them:
 // it lists their entries, so that eviction can sample them.
 type shard struct {
 	mu      sync.Mutex
-	id      int // the shard's position in Store.shards
-	max     int
+	table   []slot   // the index of entries; see find
 	entries []*entry // in no order; entries[e.pos] == e
-	_       [16]byte // keep shards on separate cache lines
+	id      int      // the shard's position in Store.shards
+	max     int      // the most entries the shard holds
+	_       [56]byte // 72 bytes of fields: shards on separate cache lines
+}
+
+// A slot of a shard's table holds an entry and its key's hash, or nothing.
+type slot struct {
+	hash uint64
+	e    *entry
 }
 
 // An entry holds one key's record; its shard's mutex guards it. An entry
@@ -125,7 +130,8 @@ type entry struct {
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
 	key     string // immutable, owned by the store
-	scope   *Scope // immutable: the scope whose index holds the entry
+	hash    uint64 // immutable: the hash of key
+	scope   *Scope // immutable: the scope that holds the entry
 	pos     int    // index in the shard's entries
 	dead    bool
 }
@@ -156,7 +162,7 @@ func New(cfg Config) (*Store, error) {
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
 	}
-	s.Scope = Scope{s: s, index: make([]map[string]*entry, n)}
+	s.Scope = Scope{s: s}
 	if s.now == nil {
 		s.start = time.Now()
 		s.base = s.start.UnixNano()
@@ -197,28 +203,96 @@ func (s *Store) scope(prefix string) *Scope {
 		if s.scopes == nil {
 			s.scopes = make(map[string]*Scope)
 		}
-		sc = &Scope{s: s, index: make([]map[string]*entry, len(s.shards))}
+		sc = &Scope{s: s}
 		s.scopes[prefix] = sc
 	}
 	return sc
 }
 
-// shard returns the shard of key.
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+// shard returns the shard of the key whose hash is h.
+func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
 
-// lockShard locks the shard of key and returns it.
-func (s *Store) lockShard(key string) *shard {
-	sh := s.shard(key)
+// lockShard returns the hash of key and its shard, locked.
+func (s *Store) lockShard(key string) (uint64, *shard) {
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	return sh
+	return h, sh
 }
 
-// find returns the entry of key in sh, whose mutex the caller holds, or nil
-// when the scope does not hold key.
-func (c *Scope) find(sh *shard, key string) *entry {
-	return c.index[sh.id][key]
+// home returns the slot where a table of len(t) slots, a power of two, starts
+// looking for the hash h. It skips the low bits, which chose the shard.
+func home(t []slot, h uint64) int { return int(h>>maxShardBits) & (len(t) - 1) }
+
+// maxShardBits is the number of a hash's low bits that choose its shard.
+const maxShardBits = 6
+
+// find returns the entry of key, whose hash is h, in sh, or nil when the
+// scope does not hold key. The caller holds sh.mu.
+//
+// The table is open addressing with linear probing: an entry sits in the
+// first free slot from its hash's home, no run of occupied slots is broken
+// by a removal (see unindex), and a table is never more than three quarters
+// full, so a search ends at a free slot.
+func (sh *shard) find(c *Scope, key string, h uint64) *entry {
+	t := sh.table
+	if len(t) == 0 {
+		return nil
+	}
+	for i := home(t, h); ; i = (i + 1) & (len(t) - 1) {
+		sl := &t[i]
+		if sl.e == nil {
+			return nil
+		}
+		if sl.hash == h && sl.e.scope == c && sl.e.key == key {
+			return sl.e
+		}
+	}
+}
+
+// index adds e to sh's table, growing it to keep it at most three quarters
+// full. The caller holds sh.mu and adds e to sh.entries after.
+func (sh *shard) index(e *entry) {
+	if 4*(len(sh.entries)+1) > 3*len(sh.table) {
+		t := make([]slot, max(8, 2*len(sh.table)))
+		for _, o := range sh.entries {
+			place(t, o)
+		}
+		sh.table = t
+	}
+	place(sh.table, e)
+}
+
+// place puts e into the first free slot of t from its home.
+func place(t []slot, e *entry) {
+	i := home(t, e.hash)
+	for t[i].e != nil {
+		i = (i + 1) & (len(t) - 1)
+	}
+	t[i] = slot{hash: e.hash, e: e}
+}
+
+// unindex removes e from sh's table, then moves back each entry of the run
+// after it that its search would no longer reach (the backward shift of
+// Knuth's Algorithm R), so that no removal leaves a marker behind. The
+// caller holds sh.mu.
+func (sh *shard) unindex(e *entry) {
+	t := sh.table
+	m := len(t) - 1
+	i := home(t, e.hash)
+	for t[i].e != e {
+		i = (i + 1) & m
+	}
+	for j := (i + 1) & m; t[j].e != nil; j = (j + 1) & m {
+		// The entry at j stays unless its home is cyclically outside
+		// (i, j]: a search for it from there passes the free slot i.
+		k := home(t, t[j].hash)
+		if i <= j && (k <= i || k > j) || i > j && k <= i && k > j {
+			t[i] = t[j]
+			i = j
+		}
+	}
+	t[i] = slot{}
 }
 
 // Get implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -227,9 +301,9 @@ func (c *Scope) Get(ctx context.Context, key string) (kvstore.Record, bool, erro
 		return kvstore.Record{}, false, err
 	}
 	now := c.s.clock()
-	sh := c.s.lockShard(key)
+	h, sh := c.s.lockShard(key)
 	defer sh.mu.Unlock()
-	e := c.find(sh, key)
+	e := sh.find(c, key, h)
 	if e == nil || now >= e.expires {
 		return kvstore.Record{}, false, nil
 	}
@@ -247,13 +321,13 @@ func (c *Scope) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	}
 	ttl = max(ttl, time.Millisecond)
 	now := c.s.clock()
-	sh := c.s.lockShard(key)
+	h, sh := c.s.lockShard(key)
 	defer sh.mu.Unlock()
-	if e := c.find(sh, key); e != nil {
+	if e := sh.find(c, key, h); e != nil {
 		e.rec, e.expires = rec, addNanos(now, int64(ttl))
 		return nil
 	}
-	c.insert(sh, key, rec, addNanos(now, int64(ttl)), now)
+	c.insert(sh, key, h, rec, addNanos(now, int64(ttl)), now)
 	return nil
 }
 
@@ -262,9 +336,9 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := c.s.lockShard(key)
+	h, sh := c.s.lockShard(key)
 	defer sh.mu.Unlock()
-	if e := c.find(sh, key); e != nil {
+	if e := sh.find(c, key, h); e != nil {
 		sh.drop(e)
 	}
 	return nil
@@ -278,20 +352,36 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{}, err
 	}
 	nowNano := c.s.clock()
-	sh := c.s.lockShard(key)
-	e := c.find(sh, key)
+	h, sh := c.s.lockShard(key)
+	e := sh.find(c, key, h)
 	live := e != nil && nowNano < e.expires
 	var rec kvstore.Record
 	if live {
 		rec = e.rec
 	}
-	res, next, write, err := r.Apply(rec, live, micros(nowNano), op, n)
+	var (
+		res   kvstore.OpResult
+		next  kvstore.Record
+		write bool
+		err   error
+	)
+	if op == kvstore.OpTake && r.Rate >= 1 && r.Rate <= r.Burst && r.Burst <= kvstore.MaxValue && n >= 1 && n <= r.Burst {
+		// The common update, a valid take, as Refill.Apply takes.
+		level, at := r.Level(rec, live, micros(nowNano))
+		if level >= n {
+			res, next, write = kvstore.OpResult{OK: true, Remaining: level - n}, kvstore.Record{Value: level - n, Time: at}, true
+		} else {
+			res = kvstore.OpResult{Remaining: level}
+		}
+	} else {
+		res, next, write, err = r.Apply(rec, live, micros(nowNano), op, n)
+	}
 	switch {
 	case err == nil && write && next.Value < r.Burst:
 		if e == nil {
 			// Only a write below full is stored: the absent key's
 			// value is full.
-			c.insert(sh, key, next, expiry(r, next), nowNano)
+			c.insert(sh, key, h, next, expiry(r, next), nowNano)
 		} else {
 			// The record goes into the key's entry even when that
 			// entry had expired: the same keys as removing it and
@@ -340,36 +430,30 @@ func (s *Store) Len() int {
 	return n
 }
 
-// insert adds key, which the scope does not hold, with rec expiring at
-// expires to sh, the key's shard, whose mutex the caller holds, evicting
-// first when sh is full, and returns its entry. The key is copied, so that
-// no method keeps its caller's key string: a caller may build its key in a
+// insert adds key, whose hash is h and which the scope does not hold, with
+// rec expiring at expires to sh, the key's shard, whose mutex the caller
+// holds, evicting first when sh is full. The key is copied, so that no
+// method keeps its caller's key string: a caller may build its key in a
 // reused or stack buffer, and only an insert allocates for it.
-func (c *Scope) insert(sh *shard, key string, rec kvstore.Record, expires, now int64) *entry {
+func (c *Scope) insert(sh *shard, key string, h uint64, rec kvstore.Record, expires, now int64) {
 	for len(sh.entries) >= sh.max {
 		sh.evict(now)
 	}
-	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), scope: c, pos: len(sh.entries)}
+	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), hash: h, scope: c, pos: len(sh.entries)}
+	sh.index(e)
 	sh.entries = append(sh.entries, e)
-	m := c.index[sh.id]
-	if m == nil {
-		m = make(map[string]*entry)
-		c.index[sh.id] = m
-	}
-	m[e.key] = e
-	return e
 }
 
-// drop marks e, an entry of sh, dead and takes it out of its scope's index
-// and of sh. The caller holds sh.mu.
+// drop marks e, an entry of sh, dead and takes it out of sh's index and
+// list. The caller holds sh.mu.
 func (sh *shard) drop(e *entry) {
+	sh.unindex(e)
 	e.dead = true
 	last := len(sh.entries) - 1
 	moved := sh.entries[last]
 	sh.entries[e.pos], moved.pos = moved, e.pos
 	sh.entries[last] = nil
 	sh.entries = sh.entries[:last]
-	delete(e.scope.index[sh.id], e.key)
 }
 
 // evict samples up to five entries of sh, consecutive from a random

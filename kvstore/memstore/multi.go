@@ -3,6 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 
@@ -68,10 +69,11 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 		shardsBuf [maxStackKeys]*shard
 		lockedBuf [maxStackKeys]*shard
 		heldBuf   [maxStackKeys]*entry
+		hashesBuf [maxStackKeys]uint64
 	)
-	keys, shards, locked, held := keysBuf[:0], shardsBuf[:0], lockedBuf[:0], heldBuf[:0]
+	keys, shards, locked, held, hashes := keysBuf[:0], shardsBuf[:0], lockedBuf[:0], heldBuf[:0], hashesBuf[:]
 	if n > maxStackKeys {
-		keys, shards, locked, held = make([]string, 0, n), make([]*shard, 0, n), make([]*shard, 0, n), make([]*entry, n)
+		keys, shards, locked, held, hashes = make([]string, 0, n), make([]*shard, 0, n), make([]*shard, 0, n), make([]*entry, n), make([]uint64, n)
 	}
 	for i := range updates {
 		k := updates[i].Key
@@ -93,15 +95,16 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			}
 		}
 	}
-	for _, k := range keys {
-		shards = append(shards, s.shard(k))
+	for i, k := range keys {
+		hashes[i] = maphash.String(s.seed, k)
+		shards = append(shards, s.shard(hashes[i]))
 	}
 	locked = lockShards(shards, locked)
 	held = held[:n]
 	for i, k := range keys {
-		held[i] = c.find(shards[i], k)
+		held[i] = shards[i].find(c, k, hashes[i])
 	}
-	c.applyAll(op, updates, results, keys, shards, held, nowNano)
+	c.applyAll(op, updates, results, keys, hashes, shards, held, nowNano)
 	for _, sh := range slices.Backward(locked) {
 		sh.mu.Unlock()
 	}
@@ -151,8 +154,9 @@ func lockShards(shards, locked []*shard) []*shard {
 }
 
 // applyAll computes and writes the results of an UpdateMulti whose shards
-// are all locked; held[i] is the entry of keys[i] in shards[i], or nil.
-func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, keys []string, shards []*shard, held []*entry, nowNano int64) {
+// are all locked; held[i] is the entry of keys[i] (whose hash is
+// hashes[i]) in shards[i], or nil.
+func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, keys []string, hashes []uint64, shards []*shard, held []*entry, nowNano int64) {
 	var nextBuf [maxStackKeys]kvstore.Record
 	next := nextBuf[:0]
 	if len(updates) > maxStackKeys {
@@ -162,7 +166,7 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 	all := computeAll(op, updates, results, held, nowNano, next)
 	write := all && op != kvstore.OpPeek
 	for i := range updates {
-		c.settle(&updates[i], keys[i], shards[i], held[i], next[i], results[i].Period, write, nowNano)
+		c.settle(&updates[i], keys[i], hashes[i], shards[i], held[i], next[i], results[i].Period, write, nowNano)
 	}
 	if op == kvstore.OpTake && !all {
 		keepLevels(updates, results)
@@ -196,11 +200,11 @@ func computeAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpRes
 	return all
 }
 
-// settle writes next to the entry e of update u under key in sh (nil for
-// an absent key, which it inserts) when write is set and the record must be
-// kept, and otherwise removes e when it is not worth keeping; picked is the
-// period its result picked (a period counter's).
-func (c *Scope) settle(u *kvstore.Update, key string, sh *shard, e *entry, next kvstore.Record, picked int, write bool, nowNano int64) {
+// settle writes next to the entry e of update u under key (whose hash is h)
+// in sh (nil for an absent key, which it inserts) when write is set and the
+// record must be kept, and otherwise removes e when it is not worth
+// keeping; picked is the period its result picked (a period counter's).
+func (c *Scope) settle(u *kvstore.Update, key string, h uint64, sh *shard, e *entry, next kvstore.Record, picked int, write bool, nowNano int64) {
 	var (
 		keep    bool  // next is kept
 		expires int64 // next's expiry, when kept
@@ -227,7 +231,7 @@ func (c *Scope) settle(u *kvstore.Update, key string, sh *shard, e *entry, next 
 		// Evicted by an insert of this call: forgotten, as eviction
 		// forgets.
 	case keep && e == nil:
-		c.insert(sh, key, next, expires, nowNano)
+		c.insert(sh, key, h, next, expires, nowNano)
 	case keep:
 		e.rec, e.expires = next, expires
 	case e != nil && (write || nowNano >= e.expires):
