@@ -313,14 +313,20 @@ func (l *Limiter) Policy() ratekit.Policy { return l.policy }
 func (l *Limiter) Mode() Mode { return l.mode }
 
 // check validates req and returns its cost in units. The common request,
-// valid with no parts, passes on comparisons alone; any other goes through
-// checkSlow, which gives the error.
+// valid with no parts, passes on comparisons alone (plain); any other goes
+// through checkSlow, which gives the error.
 func (l *Limiter) check(req *ratekit.Request) (int64, error) {
-	if k := len(req.Key); k > 0 && k <= ratekit.MaxKeyLen && req.Cost >= 1 && req.Cost <= l.burst &&
-		len(req.IdempotencyKey) <= ratekit.MaxKeyLen && len(req.Parts) == 0 {
+	if l.plain(req) {
 		return req.Cost * l.unit, nil
 	}
 	return l.checkSlow(req)
+}
+
+// plain reports whether req is valid, has no parts and costs at most Burst.
+func (l *Limiter) plain(req *ratekit.Request) bool {
+	k := len(req.Key)
+	return k > 0 && k <= ratekit.MaxKeyLen && req.Cost >= 1 && req.Cost <= l.burst &&
+		len(req.IdempotencyKey) <= ratekit.MaxKeyLen && len(req.Parts) == 0
 }
 
 // checkSlow validates req as check does, with the errors of
@@ -345,9 +351,11 @@ func (l *Limiter) checkSlow(req *ratekit.Request) (int64, error) {
 // cost above Burst, and the store's error (wrapped; an error caused by ctx
 // wraps ctx.Err()) when the store fails.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(&req)
-	if err != nil {
-		return ratekit.Decision{}, err
+	n := req.Cost * l.unit
+	if !l.plain(&req) {
+		if n, err = l.checkSlow(&req); err != nil {
+			return ratekit.Decision{}, err
+		}
 	}
 	if l.denied != nil {
 		return l.allowCached(ctx, req.Key, n)
@@ -441,20 +449,27 @@ func (l *Limiter) storeKey(key string) string {
 	return l.prefix + key
 }
 
-// apply runs op on the bucket of key in the Limiter's mode.
-func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.OpResult, err error) {
-	key = l.storeKey(key)
-	switch {
-	case l.atomic != nil:
-		res, err = l.atomic.Update(ctx, key, l.refill, op, n)
-	default:
-		res, err = l.eventual(ctx, key, op, n)
+// apply runs op on the bucket of key in the Limiter's mode. It is small
+// enough to be inlined into its callers: an Atomic update is one call to
+// the store.
+func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.OpResult, error) {
+	var (
+		res kvstore.OpResult
+		err error
+	)
+	if l.atomic != nil {
+		res, err = l.atomic.Update(ctx, l.storeKey(key), l.refill, op, n)
+	} else {
+		res, err = l.eventual(ctx, l.storeKey(key), op, n)
 	}
 	if err != nil {
-		return kvstore.OpResult{}, fmt.Errorf("tokenbucket: %w", err)
+		return kvstore.OpResult{}, storeErr(err)
 	}
 	return res, nil
 }
+
+// storeErr wraps an error of the store.
+func storeErr(err error) error { return fmt.Errorf("tokenbucket: %w", err) }
 
 // eventual runs op on the record under key (the store key) by a Get, the
 // computation on the Limiter's clock and, when the op writes, a Set or
