@@ -2,6 +2,8 @@ package tokenbucket_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -87,9 +89,12 @@ func (g *goLimiter) allow(ctx context.Context, key string) bool {
 	return ok
 }
 
-// BenchmarkMemory times one admitted decision with each contender, serial
-// and from GOMAXPROCS goroutines, on one hot key and on 10,000 keys. Each
-// contender is called through a func value, which costs all of them alike.
+// BenchmarkMemory times one admitted decision with each contender, from one
+// goroutine and from eight (RunParallel with a parallelism that starts at
+// least eight goroutines whatever GOMAXPROCS is), on one hot key and on
+// 10,000 keys. The contenders of one cell run one after the other, so that
+// -count interleaves them under the same load. Each contender is called
+// through a func value, which costs all of them alike.
 func BenchmarkMemory(b *testing.B) {
 	ctx := context.Background()
 	contenders := []struct {
@@ -110,28 +115,31 @@ func BenchmarkMemory(b *testing.B) {
 		}},
 	}
 	for _, spread := range []string{"hot", "10k"} {
-		for _, c := range contenders {
-			b.Run(c.name+"/"+spread+"/serial", func(b *testing.B) {
-				allow := c.new(b)
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					allow(key(spread, i))
-					i++
-				}
-			})
-			b.Run(c.name+"/"+spread+"/parallel", func(b *testing.B) {
-				allow := c.new(b)
-				var seq atomic.Int64
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seq.Add(1)) * 7919
-					for pb.Next() {
-						allow(key(spread, i))
-						i++
+		for _, callers := range []int{1, 8} {
+			for _, c := range contenders {
+				b.Run(fmt.Sprintf("%s/%d/%s", spread, callers, c.name), func(b *testing.B) {
+					allow := c.new(b)
+					b.ReportAllocs()
+					if callers == 1 {
+						i := 0
+						for b.Loop() {
+							allow(key(spread, i))
+							i++
+						}
+						return
 					}
+					var seq atomic.Int64
+					procs := runtime.GOMAXPROCS(0)
+					b.SetParallelism((callers + procs - 1) / procs)
+					b.RunParallel(func(pb *testing.PB) {
+						i := int(seq.Add(1)) * 7919
+						for pb.Next() {
+							allow(key(spread, i))
+							i++
+						}
+					})
 				})
-			})
+			}
 		}
 	}
 }
