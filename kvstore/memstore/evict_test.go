@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -22,7 +23,7 @@ func TestEvictRule(t *testing.T) {
 		sh := &s.shards[0]
 		sh.max = 5
 		for i, k := range []string{"a", "b", "c", "d", "e"} {
-			e := &entry{key: k, hash: maphash.String(s.seed, k), expires: int64(10 * (i + 1)), pos: i, scope: &s.Scope} // a:10 … e:50
+			e := &entry{key: k, hash: maphash.String(s.seed, k), expires: int64(10 * (i + 1)), pos: int32(i), scope: &s.Scope} // a:10 … e:50
 			sh.index(e)
 			sh.entries = append(sh.entries, e)
 		}
@@ -31,7 +32,7 @@ func TestEvictRule(t *testing.T) {
 	keys := func(s *Store, sh *shard) map[string]bool {
 		m := map[string]bool{}
 		for i, e := range sh.entries {
-			if e.pos != i || e.dead || sh.find(&s.Scope, e.key, e.hash) != e {
+			if int(e.pos) != i || e.dead || sh.find(&s.Scope, e.key, e.hash) != e {
 				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key, i, e.pos, e.dead, sh.find(&s.Scope, e.key, e.hash) == e)
 			}
 			m[e.key] = true
@@ -77,7 +78,7 @@ func checkConsistent(t *testing.T, s *Store, maxKeys int) {
 			t.Fatalf("shard %d holds %d entries, its share is %d", i, len(sh.entries), sh.max)
 		}
 		for j, e := range sh.entries {
-			if e.pos != j || e.dead || e.hash != maphash.String(s.seed, e.key) || s.shard(e.hash) != sh {
+			if int(e.pos) != j || e.dead || e.hash != maphash.String(s.seed, e.key) || s.shard(e.hash) != sh {
 				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key, e.pos, e.dead)
 			}
 			if sh.find(e.scope, e.key, e.hash) != e {
@@ -142,7 +143,7 @@ func TestTableRuns(t *testing.T) {
 			// Homes 0, 1 and the last slots of tables up to 64 slots:
 			// the low bits choose the shard, the next ones the home.
 			h := uint64([]int{0, 1, 7, 15, 31, 63}[rng.IntN(6)]) << maxShardBits
-			e := &entry{key: k, hash: h, scope: &s.Scope, pos: len(sh.entries)}
+			e := &entry{key: k, hash: h, scope: &s.Scope, pos: int32(len(sh.entries))}
 			sh.index(e)
 			sh.entries = append(sh.entries, e)
 			live[k] = e
@@ -214,5 +215,13 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 		}
 		wg.Wait()
 		checkConsistent(t, s, maxKeys)
+	}
+}
+
+// TestEntryFillsOneCacheLine keeps an entry in a 64-byte allocation: a
+// lookup of a key that is not in the cache then misses once for the entry.
+func TestEntryFillsOneCacheLine(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 64 {
+		t.Fatalf("an entry takes %d bytes, want 64", n)
 	}
 }
