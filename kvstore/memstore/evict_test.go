@@ -225,3 +225,34 @@ func TestEntryFillsOneCacheLine(t *testing.T) {
 		t.Fatalf("an entry takes %d bytes, want 64", n)
 	}
 }
+
+// TestExpiryMatchesTimeToFull checks expiry, and quo under it, against
+// kvstore.Refill.TimeToFull at the ends of the range and at random.
+func TestExpiryMatchesTimeToFull(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	refills := []kvstore.Refill{{Burst: 1, Rate: 1}, {Burst: 1 << 52, Rate: 1}, {Burst: 1 << 52, Rate: 1 << 52}, {Burst: 1 << 52, Rate: 3}, {Burst: 18_000_000_000, Rate: 5}}
+	for range 300 {
+		b := 1 + rng.Int64N(1<<52)
+		refills = append(refills, kvstore.Refill{Burst: b, Rate: 1 + rng.Int64N(b)})
+	}
+	for _, r := range refills {
+		values := []int64{-5, 0, 1, r.Burst - r.Rate, r.Burst - 1, r.Burst}
+		for range 100 {
+			values = append(values, rng.Int64N(r.Burst+1))
+		}
+		for _, v := range values {
+			next := kvstore.Record{Value: v, Time: 1_700_000_000_000_000}
+			want := addNanos(next.Time*1000, int64(r.TimeToFull(v)))
+			if got := expiry(r, next); got != want {
+				t.Fatalf("%+v: expiry of %d = %d, want %d", r, v, got, want)
+			}
+		}
+	}
+	for _, d := range []int64{1, 3, 1 << 52, 1 << 53} {
+		for _, n := range []int64{0, d - 1, d, 1<<53 - 1, 1 << 53} {
+			if got := quo(n, d); got != n/d {
+				t.Fatalf("quo(%d, %d) = %d, want %d", n, d, got, n/d)
+			}
+		}
+	}
+}

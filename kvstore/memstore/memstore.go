@@ -411,8 +411,24 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 // A bucket that fills later than the clock can count (the year 2262) never
 // expires.
 func expiry(r kvstore.Refill, next kvstore.Record) int64 {
-	return addNanos(next.Time*1000, int64(r.TimeToFull(next.Value)))
+	if next.Value >= r.Burst {
+		return next.Time * 1000
+	}
+	// r.TimeToFull(next.Value): the gap and Rate are at most Burst, 2^52,
+	// so quo's n is below 2^53 and the time at most 2^52 microseconds.
+	gap := r.Burst - max(next.Value, 0)
+	return addNanos(next.Time*1000, quo(gap+r.Rate-1, r.Rate)*1000)
 }
+
+// quo returns n / d rounded down, for n from 0 to 2^53−1 and d from 1 to
+// 2^53, exactly and without the processor's 64-bit division, which takes
+// tens of cycles. n and d are exact doubles, and rounding their quotient
+// x = n/d is monotonic and keeps integers, so the rounded quotient lies
+// between floor(x) and k = floor(x)+1. It is k only if x is within half an
+// ulp of k; but k − x = δ/d with a whole δ ≥ 1, while half an ulp of x is
+// at most x·2^-53 < k·2^-53 = (n+δ)/d·2^-53 ≤ δ/d for n < 2^53. The
+// conversion, which truncates, therefore gives floor(x).
+func quo(n, d int64) int64 { return int64(float64(n) / float64(d)) }
 
 // addNanos returns at + d (nanoseconds, d ≥ 0), or the largest time when
 // that overflows.
