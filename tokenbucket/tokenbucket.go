@@ -364,7 +364,16 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	if l.denied != nil {
 		return l.allowCached(ctx, req.Key, n)
 	}
-	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
+	var res kvstore.OpResult
+	if l.atomic != nil {
+		// apply's Atomic path, one call less.
+		res, err = l.atomic.Update(ctx, l.storeKey(req.Key), l.refill, kvstore.OpTake, n)
+		if err != nil {
+			err = storeErr(err)
+		}
+	} else {
+		res, err = l.apply(ctx, req.Key, kvstore.OpTake, n)
+	}
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
