@@ -218,11 +218,15 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 	}
 }
 
-// TestEntryFillsOneCacheLine keeps an entry in a 64-byte allocation: a
-// lookup of a key that is not in the cache then misses once for the entry.
-func TestEntryFillsOneCacheLine(t *testing.T) {
+// TestCacheLines keeps an entry in a 64-byte allocation (a lookup of a key
+// that is not in the cache misses once for the entry) and shards on cache
+// lines of their own (two shards' locks never share one).
+func TestCacheLines(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 64 {
 		t.Fatalf("an entry takes %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
+		t.Fatalf("a shard takes %d bytes, not a whole number of cache lines", n)
 	}
 }
 
