@@ -52,7 +52,7 @@ type CompositeConfig struct {
 // together ("10 a second and 1,000 a day"): a request takes its cost from
 // every policy's bucket or from none, in one atomic step of the store
 // (kvstore.MultiAtomic.UpdateMulti: one Lua script and one round trip on
-// Redis, entry locks taken in key order in memory) with the store's clock.
+// Redis, shard locks taken in shard order in memory) with the store's clock.
 //
 // Policy i counts request.Parts[i].Key and .Cost, or Key and Cost when Parts
 // is nil. Its bucket is stored under Buckets[i].Name + ":" + that key, in

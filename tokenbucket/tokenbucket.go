@@ -157,10 +157,12 @@ type Limiter struct {
 	refill kvstore.Refill
 	unit   int64 // units per token
 	burst  int64
-	prefix string
-	policy ratekit.Policy
-	denied *deniedCache
-	step   time.Duration // the Atomic store's clock step (kvstore.ClockStepper), 0 for a microsecond
+	// perUnit and perRate divide by unit and by refill.Rate in decide.
+	perUnit, perRate divisor
+	prefix           string
+	policy           ratekit.Policy
+	denied           *deniedCache
+	step             time.Duration // the Atomic store's clock step (kvstore.ClockStepper), 0 for a microsecond
 }
 
 var (
@@ -210,13 +212,15 @@ func New(cfg Config) (*Limiter, error) {
 		return nil, invalid("nil Store")
 	}
 	l := &Limiter{
-		mode:   cfg.Mode,
-		store:  cfg.Store,
-		now:    cfg.Now,
-		refill: refill,
-		unit:   unit,
-		burst:  cfg.Burst,
-		prefix: cfg.Name + ":",
+		mode:    cfg.Mode,
+		store:   cfg.Store,
+		now:     cfg.Now,
+		refill:  refill,
+		unit:    unit,
+		burst:   cfg.Burst,
+		perUnit: newDivisor(unit),
+		perRate: newDivisor(refill.Rate),
+		prefix:  cfg.Name + ":",
 	}
 	if p, ok := cfg.Store.(kvstore.Prefixer); ok {
 		// The prefix's own key space: no decision builds prefix+key.
@@ -312,8 +316,27 @@ func (l *Limiter) Policy() ratekit.Policy { return l.policy }
 // Mode returns the Limiter's consistency mode.
 func (l *Limiter) Mode() Mode { return l.mode }
 
-// check validates req and returns its cost in units.
-func (l *Limiter) check(req ratekit.Request) (int64, error) {
+// check validates req and returns its cost in units. The common request,
+// valid with no parts, passes on comparisons alone (plain); any other goes
+// through checkSlow, which gives the error.
+func (l *Limiter) check(req *ratekit.Request) (int64, error) {
+	if l.plain(req) {
+		return req.Cost * l.unit, nil
+	}
+	return l.checkSlow(req)
+}
+
+// plain reports whether req is valid, has no parts and costs at most Burst.
+func (l *Limiter) plain(req *ratekit.Request) bool {
+	k := len(req.Key)
+	return k > 0 && k <= ratekit.MaxKeyLen && req.Cost >= 1 && req.Cost <= l.burst &&
+		len(req.IdempotencyKey) <= ratekit.MaxKeyLen && len(req.Parts) == 0
+}
+
+// checkSlow validates req as check does, with the errors of
+// ratekit.Request.Validate, ratekit.ErrUnexpectedParts and
+// ratekit.ErrCostExceedsQuota.
+func (l *Limiter) checkSlow(req *ratekit.Request) (int64, error) {
 	if err := req.Validate(); err != nil {
 		return 0, err
 	}
@@ -332,28 +355,47 @@ func (l *Limiter) check(req ratekit.Request) (int64, error) {
 // cost above Burst, and the store's error (wrapped; an error caused by ctx
 // wraps ctx.Err()) when the store fails.
 func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n := req.Cost * l.unit
+	if !l.plain(&req) {
+		if n, err = l.checkSlow(&req); err != nil {
+			return ratekit.Decision{}, err
+		}
+	}
+	if l.denied != nil {
+		return l.allowCached(ctx, req.Key, n)
+	}
+	var res kvstore.OpResult
+	if l.atomic != nil {
+		// apply's Atomic path, one call less.
+		res, err = l.atomic.Update(ctx, l.storeKey(req.Key), l.refill, kvstore.OpTake, n)
+		if err != nil {
+			err = storeErr(err)
+		}
+	} else {
+		res, err = l.apply(ctx, req.Key, kvstore.OpTake, n)
+	}
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
-	var (
-		sent   time.Time
-		ticket uint64
-	)
-	if l.denied != nil {
-		sent = l.now()
-		level, hit, t := l.denied.lookup(req.Key, n, sent, l.refill)
-		if hit {
-			l.decide(&d, false, level, n)
-			return d, nil
-		}
-		ticket = t
+	l.decide(&d, res.OK, res.Remaining, n)
+	return d, nil
+}
+
+// allowCached is Allow of n units for key with the denied-key cache: a key
+// the cache holds is denied without asking the store, and a denial the
+// store decides goes into the cache.
+func (l *Limiter) allowCached(ctx context.Context, key string, n int64) (d ratekit.Decision, err error) {
+	sent := l.now()
+	level, hit, ticket := l.denied.lookup(key, n, sent, l.refill)
+	if hit {
+		l.decide(&d, false, level, n)
+		return d, nil
 	}
-	res, err := l.apply(ctx, req.Key, kvstore.OpTake, n)
-	if err == nil && !res.OK && l.denied != nil {
-		l.denied.add(req.Key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
+	res, err := l.apply(ctx, key, kvstore.OpTake, n)
+	if err == nil && !res.OK {
+		l.denied.add(key, res.Remaining, sent, sent.Add(l.wait(res.Remaining, n)), ticket)
 	}
-	l.denied.finish(req.Key, err != nil || res.OK)
+	l.denied.finish(key, err != nil || res.OK)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -364,7 +406,7 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 // Peek reports the decision Allow would make for req now, taking nothing.
 // It returns the same errors as Allow.
 func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n, err := l.check(&req)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -381,7 +423,7 @@ func (l *Limiter) Peek(ctx context.Context, req ratekit.Request) (d ratekit.Deci
 // Eventual mode it is a read-compute-write that races like Allow: a
 // concurrent write can lose it. It returns the same errors as Allow.
 func (l *Limiter) Refund(ctx context.Context, req ratekit.Request) (d ratekit.Decision, err error) {
-	n, err := l.check(req)
+	n, err := l.check(&req)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -420,20 +462,27 @@ func (l *Limiter) storeKey(key string) string {
 	return l.prefix + key
 }
 
-// apply runs op on the bucket of key in the Limiter's mode.
-func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (res kvstore.OpResult, err error) {
-	key = l.storeKey(key)
-	switch {
-	case l.atomic != nil:
-		res, err = l.atomic.Update(ctx, key, l.refill, op, n)
-	default:
-		res, err = l.eventual(ctx, key, op, n)
+// apply runs op on the bucket of key in the Limiter's mode. It is small
+// enough to be inlined into its callers: an Atomic update is one call to
+// the store.
+func (l *Limiter) apply(ctx context.Context, key string, op kvstore.Op, n int64) (kvstore.OpResult, error) {
+	var (
+		res kvstore.OpResult
+		err error
+	)
+	if l.atomic != nil {
+		res, err = l.atomic.Update(ctx, l.storeKey(key), l.refill, op, n)
+	} else {
+		res, err = l.eventual(ctx, l.storeKey(key), op, n)
 	}
 	if err != nil {
-		return kvstore.OpResult{}, fmt.Errorf("tokenbucket: %w", err)
+		return kvstore.OpResult{}, storeErr(err)
 	}
 	return res, nil
 }
+
+// storeErr wraps an error of the store.
+func storeErr(err error) error { return fmt.Errorf("tokenbucket: %w", err) }
 
 // eventual runs op on the record under key (the store key) by a Get, the
 // computation on the Limiter's clock and, when the op writes, a Set or
@@ -465,7 +514,7 @@ func (l *Limiter) eventual(ctx context.Context, key string, op kvstore.Op, n int
 func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Allowed = allowed
 	d.Quota = l.burst
-	d.Remaining = level / l.unit
+	d.Remaining = l.perUnit.quo(level)
 	d.ResetAfter = l.wait(level, l.refill.Burst)
 	d.Policy = l.policy
 	if !allowed {
@@ -483,10 +532,50 @@ func clockStep(store kvstore.Store) time.Duration {
 	return 0
 }
 
-// wait returns how long the bucket at level takes to hold target units:
-// Refill.TimeUntil, rounded up to whole steps of the store's clock.
+// wait returns how long the bucket at level takes to hold target units (at
+// most Burst): Refill.TimeUntil, rounded up to whole steps of the store's
+// clock, as stepWait computes it, with perRate's division.
 func (l *Limiter) wait(level, target int64) time.Duration {
-	return stepWait(l.refill, l.step, level, target)
+	if level >= target {
+		return 0
+	}
+	// The gap and Rate are at most Burst, 2^52: the quotient is at most
+	// 2^52 microseconds, which a Duration holds in nanoseconds.
+	gap := target - max(level, 0)
+	d := time.Duration(l.perRate.quo(gap+l.refill.Rate-1)) * time.Microsecond
+	if l.step > 0 {
+		if rem := d % l.step; rem != 0 && d <= math.MaxInt64-l.step {
+			d += l.step - rem
+		}
+	}
+	return d
+}
+
+// A divisor divides by a fixed d, from 1 to 2^52, exactly and without the
+// processor's 64-bit division, which takes tens of cycles: a floating-point
+// multiplication by 1/d gives the quotient within 2 (n and d are exact
+// doubles, 1/d and the product are each rounded by half an ulp at most),
+// and integer steps correct it.
+type divisor struct {
+	d   int64
+	inv float64
+}
+
+func newDivisor(d int64) divisor { return divisor{d: d, inv: 1 / float64(d)} }
+
+// quo returns n / d rounded down, for n from 0 to 2^53.
+func (v divisor) quo(n int64) int64 {
+	q := int64(float64(n) * v.inv)
+	r := n - q*v.d
+	for r < 0 {
+		q--
+		r += v.d
+	}
+	for r >= v.d {
+		q++
+		r -= v.d
+	}
+	return q
 }
 
 // stepWait returns r.TimeUntil(level, target) rounded up to whole steps of

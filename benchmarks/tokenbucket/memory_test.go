@@ -2,6 +2,9 @@ package tokenbucket_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -87,9 +90,12 @@ func (g *goLimiter) allow(ctx context.Context, key string) bool {
 	return ok
 }
 
-// BenchmarkMemory times one admitted decision with each contender, serial
-// and from GOMAXPROCS goroutines, on one hot key and on 10,000 keys. Each
-// contender is called through a func value, which costs all of them alike.
+// BenchmarkMemory times one admitted decision with each contender, from one
+// goroutine and from eight (RunParallel with a parallelism that starts at
+// least eight goroutines whatever GOMAXPROCS is), on one hot key and on
+// 10,000 keys. The contenders of one cell run one after the other, so that
+// -count interleaves them under the same load. Each contender is called
+// through a func value, which costs all of them alike.
 func BenchmarkMemory(b *testing.B) {
 	ctx := context.Background()
 	contenders := []struct {
@@ -110,28 +116,116 @@ func BenchmarkMemory(b *testing.B) {
 		}},
 	}
 	for _, spread := range []string{"hot", "10k"} {
-		for _, c := range contenders {
-			b.Run(c.name+"/"+spread+"/serial", func(b *testing.B) {
-				allow := c.new(b)
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					allow(key(spread, i))
-					i++
-				}
-			})
-			b.Run(c.name+"/"+spread+"/parallel", func(b *testing.B) {
-				allow := c.new(b)
-				var seq atomic.Int64
-				b.ReportAllocs()
-				b.RunParallel(func(pb *testing.PB) {
-					i := int(seq.Add(1)) * 7919
-					for pb.Next() {
-						allow(key(spread, i))
-						i++
+		for _, callers := range []int{1, 8} {
+			for _, c := range contenders {
+				b.Run(fmt.Sprintf("%s/%d/%s", spread, callers, c.name), func(b *testing.B) {
+					allow := c.new(b)
+					b.ReportAllocs()
+					if callers == 1 {
+						i := 0
+						for b.Loop() {
+							allow(key(spread, i))
+							i++
+						}
+						return
 					}
+					var seq atomic.Int64
+					procs := runtime.GOMAXPROCS(0)
+					b.SetParallelism((callers + procs - 1) / procs)
+					b.RunParallel(func(pb *testing.PB) {
+						i := int(seq.Add(1)) * 7919
+						for pb.Next() {
+							allow(key(spread, i))
+							i++
+						}
+					})
 				})
+			}
+		}
+	}
+}
+
+// BenchmarkMemoryInTurn measures the same cells as BenchmarkMemory in a way
+// that a loaded machine disturbs less: each iteration runs one chunk of
+// decisions with every contender in turn (8,192 decisions, from one
+// goroutine or spread over eight started together), and each contender's
+// speed is the median of its chunks' decisions per second. A chunk that
+// another process interrupted is an outlier the median ignores, and the
+// contenders share the machine's state within a few milliseconds. It
+// reports each contender's median in millions of decisions per second and
+// ratekit's ratio to the faster peer (the median of per-round ratios).
+func BenchmarkMemoryInTurn(b *testing.B) {
+	const chunk = 8192
+	ctx := context.Background()
+	for _, spread := range []string{"hot", "10k"} {
+		for _, callers := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/%d", spread, callers), func(b *testing.B) {
+				l := newRatekit(b)
+				g := newGoLimiter(b)
+				x := new(xrate)
+				contenders := []func(string) bool{
+					func(key string) bool {
+						d, _ := l.Allow(ctx, ratekit.Request{Key: key, Cost: 1})
+						return d.Allowed
+					},
+					x.allow,
+					func(key string) bool { return g.allow(ctx, key) },
+				}
+				speeds := make([][]float64, len(contenders))
+				var ratios []float64
+				b.ReportAllocs()
+				for round := 0; b.Loop(); round++ {
+					var s [3]float64
+					for c, allow := range contenders {
+						s[c] = chunk / runChunk(allow, spread, callers, chunk, round).Seconds()
+						speeds[c] = append(speeds[c], s[c])
+					}
+					ratios = append(ratios, s[0]/max(s[1], s[2]))
+				}
+				for c, name := range []string{"ratekit", "xrate", "golimiter"} {
+					b.ReportMetric(median(speeds[c])/1e6, "M/s-"+name)
+				}
+				b.ReportMetric(median(ratios), "ratio")
 			})
 		}
 	}
+}
+
+// runChunk makes n decisions with allow, from callers goroutines started
+// together, and returns the time they took.
+func runChunk(allow func(string) bool, spread string, callers, n, round int) time.Duration {
+	if callers == 1 {
+		start := time.Now()
+		for i := range n {
+			allow(key(spread, round*n+i))
+		}
+		return time.Since(start)
+	}
+	var ready, done sync.WaitGroup
+	ready.Add(1)
+	per := n / callers
+	for w := range callers {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			ready.Wait()
+			base := (round*callers + w) * 7919
+			for i := range per {
+				allow(key(spread, base+i))
+			}
+		}()
+	}
+	start := time.Now()
+	ready.Done()
+	done.Wait()
+	return time.Since(start)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -2,11 +2,14 @@ package memstore
 
 import (
 	"context"
+	"hash/maphash"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratekit/kvstore"
 )
@@ -20,19 +23,22 @@ func TestEvictRule(t *testing.T) {
 		sh := &s.shards[0]
 		sh.max = 5
 		for i, k := range []string{"a", "b", "c", "d", "e"} {
-			e := &entry{key: k, expires: int64(10 * (i + 1)), pos: i, scope: &s.Scope} // a:10 … e:50
+			e := &entry{key: k, hash: maphash.String(s.seed, k), expires: int64(10 * (i + 1)), pos: int32(i), scope: &s.Scope} // a:10 … e:50
+			sh.index(e)
 			sh.entries = append(sh.entries, e)
-			s.index.Store(k, e)
 		}
 		return s, sh
 	}
-	keys := func(sh *shard) map[string]bool {
+	keys := func(s *Store, sh *shard) map[string]bool {
 		m := map[string]bool{}
 		for i, e := range sh.entries {
-			if e.pos != i || e.dead {
-				t.Fatalf("entry %s at %d has pos %d, dead %v", e.key, i, e.pos, e.dead)
+			if int(e.pos) != i || e.dead || sh.find(&s.Scope, e.key, e.hash) != e {
+				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key, i, e.pos, e.dead, sh.find(&s.Scope, e.key, e.hash) == e)
 			}
 			m[e.key] = true
+		}
+		if n := indexed(t, sh); n != len(m) {
+			t.Fatalf("index holds %d keys, the shard lists %d", n, len(m))
 		}
 		return m
 	}
@@ -40,40 +46,25 @@ func TestEvictRule(t *testing.T) {
 	// sample covers all five entries, so that is "a".
 	for range 20 {
 		s, sh := fill()
-		if !sh.evict(s, 5) {
-			t.Fatal("evict at 5 removed nothing")
-		}
-		if k := keys(sh); k["a"] || len(k) != 4 {
-			t.Fatalf("evict at 5: left %v; want all but a", k)
-		}
-		if _, ok := s.index.Load("a"); ok {
-			t.Fatal("evicted a is still in the index")
+		a := sh.entries[0]
+		sh.evict(5)
+		if k := keys(s, sh); k["a"] || len(k) != 4 || !a.dead {
+			t.Fatalf("evict at 5: left %v, a dead %v; want all but a, and a dead", k, a.dead)
 		}
 	}
 	// "a" and "b" expired at 25: both go, nothing else.
 	for range 20 {
 		s, sh := fill()
-		sh.evict(s, 25)
-		k := keys(sh)
+		sh.evict(25)
+		k := keys(s, sh)
 		if len(k) != 3 || !k["c"] || !k["d"] || !k["e"] {
 			t.Fatalf("evict at 25: left %v; want c, d, e", k)
 		}
 	}
-	// An entry in use is no candidate: with "a" locked, "b" goes.
-	s, sh := fill()
-	sh.entries[0].mu.Lock()
-	sh.evict(s, 5)
-	if k := keys(sh); !k["a"] || k["b"] || len(k) != 4 {
-		t.Fatalf("evict with a in use: left %v; want all but b", k)
-	}
-	// With every entry in use, nothing goes and evict says so.
-	s, sh = fill()
-	for _, e := range sh.entries {
-		e.mu.Lock()
-	}
-	if sh.evict(s, 5) || len(sh.entries) != 5 {
-		t.Fatalf("evict with every entry in use removed one: %v", keys(sh))
-	}
+	// An empty shard has nothing to evict.
+	s, _ := fill()
+	s.shards[0].entries = nil
+	s.shards[0].evict(5)
 }
 
 // checkConsistent fails t unless the index and the shards' lists hold the
@@ -87,40 +78,98 @@ func checkConsistent(t *testing.T, s *Store, maxKeys int) {
 			t.Fatalf("shard %d holds %d entries, its share is %d", i, len(sh.entries), sh.max)
 		}
 		for j, e := range sh.entries {
-			if e.pos != j || e.dead || s.shard(e.key) != sh {
+			if int(e.pos) != j || e.dead || e.hash != maphash.String(s.seed, e.key) || s.shard(e.hash) != sh {
 				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key, e.pos, e.dead)
 			}
-			if v, ok := e.scope.index.Load(e.key); !ok || v != e {
+			if sh.find(e.scope, e.key, e.hash) != e {
 				t.Fatalf("listed key %q is not indexed to its entry", e.key)
 			}
 			listed++
 		}
+		if n := indexed(t, sh); n != len(sh.entries) {
+			t.Fatalf("shard %d indexes %d entries and lists %d", i, n, len(sh.entries))
+		}
+		if 4*len(sh.entries) > 3*len(sh.table) && len(sh.entries) > 0 {
+			t.Fatalf("shard %d: %d entries in a table of %d slots", i, len(sh.entries), len(sh.table))
+		}
 	}
-	indexed := 0
-	scopes := []*Scope{&s.Scope}
-	for _, sc := range s.scopes {
-		scopes = append(scopes, sc)
+	if listed > maxKeys {
+		t.Fatalf("%d keys listed, bound %d", listed, maxKeys)
 	}
-	for _, sc := range scopes {
-		sc.index.Range(func(k string, e *entry) bool {
-			if e.dead || e.key != k || e.scope != sc {
-				t.Fatalf("index holds %q → dead %v, key %q", k, e.dead, e.key)
+}
+
+// indexed returns the number of entries in sh's table, after checking that
+// each is live and found by a search for its key.
+func indexed(t *testing.T, sh *shard) int {
+	t.Helper()
+	n := 0
+	for _, sl := range sh.table {
+		if sl.e == nil {
+			continue
+		}
+		if sl.e.dead || sl.hash != sl.e.hash || sh.find(sl.e.scope, sl.e.key, sl.hash) != sl.e {
+			t.Fatalf("a table slot holds a dead or unreachable entry %q", sl.e.key)
+		}
+		n++
+	}
+	return n
+}
+
+// TestTableRuns adds and removes keys of a shard whose hashes share a few
+// homes, near the table's end too, so that runs of slots collide, wrap
+// around and are cut by removals: after every step each listed key is found
+// and every removed one is not (a removal that broke a run would hide the
+// keys after it; one that left a key behind would find it).
+func TestTableRuns(t *testing.T) {
+	s, err := New(Config{MaxKeys: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := &s.shards[0]
+	sh.max = 1 << 20
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[string]*entry{}
+	var gone []*entry
+	for i := range 3000 {
+		if len(live) > 0 && rng.IntN(60) < min(len(live), 50) { // about 30 to 50 keys
+			for _, e := range live { // a random key: map order
+				sh.drop(e)
+				delete(live, e.key)
+				gone = append(gone, e)
+				break
 			}
-			indexed++
-			return true
-		})
-	}
-	if indexed != listed || listed > maxKeys {
-		t.Fatalf("%d keys indexed, %d listed, bound %d", indexed, listed, maxKeys)
+		} else {
+			k := strconv.Itoa(i)
+			// Homes 0, 1 and the last slots of tables up to 64 slots:
+			// the low bits choose the shard, the next ones the home.
+			h := uint64([]int{0, 1, 7, 15, 31, 63}[rng.IntN(6)]) << maxShardBits
+			e := &entry{key: k, hash: h, scope: &s.Scope, pos: int32(len(sh.entries))}
+			sh.index(e)
+			sh.entries = append(sh.entries, e)
+			live[k] = e
+		}
+		for _, e := range live {
+			if sh.find(&s.Scope, e.key, e.hash) != e {
+				t.Fatalf("step %d: key %q not found among %d", i, e.key, len(live))
+			}
+		}
+		for _, e := range gone[max(len(gone)-20, 0):] {
+			if sh.find(&s.Scope, e.key, e.hash) != nil {
+				t.Fatalf("step %d: removed key %q found", i, e.key)
+			}
+		}
+		if n := indexed(t, sh); n != len(live) {
+			t.Fatalf("step %d: table holds %d, want %d", i, n, len(live))
+		}
 	}
 }
 
 // TestChurnKeepsIndexAndListsConsistent races inserts, evictions, expiry,
 // deletes and updates on few and many keys, with bounds from one key up,
 // and checks that no entry is lost from one structure but kept in the other
-// and that the bound holds. It also fails by deadlock (the test timeout) if
-// an insert into a shard whose entries are all in use waited for them while
-// holding the shard.
+// and that the bound holds. Multi-key takes, which lock several shards and
+// may evict their own keys, run among them; a cycle of shard locks would
+// fail the test by deadlock (the test timeout).
 func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 	for _, maxKeys := range []int{1, 2, 7, 64, 1000} {
 		var now atomic.Int64
@@ -150,6 +199,11 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 						s.Update(ctx, k, r, kvstore.OpTake, 1+int64(i%3))
 					case 4:
 						s.Update(ctx, k, r, kvstore.OpRefund, 2)
+						k2 := strconv.Itoa((w*17 + i*3) % (3*maxKeys + 5))
+						if k2 != k {
+							u := []kvstore.Update{{Key: k, Refill: r, N: 1}, {Key: k2, Refill: r, N: 2}}
+							s.UpdateMulti(ctx, "", kvstore.OpTake, u, make([]kvstore.OpResult, 2))
+						}
 					default:
 						s.Delete(ctx, k)
 					}
@@ -161,5 +215,48 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 		}
 		wg.Wait()
 		checkConsistent(t, s, maxKeys)
+	}
+}
+
+// TestCacheLines keeps an entry in a 64-byte allocation (a lookup of a key
+// that is not in the cache misses once for the entry) and shards on cache
+// lines of their own (two shards' locks never share one).
+func TestCacheLines(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 64 {
+		t.Fatalf("an entry takes %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
+		t.Fatalf("a shard takes %d bytes, not a whole number of cache lines", n)
+	}
+}
+
+// TestExpiryMatchesTimeToFull checks expiry, and quo under it, against
+// kvstore.Refill.TimeToFull at the ends of the range and at random.
+func TestExpiryMatchesTimeToFull(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	refills := []kvstore.Refill{{Burst: 1, Rate: 1}, {Burst: 1 << 52, Rate: 1}, {Burst: 1 << 52, Rate: 1 << 52}, {Burst: 1 << 52, Rate: 3}, {Burst: 18_000_000_000, Rate: 5}}
+	for range 300 {
+		b := 1 + rng.Int64N(1<<52)
+		refills = append(refills, kvstore.Refill{Burst: b, Rate: 1 + rng.Int64N(b)})
+	}
+	for _, r := range refills {
+		values := []int64{-5, 0, 1, r.Burst - r.Rate, r.Burst - 1, r.Burst}
+		for range 100 {
+			values = append(values, rng.Int64N(r.Burst+1))
+		}
+		for _, v := range values {
+			next := kvstore.Record{Value: v, Time: 1_700_000_000_000_000}
+			want := addNanos(next.Time*1000, int64(r.TimeToFull(v)))
+			if got := expiry(r, next); got != want {
+				t.Fatalf("%+v: expiry of %d = %d, want %d", r, v, got, want)
+			}
+		}
+	}
+	for _, d := range []int64{1, 3, 1 << 52, 1 << 53} {
+		for _, n := range []int64{0, d - 1, d, 1<<53 - 1, 1 << 53} {
+			if got := quo(n, d); got != n/d {
+				t.Fatalf("quo(%d, %d) = %d, want %d", n, d, got, n/d)
+			}
+		}
 	}
 }

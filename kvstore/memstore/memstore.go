@@ -14,7 +14,6 @@ import (
 	"math"
 	"math/bits"
 	"math/rand/v2"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -52,13 +51,15 @@ type Config struct {
 
 // Store is an in-memory key-value store. It is safe for concurrent use.
 //
-// Every key has an entry with its own mutex, on the same cache line as the
-// record it guards, and an index from key to entry (a [sync.Map], whose
-// lookups take no lock). An operation on a key that the store holds,
-// [Store.Update] included, finds the entry without a lock and runs under
-// that entry's mutex: it is atomic, and operations on different keys do not
-// wait for each other. Adding and removing keys also takes the lock of one
-// of up to 64 shards, which keeps the bound.
+// The keys are spread over up to 64 shards by a seeded hash. A shard is a
+// mutex, on a cache line of its own, that guards the shard's keys: their
+// index (a hash table with linear probing, which reuses the hash that chose
+// the shard) and their records. An operation on one key runs under its
+// shard's mutex, from the lookup to the write: it is atomic, it takes one
+// lock and hashes the key once, and operations on keys of different shards
+// do not wait for each other (those of one shard wait for a few table and
+// arithmetic steps, never for another lock). [Store.Len] takes the shards in turn;
+// [Scope.UpdateMulti] takes its keys' shards in ascending order.
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
@@ -68,8 +69,7 @@ type Config struct {
 // entry that expires first. For a token bucket that entry is the bucket
 // nearest to full, the one whose loss changes the fewest decisions, since an
 // absent bucket reads as full. This is the sampled eviction Redis uses for
-// maxmemory, with time to live as the score. An entry that another goroutine
-// is using at that moment is not a candidate.
+// maxmemory, with time to live as the score.
 //
 // Records expire lazily: a Get or Update that finds a record past its time to
 // live treats the key as absent. Get leaves the expired entry in place for
@@ -91,10 +91,12 @@ type Store struct {
 }
 
 // Scope is a key space of a [Store]: a [kvstore.Store] and [kvstore.Atomic]
-// whose key k stands for the store's key prefix+k, with its own index, so
-// that an operation finds the key without building prefix+k. A Scope shares
-// its Store's clock, key bound ([Config.MaxKeys]) and eviction; its methods
-// have the Store's semantics and errors. It is safe for concurrent use.
+// whose key k stands for the store's key prefix+k, with keys of its own in
+// the shards' indexes, so that an operation finds the key without building
+// prefix+k. A Scope shares
+// its Store's clock, shards, key bound ([Config.MaxKeys]) and eviction; its
+// methods have the Store's semantics and errors. It is safe for concurrent
+// use.
 //
 // A key written through a Scope is held in that Scope only: the Store's own
 // methods (the scope of the empty prefix) do not see it under prefix+k, and
@@ -102,31 +104,42 @@ type Store struct {
 // prefix must therefore go through [Store.Prefixed] (tokenbucket does, through
 // [kvstore.Prefixer]).
 type Scope struct {
-	s     *Store
-	index *keyIndex
+	s *Store
 }
 
-// A shard keeps the bound for its keys: it lists their entries, so that
-// eviction can sample them.
+// A shard guards its keys' index and records, and keeps the bound for them:
+// it lists their entries, so that eviction can sample them.
 type shard struct {
 	mu      sync.Mutex
-	max     int
+	table   []slot   // the index of entries; see find
 	entries []*entry // in no order; entries[e.pos] == e
-	_       [24]byte // keep shards on separate cache lines
+	id      int      // the shard's position in Store.shards
+	max     int      // the most entries the shard holds
+	_       [56]byte // 72 bytes of fields: shards on separate cache lines
 }
 
-// An entry holds one key's record. An entry that is removed is marked dead
-// under its mutex and never written again; an operation that locks a dead
-// entry looks the key up again.
+// A slot of a shard's table holds an entry and its key's hash, or nothing.
+type slot struct {
+	hash uint64
+	e    *entry
+}
+
+// An entry holds one key's record; its shard's mutex guards it. An entry
+// that is removed is marked dead and never written again. Its 61 bytes of
+// fields fill one 64-byte allocation, on one cache line.
 type entry struct {
-	mu      sync.Mutex
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
+	hash    uint64 // immutable: the hash of key
 	key     string // immutable, owned by the store
-	scope   *Scope // immutable: the index that holds the entry
-	pos     int    // index in the shard's entries; guarded by the shard's mu
-	dead    bool   // guarded by mu
+	scope   *Scope // immutable: the scope that holds the entry
+	pos     int32  // index in the shard's entries (at most maxShardKeys)
+	dead    bool
 }
+
+// maxShardKeys is the most entries a shard holds, whatever MaxKeys is: the
+// largest entry position, far beyond what a process's memory holds.
+const maxShardKeys = math.MaxInt32
 
 var (
 	_ kvstore.Store  = (*Store)(nil)
@@ -154,27 +167,34 @@ func New(cfg Config) (*Store, error) {
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
 	}
-	s.Scope = Scope{s: s, index: newKeyIndex()}
+	s.Scope = Scope{s: s}
 	if s.now == nil {
 		s.start = time.Now()
 		s.base = s.start.UnixNano()
 	}
 	for i := range s.shards {
+		s.shards[i].id = i
 		s.shards[i].max = maxKeys / n
 		if i < maxKeys%n {
 			s.shards[i].max++
 		}
+		s.shards[i].max = min(s.shards[i].max, maxShardKeys)
 	}
 	return s, nil
 }
 
 // clock returns the store's time in nanoseconds since the Unix epoch.
+// Update reads it in its own body, a call less on every decision.
 func (s *Store) clock() int64 {
-	if s.now == nil {
-		return s.base + int64(time.Since(s.start))
+	if s.now != nil {
+		return s.injected()
 	}
-	return s.now().UnixNano()
+	return s.base + int64(time.Since(s.start))
 }
+
+// injected returns the time of Config.Now in nanoseconds since the Unix
+// epoch.
+func (s *Store) injected() int64 { return s.now().UnixNano() }
 
 // Prefixed returns the key space of prefix, a *[Scope] (which implements
 // [kvstore.Atomic]), implementing [kvstore.Prefixer]. Every call with the
@@ -194,30 +214,96 @@ func (s *Store) scope(prefix string) *Scope {
 		if s.scopes == nil {
 			s.scopes = make(map[string]*Scope)
 		}
-		sc = &Scope{s: s, index: newKeyIndex()}
+		sc = &Scope{s: s}
 		s.scopes[prefix] = sc
 	}
 	return sc
 }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
+// shard returns the shard of the key whose hash is h.
+func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
+
+// lockShard returns the hash of key and its shard, locked.
+func (s *Store) lockShard(key string) (uint64, *shard) {
+	h := maphash.String(s.seed, key)
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	return h, sh
 }
 
-// lock returns the live entry of key locked, or nil when the scope does not
-// hold key.
-func (c *Scope) lock(key string) *entry {
-	for {
-		e, ok := c.index.Load(key)
-		if !ok {
+// home returns the slot where a table of len(t) slots, a power of two, starts
+// looking for the hash h. It skips the low bits, which chose the shard.
+func home(t []slot, h uint64) int { return int(h>>maxShardBits) & (len(t) - 1) }
+
+// maxShardBits is the number of a hash's low bits that choose its shard.
+const maxShardBits = 6
+
+// find returns the entry of key, whose hash is h, in sh, or nil when the
+// scope does not hold key. The caller holds sh.mu.
+//
+// The table is open addressing with linear probing: an entry sits in the
+// first free slot from its hash's home, no run of occupied slots is broken
+// by a removal (see unindex), and a table is never more than three quarters
+// full, so a search ends at a free slot.
+func (sh *shard) find(c *Scope, key string, h uint64) *entry {
+	t := sh.table
+	if len(t) == 0 {
+		return nil
+	}
+	for i := home(t, h); ; i = (i + 1) & (len(t) - 1) {
+		sl := &t[i]
+		if sl.e == nil {
 			return nil
 		}
-		e.mu.Lock()
-		if !e.dead {
-			return e
+		if sl.hash == h && sl.e.scope == c && sl.e.key == key {
+			return sl.e
 		}
-		e.mu.Unlock()
 	}
+}
+
+// index adds e to sh's table, growing it to keep it at most three quarters
+// full. The caller holds sh.mu and adds e to sh.entries after.
+func (sh *shard) index(e *entry) {
+	if 4*(len(sh.entries)+1) > 3*len(sh.table) {
+		t := make([]slot, max(8, 2*len(sh.table)))
+		for _, o := range sh.entries {
+			place(t, o)
+		}
+		sh.table = t
+	}
+	place(sh.table, e)
+}
+
+// place puts e into the first free slot of t from its home.
+func place(t []slot, e *entry) {
+	i := home(t, e.hash)
+	for t[i].e != nil {
+		i = (i + 1) & (len(t) - 1)
+	}
+	t[i] = slot{hash: e.hash, e: e}
+}
+
+// unindex removes e from sh's table, then moves back each entry of the run
+// after it that its search would no longer reach (the backward shift of
+// Knuth's Algorithm R), so that no removal leaves a marker behind. The
+// caller holds sh.mu.
+func (sh *shard) unindex(e *entry) {
+	t := sh.table
+	m := len(t) - 1
+	i := home(t, e.hash)
+	for t[i].e != e {
+		i = (i + 1) & m
+	}
+	for j := (i + 1) & m; t[j].e != nil; j = (j + 1) & m {
+		// The entry at j stays unless its home is cyclically outside
+		// (i, j]: a search for it from there passes the free slot i.
+		k := home(t, t[j].hash)
+		if i <= j && (k <= i || k > j) || i > j && k <= i && k > j {
+			t[i] = t[j]
+			i = j
+		}
+	}
+	t[i] = slot{}
 }
 
 // Get implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -226,12 +312,10 @@ func (c *Scope) Get(ctx context.Context, key string) (kvstore.Record, bool, erro
 		return kvstore.Record{}, false, err
 	}
 	now := c.s.clock()
-	e := c.lock(key)
-	if e == nil {
-		return kvstore.Record{}, false, nil
-	}
-	defer e.mu.Unlock()
-	if now >= e.expires {
+	h, sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	e := sh.find(c, key, h)
+	if e == nil || now >= e.expires {
 		return kvstore.Record{}, false, nil
 	}
 	return e.rec, true, nil
@@ -248,16 +332,14 @@ func (c *Scope) Set(ctx context.Context, key string, rec kvstore.Record, ttl tim
 	}
 	ttl = max(ttl, time.Millisecond)
 	now := c.s.clock()
-	for {
-		if e := c.lock(key); e != nil {
-			e.rec, e.expires = rec, addNanos(now, int64(ttl))
-			e.mu.Unlock()
-			return nil
-		}
-		if c.insert(key, rec, addNanos(now, int64(ttl)), now) {
-			return nil
-		}
+	h, sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	if e := sh.find(c, key, h); e != nil {
+		e.rec, e.expires = rec, addNanos(now, int64(ttl))
+		return nil
 	}
+	c.insert(sh, key, h, rec, addNanos(now, int64(ttl)), now)
+	return nil
 }
 
 // Delete implements [kvstore.Store]. It returns ctx.Err() when ctx is done.
@@ -265,14 +347,15 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if e := c.lock(key); e != nil {
-		c.s.remove(e)
-		e.mu.Unlock()
+	h, sh := c.s.lockShard(key)
+	defer sh.mu.Unlock()
+	if e := sh.find(c, key, h); e != nil {
+		sh.drop(e)
 	}
 	return nil
 }
 
-// Update implements [kvstore.Atomic] under the key's entry lock, on the
+// Update implements [kvstore.Atomic] under the key's shard lock, on the
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
 func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
@@ -280,48 +363,59 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		return kvstore.OpResult{}, err
 	}
 	s := c.s
-	nowNano := s.clock()
-	nowMicro := nowNano / 1000
-	if nowNano < 0 && nowNano%1000 != 0 {
-		nowMicro-- // time.Time.UnixMicro rounds down
+	var nowNano int64 // s.clock()
+	if s.now != nil {
+		nowNano = s.injected()
+	} else {
+		nowNano = s.base + int64(time.Since(s.start))
 	}
-	for {
-		e := c.lock(key)
+	h := maphash.String(s.seed, key) // s.lockShard(key), inline
+	sh := &s.shards[h&s.mask]
+	sh.mu.Lock()
+	e := sh.find(c, key, h)
+	live := e != nil && nowNano < e.expires
+	var rec kvstore.Record
+	if live {
+		rec = e.rec
+	}
+	var (
+		res   kvstore.OpResult
+		next  kvstore.Record
+		write bool
+		err   error
+	)
+	if op == kvstore.OpTake && r.Rate >= 1 && r.Rate <= r.Burst && r.Burst <= kvstore.MaxValue && n >= 1 && n <= r.Burst {
+		// The common update, a valid take, as Refill.Apply takes.
+		level, at := r.Level(rec, live, micros(nowNano))
+		if level >= n {
+			res, next, write = kvstore.OpResult{OK: true, Remaining: level - n}, kvstore.Record{Value: level - n, Time: at}, true
+		} else {
+			res = kvstore.OpResult{Remaining: level}
+		}
+	} else {
+		res, next, write, err = r.Apply(rec, live, micros(nowNano), op, n)
+	}
+	switch {
+	case err == nil && write && next.Value < r.Burst:
 		if e == nil {
-			// The key is absent: the value is full. Only a write
-			// below full is stored; another goroutine may add the key
-			// first, and then the update runs on its entry.
-			res, next, write, err := r.Apply(kvstore.Record{}, false, nowMicro, op, n)
-			if err != nil || !write || next.Value >= r.Burst {
-				return res, err
-			}
-			if c.insert(key, next, expiry(r, next), nowNano) {
-				return res, nil
-			}
-			continue
-		}
-		live := nowNano < e.expires
-		var rec kvstore.Record
-		if live {
-			rec = e.rec
-		}
-		res, next, write, err := r.Apply(rec, live, nowMicro, op, n)
-		switch {
-		case err == nil && write && next.Value < r.Burst:
+			// Only a write below full is stored: the absent key's
+			// value is full.
+			c.insert(sh, key, h, next, expiry(r, next), nowNano)
+		} else {
 			// The record goes into the key's entry even when that
 			// entry had expired: the same keys as removing it and
 			// inserting the key afresh, without the allocations (a
 			// bucket that refills within microseconds expires between
 			// most visits).
 			e.rec, e.expires = next, expiry(r, next)
-		case !live || err == nil && write:
-			// An expired record that is not rewritten goes, and so
-			// does a full one: an absent key reads as full.
-			s.remove(e)
 		}
-		e.mu.Unlock()
-		return res, err
+	case e != nil && (!live || err == nil && write):
+		// An expired record that is not rewritten goes, and so does
+		// a full one: an absent key reads as full.
+		sh.drop(e)
 	}
+	sh.mu.Unlock()
+	return res, err
 }
 
 // expiry returns when the record next, written by an update with r, is full
@@ -330,8 +424,24 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 // A bucket that fills later than the clock can count (the year 2262) never
 // expires.
 func expiry(r kvstore.Refill, next kvstore.Record) int64 {
-	return addNanos(next.Time*1000, int64(r.TimeToFull(next.Value)))
+	if next.Value >= r.Burst {
+		return next.Time * 1000
+	}
+	// r.TimeToFull(next.Value): the gap and Rate are at most Burst, 2^52,
+	// so quo's n is below 2^53 and the time at most 2^52 microseconds.
+	gap := r.Burst - max(next.Value, 0)
+	return addNanos(next.Time*1000, quo(gap+r.Rate-1, r.Rate)*1000)
 }
+
+// quo returns n / d rounded down, for n from 0 to 2^53−1 and d from 1 to
+// 2^53, exactly and without the processor's 64-bit division, which takes
+// tens of cycles. n and d are exact doubles, and rounding their quotient
+// x = n/d is monotonic and keeps integers, so the rounded quotient lies
+// between floor(x) and k = floor(x)+1. It is k only if x is within half an
+// ulp of k; but k − x = δ/d with a whole δ ≥ 1, while half an ulp of x is
+// at most x·2^-53 < k·2^-53 = (n+δ)/d·2^-53 ≤ δ/d for n < 2^53. The
+// conversion, which truncates, therefore gives floor(x).
+func quo(n, d int64) int64 { return int64(float64(n) / float64(d)) }
 
 // addNanos returns at + d (nanoseconds, d ≥ 0), or the largest time when
 // that overflows.
@@ -355,100 +465,63 @@ func (s *Store) Len() int {
 	return n
 }
 
-// insert adds key with rec, expiring at expires, evicting first when the
-// key's shard is full. It returns false, adding nothing, when another
-// goroutine added key first. The key is copied, so that no method keeps its
-// caller's key string: a caller may build its key in a reused or stack
-// buffer, and only an insert allocates for it.
-func (c *Scope) insert(key string, rec kvstore.Record, expires, now int64) bool {
-	s := c.s
-	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), scope: c}
-	// e stays locked until it is in the index: an eviction that found it
-	// in the shard's list before would otherwise remove it and let a dead
-	// entry be published.
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	for len(sh.entries) >= sh.max && !sh.evict(s, now) {
-		// Every entry that eviction could take is in use, and its
-		// user may be waiting for sh.mu to remove it: let it run.
-		sh.mu.Unlock()
-		runtime.Gosched()
-		sh.mu.Lock()
+// insert adds key, whose hash is h and which the scope does not hold, with
+// rec expiring at expires to sh, the key's shard, whose mutex the caller
+// holds, evicting first when sh is full. The key is copied, so that no
+// method keeps its caller's key string: a caller may build its key in a
+// reused or stack buffer, and only an insert allocates for it.
+func (c *Scope) insert(sh *shard, key string, h uint64, rec kvstore.Record, expires, now int64) {
+	for len(sh.entries) >= sh.max {
+		sh.evict(now)
 	}
-	e.pos = len(sh.entries)
+	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), hash: h, scope: c, pos: int32(len(sh.entries))}
+	sh.index(e)
 	sh.entries = append(sh.entries, e)
-	sh.mu.Unlock()
-	if _, loaded := c.index.LoadOrStore(e.key, e); loaded {
-		s.remove(e)
-		return false
-	}
-	return true
 }
 
-// remove marks e dead and takes it out of the index and of its shard. The
-// caller holds e.mu, and not the shard's mu.
-func (s *Store) remove(e *entry) {
-	sh := s.shard(e.key)
-	sh.mu.Lock()
-	sh.drop(s, e)
-	sh.mu.Unlock()
-}
-
-// drop marks e dead and takes it out of the index and of sh. The caller
-// holds e.mu and sh.mu.
-func (sh *shard) drop(s *Store, e *entry) {
+// drop marks e, an entry of sh, dead and takes it out of sh's index and
+// list. The caller holds sh.mu.
+func (sh *shard) drop(e *entry) {
+	sh.unindex(e)
 	e.dead = true
 	last := len(sh.entries) - 1
 	moved := sh.entries[last]
 	sh.entries[e.pos], moved.pos = moved, e.pos
 	sh.entries[last] = nil
 	sh.entries = sh.entries[:last]
-	e.scope.index.CompareAndDelete(e.key, e)
 }
 
 // evict samples up to five entries of sh, consecutive from a random
 // position, and removes those past their time to live, or else the one that
-// expires first. Entries in use (locked) are skipped. It reports whether it
-// removed an entry. The caller holds sh.mu.
-func (sh *shard) evict(s *Store, now int64) bool {
+// expires first: it removes at least one entry of a shard that holds any.
+// The caller holds sh.mu.
+func (sh *shard) evict(now int64) {
 	n := len(sh.entries)
 	if n == 0 {
-		return false
+		return
 	}
 	var (
-		held    [evictionSamples]*entry
-		locked  int
+		sample  [evictionSamples]*entry
 		removed bool
 	)
 	start := rand.IntN(n)
-	for i := 0; i < min(n, evictionSamples); i++ {
-		e := sh.entries[(start+i)%n]
-		if !e.mu.TryLock() {
-			continue
-		}
-		held[locked] = e
-		locked++
+	k := min(n, evictionSamples)
+	for i := range k {
+		sample[i] = sh.entries[(start+i)%n]
 	}
 	victim := -1
-	for i, e := range held[:locked] {
+	for i, e := range sample[:k] {
 		switch {
 		case now >= e.expires:
-			sh.drop(s, e)
+			sh.drop(e)
 			removed = true
-		case victim < 0 || e.expires < held[victim].expires:
+		case victim < 0 || e.expires < sample[victim].expires:
 			victim = i
 		}
 	}
-	if !removed && victim >= 0 {
-		sh.drop(s, held[victim])
-		removed = true
+	if !removed {
+		sh.drop(sample[victim])
 	}
-	for _, e := range held[:locked] {
-		e.mu.Unlock()
-	}
-	return removed
 }
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads

@@ -3,7 +3,7 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"hash/maphash"
 	"slices"
 	"strings"
 
@@ -31,19 +31,19 @@ func (c *Scope) Partitioned() bool { return false }
 const maxStackKeys = 8
 
 // UpdateMulti implements [kvstore.MultiAtomic] on the store's clock: it
-// locks the entries of every key in ascending key order (bytewise), so that
-// two calls over overlapping keys, and single-key Updates, never wait for
-// each other in a cycle, computes every key's result, and writes only when
-// op is not a take or every key held its units. A key of a non-empty group
-// is kept in the Scope under "\x00" + [kvstore.GroupKey](group, key): keep
-// keys that begin with a NUL byte out of the Scope's ordinary keys.
+// locks the shards of its keys in ascending order, so that two calls over
+// overlapping shards, and single-key operations, never wait for each other
+// in a cycle, computes every key's result, and writes only when op is not a
+// take or every key held its units. A key of a non-empty group is kept in
+// the Scope under "\x00" + [kvstore.GroupKey](group, key): keep keys that
+// begin with a NUL byte out of the Scope's ordinary keys.
 //
-// An absent key gets a locked placeholder entry for the duration of the
-// call, which counts towards [Config.MaxKeys]; when its shard is full and
-// every entry that eviction could take is in use, the call lets go of every
-// entry it holds and starts again. An entry of the call that eviction takes
-// while the call holds it is forgotten as any evicted record is: the call's
-// write to it is lost and the key reads as full afterwards.
+// A key that the call writes and the store does not hold is inserted as by
+// a single-key update, evicting when its shard is full; the eviction may
+// take another key of the same call, written a moment before in that shard
+// (only in a store whose shards hold fewer keys than a call has): that
+// key's write is then lost and it reads as full afterwards, as any evicted
+// key does.
 //
 // Period counters ([kvstore.Update].Period) follow
 // [kvstore.PeriodBounds.Apply] on the clock the call reads once; a period
@@ -65,13 +65,15 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 	}
 	n := len(updates)
 	var (
-		keysBuf  [maxStackKeys]string
-		orderBuf [maxStackKeys]int
-		heldBuf  [maxStackKeys]*entry
+		keysBuf   [maxStackKeys]string
+		shardsBuf [maxStackKeys]*shard
+		lockedBuf [maxStackKeys]*shard
+		heldBuf   [maxStackKeys]*entry
+		hashesBuf [maxStackKeys]uint64
 	)
-	keys, order, held := keysBuf[:0], orderBuf[:0], heldBuf[:0]
+	keys, shards, locked, held, hashes := keysBuf[:0], shardsBuf[:0], lockedBuf[:0], heldBuf[:0], hashesBuf[:]
 	if n > maxStackKeys {
-		keys, order, held = make([]string, 0, n), make([]int, 0, n), make([]*entry, 0, n)
+		keys, shards, locked, held, hashes = make([]string, 0, n), make([]*shard, 0, n), make([]*shard, 0, n), make([]*entry, n), make([]uint64, n)
 	}
 	for i := range updates {
 		k := updates[i].Key
@@ -79,87 +81,82 @@ func (c *Scope) UpdateMulti(ctx context.Context, group string, op kvstore.Op, up
 			k = "\x00" + kvstore.GroupKey(group, k)
 		}
 		keys = append(keys, k)
-		order = append(order, i)
 	}
+	if err := checkDistinct(keys, updates); err != nil {
+		return err
+	}
+	s := c.s
+	nowNano := s.clock()
+	if periods {
+		now := micros(nowNano)
+		for i := range updates {
+			if p := updates[i].Period; p != nil && p.Pick(now) == 0 {
+				return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", ratekit.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
+			}
+		}
+	}
+	for i, k := range keys {
+		hashes[i] = maphash.String(s.seed, k)
+		shards = append(shards, s.shard(hashes[i]))
+	}
+	locked = lockShards(shards, locked)
+	held = held[:n]
+	for i, k := range keys {
+		held[i] = shards[i].find(c, k, hashes[i])
+	}
+	c.applyAll(op, updates, results, keys, hashes, shards, held, nowNano)
+	for _, sh := range slices.Backward(locked) {
+		sh.mu.Unlock()
+	}
+	return nil
+}
+
+// checkDistinct returns an error matching kvstore.ErrDuplicateKey when two
+// of keys (the store keys of updates) are equal.
+func checkDistinct(keys []string, updates []kvstore.Update) error {
+	n := len(keys)
 	if n == 2 {
 		// The common composite ("per second and per day"): one
-		// comparison orders the keys and finds a duplicate.
-		switch strings.Compare(keys[0], keys[1]) {
-		case 0:
+		// comparison.
+		if keys[0] == keys[1] {
 			return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[1].Key)
-		case 1:
-			order[0], order[1] = 1, 0
 		}
-	} else {
-		slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
-		for j := 1; j < n; j++ {
-			if keys[order[j]] == keys[order[j-1]] {
-				return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[order[j]].Key)
-			}
+		return nil
+	}
+	var orderBuf [maxStackKeys]int
+	order := orderBuf[:0]
+	if n > maxStackKeys {
+		order = make([]int, 0, n)
+	}
+	for i := range n {
+		order = append(order, i)
+	}
+	slices.SortFunc(order, func(a, b int) int { return strings.Compare(keys[a], keys[b]) })
+	for j := 1; j < n; j++ {
+		if keys[order[j]] == keys[order[j-1]] {
+			return fmt.Errorf("%w: %q", kvstore.ErrDuplicateKey, updates[order[j]].Key)
 		}
 	}
-	held = held[:n]
-	s := c.s
-	for {
-		nowNano := s.clock()
-		if periods {
-			now := micros(nowNano)
-			for i := range updates {
-				if p := updates[i].Period; p != nil && p.Pick(now) == 0 {
-					return fmt.Errorf("memstore: %w: the clock %d µs is outside [%d, %d) of update %d", ratekit.ErrClockSkew, now, p.Bounds[0], p.Bounds[3], i)
-				}
-			}
-		}
-		if c.lockAll(keys, order, held, nowNano) {
-			c.applyAll(op, updates, results, held, nowNano)
-			return nil
-		}
-		runtime.Gosched()
-	}
+	return nil
 }
 
-// lockAll locks the entry of every key in order, inserting a placeholder
-// entry (expired, so that it reads as absent) for an absent key; held[i]
-// receives the entry of keys[i]. It returns false, holding nothing, when a
-// placeholder found no room.
-func (c *Scope) lockAll(keys []string, order []int, held []*entry, now int64) bool {
-	for j, i := range order {
-		for {
-			if e := c.lock(keys[i]); e != nil {
-				held[i] = e
-				break
-			}
-			e, ok := c.insertHeld(keys[i], now, held)
-			if e != nil {
-				held[i] = e
-				break
-			}
-			if !ok {
-				// No room: let go of everything and start again.
-				for _, k := range order[:j] {
-					c.release(held[k], now)
-					held[k] = nil
-				}
-				return false
-			}
-			// Another goroutine added the key first: lock its entry.
-		}
+// lockShards locks each distinct shard of shards once, in ascending order,
+// and returns them in that order, appended to locked (empty, with room for
+// every shard). It reorders no element of shards.
+func lockShards(shards, locked []*shard) []*shard {
+	locked = append(locked, shards...)
+	slices.SortFunc(locked, func(a, b *shard) int { return a.id - b.id })
+	locked = slices.Compact(locked)
+	for _, sh := range locked {
+		sh.mu.Lock()
 	}
-	return true
+	return locked
 }
 
-// release unlocks e, held by an UpdateMulti that writes nothing to it,
-// removing it when it is an expired record or a placeholder.
-func (c *Scope) release(e *entry, now int64) {
-	if !e.dead && now >= e.expires {
-		c.s.remove(e)
-	}
-	e.mu.Unlock()
-}
-
-// applyAll computes and writes the results of an UpdateMulti whose entries
-// are all held, then unlocks them.
-func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64) {
+// applyAll computes and writes the results of an UpdateMulti whose shards
+// are all locked; held[i] is the entry of keys[i] (whose hash is
+// hashes[i]) in shards[i], or nil.
+func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, keys []string, hashes []uint64, shards []*shard, held []*entry, nowNano int64) {
 	var nextBuf [maxStackKeys]kvstore.Record
 	next := nextBuf[:0]
 	if len(updates) > maxStackKeys {
@@ -169,8 +166,7 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 	all := computeAll(op, updates, results, held, nowNano, next)
 	write := all && op != kvstore.OpPeek
 	for i := range updates {
-		c.settle(&updates[i], held[i], next[i], results[i].Period, write, nowNano)
-		held[i].mu.Unlock()
+		c.settle(&updates[i], keys[i], hashes[i], shards[i], held[i], next[i], results[i].Period, write, nowNano)
 	}
 	if op == kvstore.OpTake && !all {
 		keepLevels(updates, results)
@@ -178,14 +174,14 @@ func (c *Scope) applyAll(op kvstore.Op, updates []kvstore.Update, results []kvst
 }
 
 // computeAll computes the result and the next record of every update on
-// its held entry, into results and next, and reports whether every take
-// could be made (true for other ops).
+// its entry (nil for an absent key), into results and next, and reports
+// whether every take could be made (true for other ops).
 func computeAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult, held []*entry, nowNano int64, next []kvstore.Record) bool {
 	nowMicro := micros(nowNano)
 	all := true
 	for i := range updates {
 		u, e := &updates[i], held[i]
-		live := nowNano < e.expires
+		live := e != nil && nowNano < e.expires
 		var rec kvstore.Record
 		if live {
 			rec = e.rec
@@ -204,33 +200,44 @@ func computeAll(op kvstore.Op, updates []kvstore.Update, results []kvstore.OpRes
 	return all
 }
 
-// settle writes next to the held entry e of update u when write is set and
-// the record must be kept, and otherwise removes e when it is not worth
+// settle writes next to the entry e of update u under key (whose hash is h)
+// in sh (nil for an absent key, which it inserts) when write is set and the
+// record must be kept, and otherwise removes e when it is not worth
 // keeping; picked is the period its result picked (a period counter's).
-func (c *Scope) settle(u *kvstore.Update, e *entry, next kvstore.Record, picked int, write bool, nowNano int64) {
+func (c *Scope) settle(u *kvstore.Update, key string, h uint64, sh *shard, e *entry, next kvstore.Record, picked int, write bool, nowNano int64) {
+	var (
+		keep    bool  // next is kept
+		expires int64 // next's expiry, when kept
+	)
 	switch {
-	case e.dead:
-		// Evicted while held: forgotten, as eviction forgets.
 	case u.Period != nil:
 		// A period counter: a count of zero goes (an absent key counts
 		// zero); any other lives at least until the end of the period
 		// picked, and no shorter than it did.
-		switch {
-		case write && next.Value > 0:
-			end := u.Period.Bounds[picked] * 1000
-			if nowNano >= e.expires {
-				e.expires = end
-			}
-			e.rec, e.expires = next, max(e.expires, end)
-		case write || nowNano >= e.expires:
-			c.s.remove(e)
+		keep = write && next.Value > 0
+		expires = u.Period.Bounds[picked] * 1000
+		if keep && e != nil && !e.dead && nowNano < e.expires {
+			expires = max(e.expires, expires)
 		}
-	case write && next.Value < u.Refill.Burst:
-		e.rec, e.expires = next, expiry(u.Refill, next)
-	case write || nowNano >= e.expires:
-		// A full record, an expired one or a placeholder that is not
-		// written goes: an absent key reads as full.
-		c.s.remove(e)
+	default:
+		// A full record goes: an absent key reads as full.
+		keep = write && next.Value < u.Refill.Burst
+		if keep {
+			expires = expiry(u.Refill, next)
+		}
+	}
+	switch {
+	case e != nil && e.dead:
+		// Evicted by an insert of this call: forgotten, as eviction
+		// forgets.
+	case keep && e == nil:
+		c.insert(sh, key, h, next, expires, nowNano)
+	case keep:
+		e.rec, e.expires = next, expires
+	case e != nil && (write || nowNano >= e.expires):
+		// A record rewritten to nothing worth keeping, or an expired
+		// one that is not written, goes.
+		sh.drop(e)
 	}
 }
 
@@ -247,50 +254,6 @@ func keepLevels(updates []kvstore.Update, results []kvstore.OpResult) {
 			results[i].Remaining = max(p.Quota-results[i].Used, 0)
 		}
 	}
-}
-
-// insertHeld adds key as a placeholder entry (expired: it reads as absent)
-// and returns it locked and published, for an UpdateMulti that holds the
-// entries held. It returns nil and true when another goroutine added key
-// first, and nil and false when the key's shard is full and no entry can be
-// evicted but ones that other goroutines hold.
-func (c *Scope) insertHeld(key string, now int64, held []*entry) (*entry, bool) {
-	s := c.s
-	e := &entry{key: strings.Clone(key), scope: c}
-	e.mu.Lock()
-	sh := s.shard(key)
-	sh.mu.Lock()
-	for len(sh.entries) >= sh.max {
-		if sh.evict(s, now) {
-			continue
-		}
-		// Every sampled entry is in use. One held by this call can go
-		// (the call's write to it is then lost, as eviction loses
-		// records); otherwise give up, so that whoever holds them can
-		// finish.
-		victim := false
-		for _, h := range held {
-			if h != nil && !h.dead && s.shard(h.key) == sh {
-				sh.drop(s, h)
-				victim = true
-				break
-			}
-		}
-		if !victim {
-			sh.mu.Unlock()
-			e.mu.Unlock()
-			return nil, false
-		}
-	}
-	e.pos = len(sh.entries)
-	sh.entries = append(sh.entries, e)
-	sh.mu.Unlock()
-	if _, loaded := c.index.LoadOrStore(e.key, e); loaded {
-		s.remove(e)
-		e.mu.Unlock()
-		return nil, true
-	}
-	return e, true
 }
 
 // micros returns the store time nano (nanoseconds since the Unix epoch) in

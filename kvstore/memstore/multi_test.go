@@ -14,9 +14,9 @@ import (
 
 // TestUpdateMultiBoundedStore runs multi-key takes over more keys than a
 // store of MaxKeys 1, 2 and 3 can hold, from 16 goroutines mixed with
-// single-key Updates: the calls must finish (placeholders make room by
-// evicting, the call's own entries included, or start again) and the store
-// must never hold more than MaxKeys keys.
+// single-key Updates: the calls must finish (an insert makes room by
+// evicting, the call's own keys included) and the store must never hold
+// more than MaxKeys keys.
 func TestUpdateMultiBoundedStore(t *testing.T) {
 	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	for _, maxKeys := range []int{1, 2, 3} {
