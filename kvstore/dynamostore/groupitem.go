@@ -129,7 +129,7 @@ func parseGroup(m map[string]types.AttributeValue) (groupItem, error) {
 		switch {
 		case name == KeyAttribute || name == attrGroup || name == attrVersion || name == attrWritten || name == TTLAttribute:
 			continue
-		case name[0] == idemUTF8 || name[0] == idemHex:
+		case name != "" && (name[0] == idemUTF8 || name[0] == idemHex):
 			id, err := parseIDRec(name, v)
 			if err != nil {
 				return groupItem{}, err
