@@ -48,9 +48,10 @@ const (
 	TTLMargin = time.Minute
 )
 
-// ErrContention is returned (wrapped) by [Store.Update] when
-// [Config.MaxAttempts] conditional writes in a row failed because other
-// instances changed the item in between. Nothing was written by the call.
+// ErrContention is returned (wrapped) by [Store.Update] and
+// [Store.UpdateMulti] when [Config.MaxAttempts] conditional writes in a row
+// failed because other instances changed the item in between. Nothing was
+// written by the call.
 var ErrContention = errors.New("dynamostore: conditional writes kept failing under contention")
 
 // ErrNoTTL is returned (wrapped) by [CreateTable] when the server created the
@@ -87,10 +88,10 @@ type Config struct {
 	// DefaultHistoryTTL; otherwise at least a day.
 	HistoryTTL time.Duration
 
-	// MaxAttempts is the most conditional writes one Update makes; when
-	// all fail because other instances changed the item in between, Update
-	// returns ErrContention. Zero means DefaultMaxAttempts; otherwise at
-	// least 1.
+	// MaxAttempts is the most conditional writes one Update or
+	// UpdateMulti makes; when all fail because other instances changed the
+	// item in between, it returns ErrContention. Zero means
+	// DefaultMaxAttempts; otherwise at least 1.
 	MaxAttempts int
 }
 
@@ -109,6 +110,9 @@ type Store struct {
 	// capacity, when not nil, receives the consumed capacity of every
 	// request (tests set it).
 	capacity func(*types.ConsumedCapacity)
+	// scanLimit, when not zero, is the Limit of PeriodUsage's Scan pages
+	// (tests set it).
+	scanLimit int32
 }
 
 var (

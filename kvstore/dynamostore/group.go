@@ -629,7 +629,7 @@ func (s *Store) counter(d *decision, c *call, i int, it groupItem, now int64) (k
 	switch {
 	case write:
 		d.starts[i] = next.Time
-		d.next[name] = s.counterNext(d, name, u, rec, ok, next, res.Period)
+		d.next[name] = s.counterNext(d, name, u, rec, ok, next, res.Period, now)
 	case ok:
 		d.starts[i] = rec.cur.start
 	default:
@@ -658,11 +658,11 @@ func unTake(updates []kvstore.Update, results []kvstore.OpResult) {
 // counterNext returns the record of a counter after a write of next (from
 // PeriodBounds.Apply on rec), noting in d the ended period it keeps as
 // pending and any older pending period to flush first.
-func (s *Store) counterNext(d *decision, name string, u kvstore.Update, rec groupRec, ok bool, next kvstore.Record, idx int) groupRec {
+func (s *Store) counterNext(d *decision, name string, u kvstore.Update, rec groupRec, ok bool, next kvstore.Record, idx int, now int64) groupRec {
 	out := groupRec{kind: kindCounter, cur: period{start: next.Time, used: next.Value}}
 	if ok && next.Time == rec.cur.start {
 		out.cur.end = rec.cur.end
-		out.pend, out.hasPend = rec.pend, rec.hasPend
+		out.pend, out.moved, out.mv, out.hasPend = rec.pend, rec.moved, rec.mv, rec.hasPend
 		return out
 	}
 	out.cur.end = u.Period.Bounds[idx]
@@ -670,7 +670,7 @@ func (s *Store) counterNext(d *decision, name string, u kvstore.Update, rec grou
 		d.flush = append(d.flush, pendingFlush{name: name, key: u.Key, p: rec.pend})
 	}
 	if ok && rec.cur.used > 0 {
-		out.pend, out.hasPend = rec.cur, true
+		out.pend, out.moved, out.mv, out.hasPend = rec.cur, true, now, true
 		d.pending = append(d.pending, pendingFlush{name: name, key: u.Key, p: rec.cur})
 	}
 	return out
@@ -765,7 +765,7 @@ func (s *Store) clearPending(ctx context.Context, pk map[string]types.AttributeV
 	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.table,
 		Key:                       pk,
-		UpdateExpression:          aws.String("REMOVE #a.ps, #a.pn, #a.pc"),
+		UpdateExpression:          aws.String("REMOVE #a.pn, #a.pc"),
 		ConditionExpression:       aws.String(attrGroup + " = :g AND #a.ps = :ps"),
 		ExpressionAttributeNames:  map[string]string{"#a": name},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":g": num(1), ":ps": num(start)},

@@ -474,3 +474,49 @@ func TestGroupFaults(t *testing.T) {
 		t.Fatalf("silent server: took %v with a 200ms deadline", took)
 	}
 }
+
+// TestUsageDuringMoves: counters move to their next period while
+// PeriodUsage scans (fn makes the moves, between small pages); every ended
+// period is reported exactly once with its count, and a period that
+// started during the call at most once.
+func TestUsageDuringMoves(t *testing.T) {
+	const groups = 12
+	e := newGroupEnv(t)
+	clock := fakeclock.New(t0)
+	s := e.store(clock)
+	dynamostore.SetScanLimit(s, 25)
+	p1 := month(t0, 100)
+	for g := 0; g < groups; g++ {
+		for i := 0; i <= g; i++ {
+			mustMulti(t, s, fmt.Sprint("g", g), kvstore.OpTake, planUpdates(p1)[1:])
+		}
+	}
+	p2 := month(t0.Add(30*24*time.Hour), 100)
+	mover := e.store(fakeclock.New(t0.Add(30 * 24 * time.Hour)))
+	seen := map[string]int{}
+	moved := false
+	err := s.PeriodUsage(context.Background(), "", 0, kvstore.MaxPeriodBound, func(u kvstore.PeriodUsage) error {
+		seen[fmt.Sprintf("%s %d %d", u.Group, u.Start, u.Used)]++
+		if !moved {
+			moved = true
+			for g := 0; g < groups; g++ {
+				mustMulti(t, mover, fmt.Sprint("g", g), kvstore.OpTake, planUpdates(p2)[1:])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := 0; g < groups; g++ {
+		if n := seen[fmt.Sprintf("g%d %d %d", g, p1.Bounds[1], g+1)]; n != 1 {
+			t.Errorf("group g%d: its ended period reported %d times, want once (all: %v)", g, n, seen)
+		}
+		if n := seen[fmt.Sprintf("g%d %d %d", g, p2.Bounds[1], 1)]; n > 1 {
+			t.Errorf("group g%d: its new period reported %d times", g, n)
+		}
+	}
+	if len(seen) > 2*groups {
+		t.Errorf("reported %v, more than the groups' periods", seen)
+	}
+}

@@ -34,8 +34,13 @@ type groupRec struct {
 	// the time t of the last write and the expiry e, µs.
 	x       *big.Int
 	r, t, e int64
-	// A counter.
+	// A counter: its current period; after a move to a later period,
+	// when the ended one had a count, that period's start (pend.start)
+	// and the move's time mv on the writer's clock, µs; and while its
+	// history item may be unwritten, the rest of it (hasPend).
 	cur, pend period
+	moved     bool
+	mv        int64
 	hasPend   bool
 }
 
@@ -96,8 +101,11 @@ func (g groupRec) attr() types.AttributeValue {
 		m["x"], m["r"], m["t"], m["e"] = bigNum(g.x), num(g.r), num(g.t), num(g.e)
 	} else {
 		m["s"], m["n"], m["c"] = num(g.cur.start), num(g.cur.end), num(g.cur.used)
+		if g.moved {
+			m["ps"], m["mv"] = num(g.pend.start), num(g.mv)
+		}
 		if g.hasPend {
-			m["ps"], m["pn"], m["pc"] = num(g.pend.start), num(g.pend.end), num(g.pend.used)
+			m["pn"], m["pc"] = num(g.pend.end), num(g.pend.used)
 		}
 	}
 	return &types.AttributeValueMemberM{Value: m}
@@ -202,11 +210,22 @@ func parseCounter(m map[string]types.AttributeValue) (groupRec, error) {
 	}
 	switch len(m) {
 	case 3:
-	case 6:
+	case 5:
+		if g.pend.start, err = intAttr(m, "ps"); err != nil {
+			return groupRec{}, err
+		}
+		if g.mv, err = intAttr(m, "mv"); err != nil {
+			return groupRec{}, err
+		}
+		g.moved = true
+	case 7:
 		if g.pend, err = parsePeriod(m, "ps", "pn", "pc"); err != nil {
 			return groupRec{}, err
 		}
-		g.hasPend = true
+		if g.mv, err = intAttr(m, "mv"); err != nil {
+			return groupRec{}, err
+		}
+		g.moved, g.hasPend = true, true
 	default:
 		return groupRec{}, fmt.Errorf("%w: a counter record has %d fields", kvstore.ErrMalformedRecord, len(m))
 	}

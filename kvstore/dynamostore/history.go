@@ -129,6 +129,9 @@ func (s *Store) PeriodUsage(ctx context.Context, keyPrefix string, from, to int6
 		FilterExpression:       aws.String("attribute_exists(" + attrGroup + ") OR attribute_exists(" + histGroup + ")"),
 		ReturnConsumedCapacity: s.capacityMode(),
 	}
+	if s.scanLimit > 0 {
+		in.Limit = aws.Int32(s.scanLimit)
+	}
 	for {
 		out, err := s.client.Scan(ctx, in, noRetries)
 		if err != nil {
@@ -222,17 +225,25 @@ func (u *usageScan) group(ctx context.Context, group string, it groupItem) error
 				return err
 			}
 		}
-		if !rec.hasPend || !u.wants(key, rec.pend) {
+		// The ended period: pending, or moved to the history during the
+		// call, where the Scan may have passed its place already.
+		if !rec.moved || !rec.hasPend && rec.mv < u.recent {
+			continue
+		}
+		if !u.wants(key, period{start: rec.pend.start, used: 1}) {
 			continue
 		}
 		id := usageID(group, key, rec.pend.start)
-		if _, dup := u.visited[id]; dup {
+		_, dup1 := u.visited[id]
+		_, dup2 := u.fromLive[id]
+		if dup1 || dup2 {
 			continue
 		}
 		raw, err := u.s.readCap(ctx, u.s.historyPK(group, key, rec.pend.start))
 		if err != nil {
 			return err
 		}
+		p := rec.pend
 		if len(raw) > 0 {
 			h, err := parseHistory(raw)
 			if err != nil {
@@ -241,9 +252,15 @@ func (u *usageScan) group(ctx context.Context, group string, it groupItem) error
 			if h.written < u.recent {
 				continue // the Scan reports it from the history
 			}
+			p = h.p
+		} else if !rec.hasPend {
+			continue
+		}
+		if !u.wants(key, p) {
+			continue
 		}
 		u.fromLive[id] = struct{}{}
-		if err := u.report(group, key, rec.pend); err != nil {
+		if err := u.report(group, key, p); err != nil {
 			return err
 		}
 	}
