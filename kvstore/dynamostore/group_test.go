@@ -520,3 +520,43 @@ func TestUsageDuringMoves(t *testing.T) {
 		t.Errorf("reported %v, more than the groups' periods", seen)
 	}
 }
+
+// TestGroupExtremes: the largest bursts, rates, quotas and times a
+// kvstore.Update accepts are decided exactly; a take above a counter's
+// quota is refused before anything is sent.
+func TestGroupExtremes(t *testing.T) {
+	e := newGroupEnv(t)
+	late := time.UnixMicro(kvstore.MaxPeriodBound - int64(10*24*time.Hour/time.Microsecond))
+	for _, now := range []time.Time{time.UnixMicro(int64(2 * 24 * time.Hour / time.Microsecond)), late} {
+		clock := fakeclock.New(now)
+		s := e.store(clock)
+		day := int64(24 * time.Hour / time.Microsecond)
+		n := now.UnixMicro()
+		p := &kvstore.PeriodBounds{Bounds: [4]int64{n - 2*day, n - day, n + day, min(n+2*day, kvstore.MaxPeriodBound)}, Quota: kvstore.MaxValue}
+		huge := kvstore.Refill{Burst: kvstore.MaxValue, Rate: kvstore.MaxValue}
+		slowest := kvstore.Refill{Burst: kvstore.MaxValue, Rate: 1}
+		u := []kvstore.Update{{Key: "huge", Refill: huge, N: kvstore.MaxValue}, {Key: "slow", Refill: slowest, N: kvstore.MaxValue}, {Key: "q", Period: p, N: kvstore.MaxValue}}
+		g := fmt.Sprint("x", n)
+		res := mustMulti(t, s, g, kvstore.OpTake, u)
+		if !res[0].OK || res[0].Remaining != 0 || !res[1].OK || res[1].Remaining != 0 || !res[2].OK || res[2].Used != kvstore.MaxValue {
+			t.Fatalf("at %v: take of everything = %+v", now, res)
+		}
+		res = mustMulti(t, s, g, kvstore.OpTake, u[1:])
+		if res[0].OK || res[1].OK || res[1].Used != kvstore.MaxValue {
+			t.Fatalf("at %v: second take = %+v, want both refused", now, res)
+		}
+		clock.Add(time.Microsecond)
+		// The huge bucket refilled in a microsecond; the slow one by one.
+		res = mustMulti(t, s, g, kvstore.OpPeek, []kvstore.Update{{Key: "huge", Refill: huge, N: 1}, {Key: "slow", Refill: slowest, N: 1}})
+		if res[0].Remaining != kvstore.MaxValue || res[1].Remaining != 1 {
+			t.Fatalf("at %v: a microsecond later = %+v, want full and 1", now, res)
+		}
+		over := []kvstore.Update{{Key: "q", Period: &kvstore.PeriodBounds{Bounds: p.Bounds, Quota: 5}, N: 6}}
+		if err := s.UpdateMulti(context.Background(), g, kvstore.OpTake, over, make([]kvstore.OpResult, 1)); !errors.Is(err, kvstore.ErrInvalidOp) {
+			t.Fatalf("take above the quota: %v, want ErrInvalidOp", err)
+		}
+		if res := mustMulti(t, s, g, kvstore.OpRefund, []kvstore.Update{{Key: "q", Period: p, N: 1 << 62}}); res[0].Used != 0 {
+			t.Fatalf("refund of 2^62 = %+v, want used 0", res[0])
+		}
+	}
+}
