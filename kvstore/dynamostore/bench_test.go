@@ -16,7 +16,7 @@ import (
 // counter in one group, UpdateMulti), each goroutine on keys of its own, so
 // that both run their common case: one conditional UpdateItem.
 //
-//	go test -run '^$' -bench BenchmarkDecision -benchtime 2000x -count 5 ./kvstore/dynamostore
+//	cd kvstore/dynamostore && go test -run '^$' -bench BenchmarkDecision -benchtime 500x -count 5 .
 func BenchmarkDecision(b *testing.B) {
 	r := kvstore.Refill{Burst: 1 << 40, Rate: 1}
 	p := month(time.Now().Add(-time.Hour), 1<<40)
