@@ -31,10 +31,13 @@ type PeriodUsage struct {
 // ended or current, of every counter of the non-empty group space whose key
 // starts with keyPrefix and whose period starts in [from, to) (microseconds
 // since the Unix epoch), skipping periods in which nothing was counted. A
-// period's count is in exactly one place at any time (the counter while the
-// period is its latest, the history once a later period started), so each
-// period is reported once and an ended period's count is exact; a current
-// period is reported as it stands when read. The order is the store's own
+// period's count belongs to one place at any time (the counter while the
+// period is its latest, the history once a later period started; a store
+// that writes the history in a step of its own may hold it in both for a
+// moment, and tells them apart), so each period is reported once, counters
+// that move to a later period during the call included, and an ended
+// period's count is exact; a current period is reported as it stands when
+// read. The order is the store's own
 // and is documented by it. fn's error stops the call and is returned as is;
 // a ctx that ends stops it with an error wrapping ctx.Err().
 //

@@ -16,15 +16,15 @@
 //
 // A store that can also update several keys as one all-or-nothing step, for
 // limits that decide together ("10 a second and 1,000 a day"), implements
-// [MultiAtomic]; memstore, redisstore and rueidisstore do, dynamostore does
-// not. One that can also keep, in the same step, fixed-window counts in
-// calendar periods picked by its own clock ("100,000 a month from the billing
-// day", [PeriodBounds]) implements [PeriodCounter]; the same three do.
+// [MultiAtomic]; memstore, redisstore, rueidisstore and dynamostore (within
+// one group) do. One that can also keep, in the same step, fixed-window
+// counts in calendar periods picked by its clock ("100,000 a month from the
+// billing day", [PeriodBounds]) implements [PeriodCounter]; the same four do.
 //
 // Implementations live in sub-packages: memstore (in process), and, each a
 // module of its own, redisstore (Redis through go-redis v9), rueidisstore
-// (Redis through rueidis) and dynamostore (Amazon DynamoDB, a [Store] and
-// [Atomic]). Package storetest is the conformance suite they all run; run it
+// (Redis through rueidis) and dynamostore (Amazon DynamoDB, whose clock is
+// each instance's). Package storetest is the conformance suite they all run; run it
 // against a store of your own to check it.
 package kvstore
 

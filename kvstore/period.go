@@ -60,9 +60,9 @@ var (
 // PeriodCounter is implemented by [MultiAtomic] stores whose UpdateMulti
 // also keeps period counters: updates whose Period is set ([PeriodBounds]),
 // decided with the token buckets of the same call, all or nothing, on one
-// reading of the store's clock. memstore, redisstore and rueidisstore do. A
-// store that does not refuses such updates with [ErrInvalidPeriod] through
-// [CheckMulti].
+// reading of the store's clock. memstore, redisstore, rueidisstore and
+// dynamostore do. A store that does not refuses such updates with
+// [ErrInvalidPeriod] through [CheckMulti].
 //
 // Beyond MultiAtomic's errors, UpdateMulti returns an error matching
 // [ErrInvalidPeriod] or [ErrInvalidOp] for an invalid counter (checked

@@ -1,5 +1,6 @@
-// Package dynamostore is a [kvstore.Store] and [kvstore.Atomic] on Amazon
-// DynamoDB, through aws-sdk-go-v2's [dynamodb.Client]: a token bucket on the
+// Package dynamostore is a [kvstore.Store], [kvstore.Atomic],
+// [kvstore.PeriodCounter], [kvstore.PeriodHistory] and
+// [kvstore.IdempotentMulti] on Amazon DynamoDB, through aws-sdk-go-v2's [dynamodb.Client]: a token bucket on the
 // store that AWS Lambda functions already have, with no server to run, size
 // or keep warm, billed per request. It is a module of its own, so the AWS SDK
 // enters the module graph only of programs that import it.
@@ -19,10 +20,24 @@
 // window. Atomic mode is cheaper and exact: prefer it unless the table is
 // global.
 //
+// A group of [Store.UpdateMulti] is one item holding every record of the
+// group, token buckets and calendar-period counters: a plan's burst and
+// monthly quota are decided all or nothing by one conditional UpdateItem,
+// with no transaction (dynalite has none; on AWS they bill double). The
+// write that moves a counter into a later period keeps the ended period in
+// the item, and the same call writes it as a history item of its own,
+// kept for [Config.HistoryTTL]; [Store.PeriodUsage] scans both.
+// [Store.UpdateMultiOnce] records idempotency keys in the group item, in
+// the decision's write, and moves them to items of their own.
+//
 // DynamoDB has no clock a request can read, so each decision uses the clock
 // of its instance ([Config.Now]). If the clocks of the instances sharing a
 // table differ by at most S, the limiter admits at most
 // Burst + RefillRate × (span + S) over any span, for S below [TTLMargin].
+// At a period's boundary an instance ahead starts the next period, and one
+// behind then counts into it, never into a fresh one; a group item last
+// written more than [MaxClockAhead] ahead of an instance's clock is refused
+// with an error matching ratekit.ErrClockSkew.
 //
 // Every request is sent once: the Store turns the SDK's retries off, because
 // a write whose response was lost may have been applied. Throttling, a

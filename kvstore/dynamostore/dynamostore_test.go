@@ -89,6 +89,9 @@ func TestNewInvalid(t *testing.T) {
 		{"no table", client, dynamostore.Config{}},
 		{"long prefix", client, dynamostore.Config{Table: "t", Prefix: strings.Repeat("p", 1025)}},
 		{"negative attempts", client, dynamostore.Config{Table: "t", MaxAttempts: -1}},
+		{"short history", client, dynamostore.Config{Table: "t", HistoryTTL: time.Hour}},
+		{"negative history", client, dynamostore.Config{Table: "t", HistoryTTL: -1}},
+		{"history past a century", client, dynamostore.Config{Table: "t", HistoryTTL: 101 * 365 * 24 * time.Hour}},
 	} {
 		if _, err := dynamostore.New(tc.client, tc.cfg); !errors.Is(err, ratekit.ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ratekit.ErrInvalidConfig", tc.name, err)
