@@ -327,3 +327,11 @@ func TestPlannedPeriodUsage(t *testing.T) {
 		t.Fatalf("PeriodUsage whose fn fails: %v, want fn's error as is", err)
 	}
 }
+
+// BenchmarkPlannedAllow measures a decision of a burst and a monthly quota
+// with a plan lookup (tokenbucket.Planned) against the same two policies in
+// a fixed tokenbucket.Composite, both with Group (one item per key), on the
+// test DynamoDB, from parallel goroutines over 1,024 keys.
+func BenchmarkPlannedAllow(b *testing.B) {
+	plannedtest.Bench(b, dynamoStore(b))
+}
