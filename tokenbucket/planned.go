@@ -114,7 +114,8 @@ type PlannedConfig struct {
 // step as its counts: a retry (a Lambda retry, a client's) counts nothing
 // more and returns the first call's outcome, Allowed and Remaining as
 // they were then, and the time left in the period the first call counted
-// in. A Refund whose IdempotencyKey is that of the charge it undoes gives
+// in. dynamostore records admitted calls only: the retry of a refused
+// Allow is decided afresh, as on PostgreSQL. A Refund whose IdempotencyKey is that of the charge it undoes gives
 // nothing back to a period that started after the charge, as
 // durable.Planned does. Peek, Usage and Reset ignore it.
 //

@@ -152,11 +152,13 @@ func TestPlannedBadInput(t *testing.T) {
 	}
 }
 
-// TestPlannedIdempotency: on DynamoDB an Allow or Refund with an
+// TestPlannedIdempotency: on DynamoDB an admitted Allow or a Refund with an
 // IdempotencyKey counts once, and its retry returns the first call's
-// outcome, even from the next period; a refund that carries the key of a
-// charge of an ended period gives nothing back to the new one; PeriodUsage
-// bills each period what was admitted less refunded.
+// outcome, even from the next period; a refused Allow is not recorded, so
+// its retry is decided afresh, as on PostgreSQL; a refund that carries the
+// key of a charge of an ended period gives nothing back to the new one;
+// PeriodUsage bills each period what was admitted less refunded; Reset
+// leaves the idempotency records.
 func TestPlannedIdempotency(t *testing.T) {
 	start := time.Date(2027, time.January, 20, 12, 0, 0, 0, time.UTC)
 	c := fakeclock.New(start)
@@ -181,14 +183,15 @@ func TestPlannedIdempotency(t *testing.T) {
 	for i, st := range []step{
 		{cost: 3, idem: "a", allowed: true, left: 7, used: 3},
 		{advance: time.Hour, cost: 3, idem: "a", allowed: true, left: 7, used: 3},  // retried: counted once, the first outcome
-		{cost: 8, idem: "b", allowed: false, left: 7, used: 3},                     // denied
+		{cost: 8, idem: "b", allowed: false, left: 7, used: 3},                     // refused: not recorded
 		{refund: true, cost: 2, idem: "r", allowed: true, left: 9, used: 1},        // a refund
 		{refund: true, cost: 2, idem: "r", allowed: true, left: 9, used: 1},        // retried: once
-		{cost: 8, idem: "b", allowed: false, left: 7, used: 1},                     // retried: denied as the first was
-		{cost: 5, idem: "c", allowed: true, left: 4, used: 6},                      // January ends with 6 used
+		{cost: 8, idem: "b", allowed: true, left: 1, used: 9},                      // the refused call's retry, decided afresh
+		{cost: 1, idem: "c", allowed: true, left: 0, used: 10},                     // January ends with 10 used
+		{cost: 8, idem: "b", allowed: true, left: 1, used: 10},                     // retried: the admitted outcome
 		{advance: 15 * 24 * time.Hour, cost: 3, idem: "a", allowed: true, left: 7}, // in February, a retry of January's "a"
 		{cost: 4, idem: "d", allowed: true, left: 6, used: 4},
-		{refund: true, cost: 5, idem: "c", allowed: true, left: 6, used: 4}, // refund of January's charge: nothing in February
+		{refund: true, cost: 1, idem: "c", allowed: true, left: 6, used: 4}, // refund of January's charge: nothing in February
 		{refund: true, cost: 2, idem: "d", allowed: true, left: 8, used: 2}, // refund of February's: given back
 	} {
 		c.Add(st.advance)
@@ -230,7 +233,7 @@ func TestPlannedIdempotency(t *testing.T) {
 	})
 	slices.SortFunc(got, func(a, b ratekit.PeriodUsage) int { return a.Start.Compare(b.Start) })
 	want := []ratekit.PeriodUsage{
-		{Key: "k", Start: time.Date(2027, time.January, 1, 0, 0, 0, 0, time.UTC), End: jan, Used: 6},
+		{Key: "k", Start: time.Date(2027, time.January, 1, 0, 0, 0, 0, time.UTC), End: jan, Used: 10},
 		{Key: "k", Start: jan, End: feb, Used: 2},
 	}
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
