@@ -3,6 +3,7 @@ package plans_test
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -261,6 +263,8 @@ func openDynamo(_ context.Context, plan func(ctx context.Context, key string) (r
 // kvPlanned lists the billing records of tokenbucket.Planned.
 type kvPlanned struct{ *tokenbucket.Planned }
 
+// Periods sorts the periods by start: dynamostore reports them in the
+// order of its Scan.
 func (p kvPlanned) Periods(ctx context.Context, key string, from, to time.Time) ([]periodLine, error) {
 	var out []periodLine
 	err := p.PeriodUsage(ctx, quotaName, from, to, func(u ratekit.PeriodUsage) error {
@@ -269,6 +273,7 @@ func (p kvPlanned) Periods(ctx context.Context, key string, from, to time.Time) 
 		}
 		return nil
 	})
+	slices.SortFunc(out, func(a, b periodLine) int { return cmp.Compare(a.StartUS, b.StartUS) })
 	return out, err
 }
 
