@@ -457,11 +457,10 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 // (kvstore.PeriodHistory; dynamostore keeps one), in the order the store
 // documents. Keys with different billing anchors have different period
 // starts: pass the range of starts a billing run covers. Each period's
-// count is in one place at any time (the key's counter while the period is
-// its latest, the history once a later period started, written in the
-// step that started it), so the figure of an ended period is exact, the
-// units admitted less refunds, and a period in progress is read as it
-// stands. A period's Key is the key its policy counted: Request.Key, or
+// count is kept by the step that starts the key's next period, in the
+// same step, so each period is reported once, the figure of an ended
+// period is exact, the units admitted less refunds, and a period in
+// progress is read as it stands. A period's Key is the key its policy counted: Request.Key, or
 // the policy's part key when the request had Parts. Ended periods stay in
 // the history as long as the store keeps them; a period that ended
 // before the key's latest decision and that the store no longer keeps is
