@@ -456,15 +456,14 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 // used: what to bill. It reads the store's period history
 // (kvstore.PeriodHistory; dynamostore keeps one), in the order the store
 // documents. Keys with different billing anchors have different period
-// starts: pass the range of starts a billing run covers. Each period's
-// count is kept by the step that starts the key's next period, in the
-// same step, so each period is reported once, the figure of an ended
-// period is exact, the units admitted less refunds, and a period in
-// progress is read as it stands. A period's Key is the key its policy counted: Request.Key, or
-// the policy's part key when the request had Parts. Ended periods stay in
-// the history as long as the store keeps them; a period that ended
-// before the key's latest decision and that the store no longer keeps is
-// not reported.
+// starts: pass the range of starts a billing run covers. The step that
+// starts a key's next period keeps the count of the one it ends, so each
+// period is reported once, the figure of an ended period is exact (the
+// units admitted less refunds), and a period in progress is read as it
+// stands. A period's Key is the key its policy counted: Request.Key, or
+// the policy's part key when the request had Parts. Ended periods are
+// reported as long as the store keeps them (dynamostore:
+// Config.HistoryTTL).
 //
 // It returns an error matching ratekit.ErrInvalidConfig for an invalid
 // policy name, one matching errors.ErrUnsupported when the store keeps no
