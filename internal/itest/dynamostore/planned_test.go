@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -337,4 +339,65 @@ func TestPlannedPeriodUsage(t *testing.T) {
 // test DynamoDB, from parallel goroutines over 1,024 keys.
 func BenchmarkPlannedAllow(b *testing.B) {
 	plannedtest.Bench(b, dynamoStore(b))
+}
+
+// dropReply is an http.RoundTripper that sends every request and, while
+// drop is set, loses the reply of each UpdateItem that DynamoDB applied:
+// the write is made, the caller sees an error.
+type dropReply struct {
+	next http.RoundTripper
+	drop atomic.Bool
+}
+
+func (d *dropReply) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.next.RoundTrip(r)
+	if err != nil || !d.drop.Load() || r.Header.Get("X-Amz-Target") != "DynamoDB_20120810.UpdateItem" || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return nil, errors.New("reply lost")
+}
+
+// TestPlannedLostReply: a decision applied by DynamoDB whose reply was lost
+// fails; retried with the same IdempotencyKey, it counts once in all and
+// reports the outcome it had, whereas a retry without one counts again.
+func TestPlannedLostReply(t *testing.T) {
+	tb := newPlannedTable(t)
+	drop := &dropReply{next: &http.Transport{DisableKeepAlives: true}}
+	client := dynamodb.New(tb.client.Options(), func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: drop} })
+	s, err := dynamostore.New(client, dynamostore.Config{Table: tb.name, Prefix: redistest.Prefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := &plannedtest.Plans{}
+	plans.Set("k", plannedtest.Monthly("pro", 100, time.Time{}, nil))
+	plans.Set("plain", plannedtest.Monthly("pro", 100, time.Time{}, nil))
+	l := newPlannedOn(t, s, nil, plans.Plan)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key, idem string
+		used      int64 // after the lost call and its retry
+	}{
+		{"k", "charge-1", 7},
+		{"plain", "", 14},
+	} {
+		req := ratekit.Request{Key: tc.key, Cost: 7, IdempotencyKey: tc.idem}
+		drop.drop.Store(true)
+		_, err := l.Allow(ctx, req)
+		drop.drop.Store(false)
+		if err == nil {
+			t.Fatalf("%s: Allow whose reply was lost succeeded", tc.key)
+		}
+		d, err := l.Allow(ctx, req)
+		if err != nil || !d.Allowed {
+			t.Fatalf("%s: retry: %+v, %v", tc.key, d, err)
+		}
+		if tc.idem != "" && d.Parts[0].Remaining != 93 {
+			t.Fatalf("%s: retry reports %d remaining, want the lost call's 93", tc.key, d.Parts[0].Remaining)
+		}
+		if u, err := l.Usage(ctx, tc.key); err != nil || u[0].Used != tc.used {
+			t.Fatalf("%s: usage after a lost reply and a retry: %+v, %v; want %d used", tc.key, u, err, tc.used)
+		}
+	}
 }
