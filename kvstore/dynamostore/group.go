@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -571,7 +572,7 @@ func (s *Store) decide(c *call, it groupItem, now int64, results []kvstore.OpRes
 		return d, nil
 	}
 	for name, rec := range it.recs {
-		if _, mine := d.next[name]; !mine && rec.kind == kindBucket && rec.e <= now {
+		if _, mine := d.next[name]; !mine && rec.kind == kindBucket && rec.e <= now && !slices.Contains(d.remove, name) {
 			d.remove = append(d.remove, name)
 		}
 	}

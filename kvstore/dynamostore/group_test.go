@@ -55,10 +55,13 @@ func (f *opFault) count(op string) int {
 func (f *opFault) RoundTrip(r *http.Request) (*http.Response, error) {
 	op := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.")
 	f.mu.Lock()
+	rule := f.rule
+	f.mu.Unlock()
 	a := send
-	if f.rule != nil {
-		a = f.rule(op)
+	if rule != nil {
+		a = rule(op)
 	}
+	f.mu.Lock()
 	if a != refuse {
 		f.sent[op]++
 	}
