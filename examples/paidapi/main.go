@@ -62,6 +62,7 @@ import (
 	"github.com/ratekit/ratekit/examples/internal/apigwlocal"
 	"github.com/ratekit/ratekit/examples/internal/cli"
 	"github.com/ratekit/ratekit/examples/internal/lambdaenv"
+	"github.com/ratekit/ratekit/examples/internal/plans"
 )
 
 func main() {
@@ -74,10 +75,6 @@ func main() {
 // notInLambdaHint is what paidapi says when it is started without -local
 // outside Lambda.
 const notInLambdaHint = "run with -local to serve on localhost"
-
-// maxPrefixLen leaves room for the longest policy's counter prefix,
-// <prefix>:monthly, within ratekit.MaxPolicyNameLen.
-const maxPrefixLen = ratekit.MaxPolicyNameLen - len(":"+monthlyPolicy)
 
 // run sets the API up once and then serves: on Lambda through lambda.Start,
 // with -local over HTTP until ctx ends. When ready is not nil it receives
@@ -107,9 +104,9 @@ Without -local it must run in AWS Lambda (provided.al2023).
 	proQuota := cli.Int64(fs, "pro-quota", 100_000, 1, ratekit.MaxQuota, "`calls` per API key and billing month on the pro plan")
 	proBurst := cli.Int64(fs, "pro-burst", 10, 1, ratekit.MaxQuota, "`calls` per API key and second on the pro plan")
 	entBurst := cli.Int64(fs, "enterprise-burst", 50, 1, ratekit.MaxQuota, "`calls` per API key and second on the enterprise plan (its monthly quota is per customer)")
-	prefix := cli.String(fs, "prefix", defaultPrefix, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
-		if len(v) > maxPrefixLen {
-			return fmt.Errorf("must be at most %d bytes", maxPrefixLen)
+	prefix := cli.String(fs, "prefix", plans.DefaultPrefix, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
+		if len(v) > plans.MaxPrefixLen {
+			return fmt.Errorf("must be at most %d bytes", plans.MaxPrefixLen)
 		}
 		return ratekit.ValidatePolicyName(v)
 	})
@@ -150,14 +147,15 @@ Without -local it must run in AWS Lambda (provided.al2023).
 		return err
 	}
 	// The seam: a real program reads its customers table here (see
-	// customers in customers.go).
-	cust, err := parseCustomers(getenv("PAIDAPI_KEYS"))
+	// plans.Customers).
+	keys, err := plans.ParseKeys(getenv("PAIDAPI_KEYS"))
 	if err != nil {
 		return err
 	}
+	cust := plans.NewMemory(keys)
 	a, err := newAPI(config{
 		store: store, prefix: *prefix,
-		free: tier{Burst: *burst, Quota: *quota}, pro: tier{Burst: *proBurst, Quota: *proQuota}, enterpriseBurst: *entBurst,
+		free: plans.Tier{Burst: *burst, Quota: *quota}, pro: plans.Tier{Burst: *proBurst, Quota: *proQuota}, enterpriseBurst: *entBurst,
 		customers: cust, adminToken: getenv("PAIDAPI_ADMIN_TOKEN"), logger: logger,
 	})
 	if err != nil {

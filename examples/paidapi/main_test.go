@@ -28,6 +28,7 @@ import (
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+	"github.com/ratekit/ratekit/examples/internal/plans"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 )
@@ -91,8 +92,8 @@ func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 			Store: store, Prefix: prefix, Durability: durable.Logged,
 			Plan: func(context.Context, string) (ratekit.Plan, error) {
 				return ratekit.Plan{Name: "any", Policies: []ratekit.Policy{
-					{Name: burstPolicy, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
-					{Name: monthlyPolicy, Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
+					{Name: plans.BurstPolicy, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
+					{Name: plans.MonthlyPolicy, Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
 				}}, nil
 			},
 		})
@@ -117,13 +118,14 @@ func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 // otherwise.
 func testAPI(t testing.TB, store *pgstore.Store, prefix, keys string, change func(*config)) *api {
 	t.Helper()
-	cust, err := parseCustomers(keys)
+	m, err := plans.ParseKeys(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cust := plans.NewMemory(m)
 	cfg := config{
 		store: store, prefix: prefix, customers: cust,
-		free: tier{Burst: 50, Quota: 3}, pro: tier{Burst: 50, Quota: 5}, enterpriseBurst: 50, burstWindow: time.Minute,
+		free: plans.Tier{Burst: 50, Quota: 3}, pro: plans.Tier{Burst: 50, Quota: 5}, enterpriseBurst: 50, burstWindow: time.Minute,
 		logger: slog.New(slog.DiscardHandler),
 		quote:  func(context.Context, string) (float64, error) { return 1, nil },
 	}
@@ -282,7 +284,7 @@ func TestBurstAndMonthlyQuota(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
-	a := testAPI(t, store, prefix, customer, func(c *config) { c.free = tier{Burst: 2, Quota: 5} })
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.free = plans.Tier{Burst: 2, Quota: 5} })
 	h := awslambda.NewHandler(a.handler)
 	wantPolicy := fmt.Sprintf(`"burst";q=2;w=60, "monthly";q=5;w=%d`, monthSeconds(time.Time{}))
 	for i := 0; i < 2; i++ {
@@ -293,13 +295,13 @@ func TestBurstAndMonthlyQuota(t *testing.T) {
 	r := call(t, h, customer, "ACME", "")
 	var p httplimit.Problem
 	json.Unmarshal([]byte(r.body), &p)
-	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicy ||
+	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != plans.BurstPolicy ||
 		!strings.HasPrefix(r.headers.Get("RateLimit"), `"burst";r=0;t=`) ||
 		!strings.Contains(r.headers.Get("RateLimit"), `, "monthly";r=3;t=`) || r.headers.Get("Retry-After") == "" {
 		t.Fatalf("past the burst: %d %v %s", r.status, r.headers, r.body)
 	}
 	u := usageOf(t, h, customer)
-	if m := u.Policies[1]; m.Name != monthlyPolicy || m.Used != 2 || m.Remaining != 3 {
+	if m := u.Policies[1]; m.Name != plans.MonthlyPolicy || m.Used != 2 || m.Remaining != 3 {
 		t.Fatalf("monthly quota after the burst's denial: %+v; want 2 used, 3 left", m)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/ratekit/ratekit/examples/internal/plans"
 )
 
 // request invokes h with testdata/event.json turned into method path, with
@@ -35,10 +37,10 @@ func request(t *testing.T, h awslambda.Handler, method, path, apiKey, body strin
 
 // usageOf returns the answer of GET /usage for apiKey, failing t unless it
 // is a 200.
-func usageOf(t *testing.T, h awslambda.Handler, apiKey string) usageReport {
+func usageOf(t *testing.T, h awslambda.Handler, apiKey string) plans.UsageReport {
 	t.Helper()
 	r := request(t, h, "GET", "/usage", apiKey, "")
-	var u usageReport
+	var u plans.UsageReport
 	if err := json.Unmarshal([]byte(r.body), &u); r.status != 200 || err != nil || len(u.Policies) != 2 {
 		t.Fatalf("GET /usage: %d %s (%v)", r.status, r.body, err)
 	}
@@ -49,7 +51,7 @@ func usageOf(t *testing.T, h awslambda.Handler, apiKey string) usageReport {
 // it is a 200.
 func setPlan(t *testing.T, h awslambda.Handler, apiKey, plan string, quota int64) {
 	t.Helper()
-	body, _ := json.Marshal(planChange{APIKey: apiKey, Plan: plan, Quota: quota})
+	body, _ := json.Marshal(plans.PlanChange{APIKey: apiKey, Plan: plan, Quota: quota})
 	if r := request(t, h, "POST", "/admin/plan", "", string(body)); r.status != 200 {
 		t.Fatalf("POST /admin/plan %s: %d %s", body, r.status, r.body)
 	}
@@ -84,7 +86,7 @@ func TestPlans(t *testing.T) {
 		key          string
 		plan         string
 		burst, quota int64
-	}{{free, planFree, 50, 3}, {pro, planPro, 60, 5}, {ent, planEnterprise, 70, 7}} {
+	}{{free, plans.Free, 50, 3}, {pro, plans.Pro, 60, 5}, {ent, plans.Enterprise, 70, 7}} {
 		r := call(t, h, tc.key, "ACME", "")
 		want := fmt.Sprintf(`"burst";q=%d;w=60, "monthly";q=%d;w=%d`, tc.burst, tc.quota, monthSeconds(time.Time{}))
 		if r.status != 200 || r.headers.Get("RateLimit-Policy") != want {
@@ -95,8 +97,8 @@ func TestPlans(t *testing.T) {
 		}
 		u := usageOf(t, h, tc.key)
 		b, m := u.Policies[0], u.Policies[1]
-		if u.Plan != tc.plan || b.Name != burstPolicy || b.Quota != tc.burst || b.PeriodStart != nil ||
-			m.Name != monthlyPolicy || m.Quota != tc.quota || m.Used != tc.quota || m.Remaining != 0 ||
+		if u.Plan != tc.plan || b.Name != plans.BurstPolicy || b.Quota != tc.burst || b.PeriodStart != nil ||
+			m.Name != plans.MonthlyPolicy || m.Quota != tc.quota || m.Used != tc.quota || m.Remaining != 0 ||
 			m.PeriodStart == nil || m.PeriodEnd == nil || !m.Reset.Equal(*m.PeriodEnd) {
 			t.Fatalf("%s: usage %+v %+v", tc.plan, b, m)
 		}
@@ -117,26 +119,26 @@ func TestPlanChangeKeepsUsage(t *testing.T) {
 	store := testStore(t, prefix, customer)
 	a := testAPI(t, store, prefix, customer, func(c *config) { c.adminToken = "admin-token" })
 	h := awslambda.NewHandler(a.handler)
-	monthly := func() policyUsage { return usageOf(t, h, customer).Policies[1] }
+	monthly := func() plans.PolicyUsage { return usageOf(t, h, customer).Policies[1] }
 
 	if n := admitted(t, h, customer, 4); n != 3 {
 		t.Fatalf("free plan: %d of 4 admitted, want 3", n)
 	}
-	setPlan(t, h, customer, planPro, 0) // 5 a month
+	setPlan(t, h, customer, plans.Pro, 0) // 5 a month
 	if m := monthly(); m.Quota != 5 || m.Used != 3 || m.Remaining != 2 {
 		t.Fatalf("after the upgrade: %+v, want 3 used and 2 left of 5", m)
 	}
 	if n := admitted(t, h, customer, 3); n != 2 {
 		t.Fatalf("pro plan: %d of 3 admitted, want 2", n)
 	}
-	setPlan(t, h, customer, planFree, 0) // 3 a month, 5 used
+	setPlan(t, h, customer, plans.Free, 0) // 3 a month, 5 used
 	if m := monthly(); m.Quota != 3 || m.Used != 5 || m.Remaining != 0 {
 		t.Fatalf("after the downgrade: %+v, want 5 used and 0 left of 3", m)
 	}
 	if r := call(t, h, customer, "ACME", ""); r.status != 429 || !strings.Contains(r.headers.Get("RateLimit"), `"monthly";r=0;`) {
 		t.Fatalf("after the downgrade: %d %s", r.status, r.headers.Get("RateLimit"))
 	}
-	setPlan(t, h, customer, planEnterprise, 9)
+	setPlan(t, h, customer, plans.Enterprise, 9)
 	if m := monthly(); m.Quota != 9 || m.Used != 5 || m.Remaining != 4 {
 		t.Fatalf("enterprise: %+v, want 5 used and 4 left of 9", m)
 	}
@@ -182,7 +184,7 @@ func TestUsageIsSumOfAdmitted(t *testing.T) {
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
 	a := testAPI(t, store, prefix, customer, func(c *config) {
-		c.free = tier{Burst: 100, Quota: 25}
+		c.free = plans.Tier{Burst: 100, Quota: 25}
 		c.quote = func(_ context.Context, symbol string) (float64, error) {
 			if symbol == "FAIL" {
 				return 0, errors.New("upstream timeout")
