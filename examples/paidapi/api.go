@@ -18,13 +18,8 @@ type config struct {
 	store *pgstore.Store
 	// prefix separates this deployment's counters (tests use their own).
 	prefix string
-	// free and pro are the plans' burst and monthly quota; enterprise
-	// customers get enterpriseBurst and a monthly quota of their own.
-	free, pro       plans.Tier
-	enterpriseBurst int64
-	// burstWindow is the time an empty burst takes to refill (zero means
-	// one second).
-	burstWindow time.Duration
+	// tiers is the price list.
+	tiers plans.Tiers
 	// customers resolves API keys to customers and their plans.
 	customers plans.Customers
 	// adminToken, when not empty, enables POST /admin/plan for callers
@@ -55,7 +50,6 @@ func newAPI(cfg config) (*api, error) {
 	if cfg.customers == nil {
 		return nil, errors.New("no customers configured (PAIDAPI_KEYS)")
 	}
-	tiers := plans.Tiers{Free: cfg.free, Pro: cfg.pro, EnterpriseBurst: cfg.enterpriseBurst, BurstWindow: cfg.burstWindow}
 	// One limiter for every plan: durable.Planned asks the customer table
 	// for the key's plan on each request and decides all its policies (the
 	// burst and the monthly quota) in one statement, all or nothing, so a
@@ -67,13 +61,13 @@ func newAPI(cfg config) (*api, error) {
 		Prefix:            cfg.prefix,
 		Durability:        durable.Logged,
 		SynchronousCommit: true,
-		Plan:              plans.PlanFunc(cfg.customers, tiers),
+		Plan:              plans.PlanFunc(cfg.customers, cfg.tiers),
 	})
 	if err != nil {
 		return nil, err
 	}
 	p, err := plans.New(plans.Config{
-		Limiter: limiter, Customers: cfg.customers, Tiers: tiers, Store: "PostgreSQL",
+		Limiter: limiter, Customers: cfg.customers, Tiers: cfg.tiers, Store: "PostgreSQL",
 		Timeout: decisionTimeout, AdminToken: cfg.adminToken, Quote: cfg.quote, Logger: cfg.logger,
 	})
 	if err != nil {

@@ -125,7 +125,7 @@ func testAPI(t testing.TB, store *pgstore.Store, prefix, keys string, change fun
 	cust := plans.NewMemory(m)
 	cfg := config{
 		store: store, prefix: prefix, customers: cust,
-		free: plans.Tier{Burst: 50, Quota: 3}, pro: plans.Tier{Burst: 50, Quota: 5}, enterpriseBurst: 50, burstWindow: time.Minute,
+		tiers:  plans.Tiers{Free: plans.Tier{Burst: 50, Quota: 3}, Pro: plans.Tier{Burst: 50, Quota: 5}, EnterpriseBurst: 50, BurstWindow: time.Minute},
 		logger: slog.New(slog.DiscardHandler),
 		quote:  func(context.Context, string) (float64, error) { return 1, nil },
 	}
@@ -201,7 +201,7 @@ func TestPaidAPIOnLambda(t *testing.T) {
 	store := testStore(t, prefix, customer, "other-customer")
 	var quotes atomic.Int32
 	a := testAPI(t, store, prefix, customer+",other-customer", func(c *config) {
-		c.burstWindow = time.Second
+		c.tiers.BurstWindow = time.Second
 		c.quote = func(_ context.Context, symbol string) (float64, error) {
 			quotes.Add(1)
 			if symbol == "FAIL" {
@@ -284,7 +284,7 @@ func TestBurstAndMonthlyQuota(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
-	a := testAPI(t, store, prefix, customer, func(c *config) { c.free = plans.Tier{Burst: 2, Quota: 5} })
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.tiers.Free = plans.Tier{Burst: 2, Quota: 5} })
 	h := awslambda.NewHandler(a.handler)
 	wantPolicy := fmt.Sprintf(`"burst";q=2;w=60, "monthly";q=5;w=%d`, monthSeconds(time.Time{}))
 	for i := 0; i < 2; i++ {
@@ -416,7 +416,7 @@ func TestDuplicateAPIKeyCopies(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
-	a := testAPI(t, store, prefix, customer, func(c *config) { c.free.Quota = 1 })
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.tiers.Free.Quota = 1 })
 	h := awslambda.NewHandler(a.handler)
 	if r := call(t, h, customer, "ACME", ""); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
@@ -528,7 +528,7 @@ func TestOneStatementPerCall(t *testing.T) {
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a := testAPI(t, traced, prefix, customer, func(c *config) { c.free.Quota = 5 })
+	a := testAPI(t, traced, prefix, customer, func(c *config) { c.tiers.Free.Quota = 5 })
 	h := awslambda.NewHandler(a.handler)
 	if r := call(t, h, customer, "ACME", ""); r.status != 200 { // the first call checks the schema
 		t.Fatalf("first call: %d %s", r.status, r.body)

@@ -80,7 +80,7 @@ func TestPlans(t *testing.T) {
 	prefix := unique(t)
 	free, pro, ent := "free-"+prefix, "pro-"+prefix, "ent-"+prefix
 	store := testStore(t, prefix, free, pro, ent)
-	a := testAPI(t, store, prefix, free+","+pro+"=pro,"+ent+"=enterprise:7", func(c *config) { c.pro.Burst, c.enterpriseBurst = 60, 70 })
+	a := testAPI(t, store, prefix, free+","+pro+"=pro,"+ent+"=enterprise:7", func(c *config) { c.tiers.Pro.Burst, c.tiers.EnterpriseBurst = 60, 70 })
 	h := awslambda.NewHandler(a.handler)
 	for _, tc := range []struct {
 		key          string
@@ -184,7 +184,7 @@ func TestUsageIsSumOfAdmitted(t *testing.T) {
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
 	a := testAPI(t, store, prefix, customer, func(c *config) {
-		c.free = plans.Tier{Burst: 100, Quota: 25}
+		c.tiers.Free = plans.Tier{Burst: 100, Quota: 25}
 		c.quote = func(_ context.Context, symbol string) (float64, error) {
 			if symbol == "FAIL" {
 				return 0, errors.New("upstream timeout")
