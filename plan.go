@@ -105,3 +105,18 @@ type Usage struct {
 	// a period, the time to its end.
 	ResetAfter time.Duration
 }
+
+// PeriodUsage is what one key used in one period of a policy with a
+// Period: a line of a billing run, as a store that keeps ended periods
+// reports them (durable.Planned.PeriodUsage on PostgreSQL,
+// tokenbucket.Planned.PeriodUsage on a store that keeps period history).
+type PeriodUsage struct {
+	// Key is the request key.
+	Key string
+
+	// Start and End bound the period, [Start, End).
+	Start, End time.Time
+
+	// Used is the units admitted in the period, less refunds.
+	Used int64
+}

@@ -14,17 +14,9 @@ import (
 )
 
 // PeriodUsage is what one key used in one period of a policy with a
-// Period, as [Planned.PeriodUsage] and [Limiter.PeriodUsage] report it.
-type PeriodUsage struct {
-	// Key is the request key.
-	Key string
-
-	// Start and End bound the period, [Start, End).
-	Start, End time.Time
-
-	// Used is the units admitted in the period, less refunds.
-	Used int64
-}
+// Period, as [Planned.PeriodUsage] and [Limiter.PeriodUsage] report it:
+// [ratekit.PeriodUsage], the type every store's billing history shares.
+type PeriodUsage = ratekit.PeriodUsage
 
 // PlannedConfig configures a [Planned].
 type PlannedConfig struct {

@@ -166,7 +166,7 @@ func (c *Composite) run(ctx context.Context, req ratekit.Request, op kvstore.Op,
 		sc.keys = append(sc.keys, c.prefix[i]...)
 		sc.add(key, kvstore.Update{Refill: b.refill, N: n})
 	}
-	parts, err := c.apply(ctx, req.Key, op, c.pols, sc)
+	parts, err := c.apply(ctx, req.Key, "", op, c.pols, sc)
 	if err != nil {
 		if reset {
 			return ratekit.Decision{}, fmt.Errorf("tokenbucket: reset: %w", err)

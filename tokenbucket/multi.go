@@ -17,8 +17,9 @@ import (
 // come from and how their records are named.
 type multi struct {
 	store kvstore.MultiAtomic
-	group bool          // records in the group of Request.Key
-	step  time.Duration // the store's clock step (see clockStep)
+	idem  kvstore.IdempotentMulti // store, when it implements it; else nil
+	group bool                    // records in the group of Request.Key
+	step  time.Duration           // the store's clock step (see clockStep)
 }
 
 // multiPolicy is one policy of a multi-policy decision, as the store
@@ -81,9 +82,11 @@ func checkParts(req *ratekit.Request, n int, what string) error {
 
 // apply applies op to the records added to sc, policy pols[i] counting
 // record i, in one step of the store, and returns the decision of each
-// policy. A refund reports every part as allowed. It returns the store's
-// error unwrapped.
-func (m *multi) apply(ctx context.Context, key string, op kvstore.Op, pols []multiPolicy, sc *multiScratch) ([]ratekit.Decision, error) {
+// policy. A refund reports every part as allowed. A non-empty id makes the
+// step count once per id (kvstore.IdempotentMulti, which m.idem must
+// then be); a step the store replays reports the outcome of the first (see
+// replayed). It returns the store's error unwrapped.
+func (m *multi) apply(ctx context.Context, key, id string, op kvstore.Op, pols []multiPolicy, sc *multiScratch) ([]ratekit.Decision, error) {
 	// Every store key in one string, one allocation: the store may keep
 	// a key it is given.
 	all, at := string(sc.keys), 0
@@ -94,7 +97,15 @@ func (m *multi) apply(ctx context.Context, key string, op kvstore.Op, pols []mul
 	if m.group {
 		group = key
 	}
-	err := m.store.UpdateMulti(ctx, group, op, sc.upd, sc.res)
+	var (
+		replay bool
+		err    error
+	)
+	if id != "" {
+		replay, err = m.idem.UpdateMultiOnce(ctx, group, id, kvstore.MaxIdempotencyTTL, op, sc.upd, sc.res)
+	} else {
+		err = m.store.UpdateMulti(ctx, group, op, sc.upd, sc.res)
+	}
 	defer func() {
 		for i := range sc.upd {
 			sc.upd[i] = kvstore.Update{} // the pooled scratch keeps no key alive
@@ -103,11 +114,29 @@ func (m *multi) apply(ctx context.Context, key string, op kvstore.Op, pols []mul
 	if err != nil {
 		return nil, err
 	}
+	if replay {
+		replayed(pols, sc)
+	}
 	parts := make([]ratekit.Decision, len(pols))
 	for i := range pols {
 		m.decide(&parts[i], &pols[i], &sc.upd[i], sc.res[i], op)
 	}
 	return parts, nil
+}
+
+// replayed makes the period counters' results of a replayed step readable
+// by decide: the store reports the first step's results, whose Now and
+// Period refer to the bounds that step sent, which may not be this step's
+// (its clock has moved on, perhaps into a later period). Each counter's
+// bounds become those of the period that contains the first step's Now,
+// so that the decision carries that step's period and time to its end.
+func replayed(pols []multiPolicy, sc *multiScratch) {
+	for i := range sc.upd {
+		if p := sc.upd[i].Period; p != nil && sc.res[i].Now > 0 {
+			p.Bounds = bounds(pols[i].policy, time.UnixMicro(sc.res[i].Now))
+			sc.res[i].Period = 2
+		}
+	}
 }
 
 // decide fills in the zero Decision *d of policy pp after op with u.

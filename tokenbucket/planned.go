@@ -2,8 +2,13 @@ package tokenbucket
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -21,13 +26,16 @@ type PlannedConfig struct {
 	Prefix string
 
 	// Store keeps the buckets and period counters. It must implement
-	// kvstore.PeriodCounter and count periods (memstore, redisstore and
-	// rueidisstore do; dynamostore does not).
+	// kvstore.PeriodCounter and count periods (memstore, redisstore,
+	// rueidisstore and dynamostore do). A store that also implements
+	// kvstore.IdempotentMulti makes Request.IdempotencyKey count (see
+	// [Planned]), and one that implements kvstore.PeriodHistory serves
+	// [Planned.PeriodUsage] (dynamostore implements both).
 	Store kvstore.Store
 
 	// Group, when true, keeps every record of a decision in the group of
 	// Request.Key, as [CompositeConfig].Group does: one hash slot on a
-	// Redis Cluster, where it is required.
+	// Redis Cluster, one item on DynamoDB, where it is required.
 	Group bool
 
 	// Plan returns the plan of key, called once per Allow, Peek, Refund,
@@ -49,8 +57,11 @@ type PlannedConfig struct {
 // policies of its key's plan, resolved per request by PlannedConfig.Plan,
 // without a limiter per plan: every policy of the plan at once, all or
 // nothing, in one step of a kvstore.PeriodCounter store (one Lua script
-// and one round trip on Redis, entry locks in memory), on the store's
-// clock. It is the Atomic-KV counterpart of durable.Planned.
+// and one round trip on Redis, one conditional write of one item on
+// DynamoDB, entry locks in memory), on the store's clock (on DynamoDB,
+// which has none, the clock of the instance that decides:
+// dynamostore.Config.Now). It is the Atomic-KV counterpart of
+// durable.Planned.
 //
 // Policies become, by Algorithm:
 //
@@ -91,17 +102,28 @@ type PlannedConfig struct {
 // change lowers the count the period keeps (an upgrade or downgrade leaves
 // what was refunded available under the new quota) and refills the new
 // plan's bucket; a policy added since the charge gets nothing (its count
-// is zero), a dropped one is not refunded. Planned keeps no record of
-// charges (Request.IdempotencyKey is ignored): a refund made after its
-// charge's period ended lowers the new period's count instead, never
-// below zero. durable.Planned, which keeps idempotency records, does not.
+// is zero), a dropped one is not refunded. Without idempotency keys a
+// refund made after its charge's period ended lowers the new period's
+// count instead, never below zero.
+//
+// Idempotency keys count on a store that implements
+// kvstore.IdempotentMulti (dynamostore); the others ignore
+// Request.IdempotencyKey. There, an Allow or Refund with an
+// IdempotencyKey is applied at most once per Request.Key and
+// IdempotencyKey within 32 days (kvstore.MaxIdempotencyTTL), in the same
+// step as its counts: a retry (a Lambda retry, a client's) counts nothing
+// more and returns the first call's outcome, Allowed and Remaining as
+// they were then, and the time left in the period the first call counted
+// in. A Refund whose IdempotencyKey is that of the charge it undoes gives
+// nothing back to a period that started after the charge, as
+// durable.Planned does. Peek, Usage and Reset ignore it.
 //
 // Planned implements ratekit.Peeker, ratekit.Refunder and ratekit.Resetter,
-// and Usage. Request.Parts, when not nil, gives one part per policy of the
-// key's plan, in its order; with Group, a request must name the same Key
-// every time it counts a record. It ignores Request.State and
-// Request.IdempotencyKey, has no denied-key cache, is safe for concurrent
-// use and starts no goroutine.
+// and Usage and PeriodUsage. Request.Parts, when not nil, gives one part
+// per policy of the key's plan, in its order; with Group, a request must
+// name the same Key every time it counts a record. It ignores
+// Request.State, has no denied-key cache, is safe for concurrent use and
+// starts no goroutine.
 type Planned struct {
 	multi
 	prefix string // Prefix + ":"
@@ -145,7 +167,7 @@ var (
 // NewPlanned returns a Planned for cfg. It returns an error matching
 // ratekit.ErrInvalidConfig for an invalid Prefix, a nil Plan, a Store that
 // does not count periods (kvstore.PeriodCounter), or a partitioned store
-// (a Redis Cluster) without Group. It does not contact the store.
+// (a Redis Cluster, DynamoDB) without Group. It does not contact the store.
 func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 	invalid := func(format string, args ...any) error {
 		return configErr("planned: "+format, args...)
@@ -164,9 +186,10 @@ func NewPlanned(cfg PlannedConfig) (*Planned, error) {
 		return nil, invalid("Store %T does not count periods (kvstore.PeriodCounter)", cfg.Store)
 	}
 	if pc.Partitioned() && !cfg.Group {
-		return nil, invalid("Store %T spreads keys over partitions (a Redis Cluster's hash slots) that one step cannot span; set Group to keep each decision's records in the group (hash slot) of Request.Key", cfg.Store)
+		return nil, invalid("Store %T spreads keys over partitions (a Redis Cluster's hash slots, DynamoDB's items) that one step cannot span; set Group to keep each decision's records in the group (one hash slot, one item) of Request.Key", cfg.Store)
 	}
 	p := &Planned{multi: multi{store: pc, group: cfg.Group, step: clockStep(cfg.Store)}, prefix: cfg.Prefix + ":", plan: cfg.Plan, now: cfg.Now}
+	p.idem, _ = cfg.Store.(kvstore.IdempotentMulti)
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -284,7 +307,11 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 		}
 		sc.add(key, u)
 	}
-	parts, err := p.apply(ctx, req.Key, op, pols, sc)
+	id := ""
+	if p.idem != nil && req.IdempotencyKey != "" && op != kvstore.OpPeek && !reset {
+		id = p.idempotencyID(req.Key, req.IdempotencyKey)
+	}
+	parts, err := p.apply(ctx, req.Key, id, op, pols, sc)
 	if err != nil {
 		return nil, fmt.Errorf("tokenbucket: %w", err)
 	}
@@ -295,6 +322,22 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 		}
 	}
 	return parts, nil
+}
+
+// idempotencyID returns the id under which the store records a step of
+// key with idempotency key idem: Prefix, ":", and the SHA-256 of key and
+// idem in hexadecimal, so that Planned limiters of different prefixes, and
+// different keys, never share a record, within the id's 512 bytes
+// whatever the lengths of key and idem (up to 512 bytes each). A charge
+// and the refund that undoes it, given the same key and idem, share it.
+func (p *Planned) idempotencyID(key, idem string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(key)))])
+	h.Write([]byte(key))
+	h.Write([]byte(idem))
+	var sum [sha256.Size]byte
+	return p.prefix + hex.EncodeToString(h.Sum(sum[:0]))
 }
 
 // appendRecord appends to buf the name of pp's record up to the key that
@@ -333,7 +376,9 @@ func bucketUpdate(pp *multiPolicy, cost int64, reset bool) kvstore.Update {
 // ratekit.Plan.Validate refuses or that Planned cannot count (see
 // [Planned]); the Plan func's error, wrapped; ratekit.ErrClockSkew; and
 // the store's error (wrapped; one caused by ctx wraps ctx.Err()), after
-// which the request was counted by every policy or by none.
+// which the request was counted by every policy or by none (repeating it
+// with the same IdempotencyKey, on a store that honours it, counts it at
+// most once in all).
 func (p *Planned) Allow(ctx context.Context, req ratekit.Request) (ratekit.Decision, error) {
 	parts, err := p.run(ctx, req, kvstore.OpTake, false, nil)
 	if err != nil {
@@ -400,4 +445,49 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 		}
 	}
 	return u, nil
+}
+
+// PeriodUsage calls fn with the units every key used in each period of
+// the policy named policy (a FixedWindow policy with a Period, in any
+// plan) that starts in [from, to), skipping periods in which nothing was
+// used: what to bill. It reads the store's period history
+// (kvstore.PeriodHistory; dynamostore keeps one), in the order the store
+// documents. Keys with different billing anchors have different period
+// starts: pass the range of starts a billing run covers. Each period's
+// count is in one place at any time (the key's counter while the period is
+// its latest, the history once a later period started, written in the
+// step that started it), so the figure of an ended period is exact, the
+// units admitted less refunds, and a period in progress is read as it
+// stands. A period's Key is the key its policy counted: Request.Key, or
+// the policy's part key when the request had Parts. Ended periods stay in
+// the history as long as the store keeps them; a period that ended
+// before the key's latest decision and that the store no longer keeps is
+// not reported.
+//
+// It returns an error matching ratekit.ErrInvalidConfig for an invalid
+// policy name, one matching errors.ErrUnsupported when the store keeps no
+// period history (memstore and the Redis stores), fn's error as is, and
+// the store's error, wrapped (one caused by ctx wraps ctx.Err()).
+func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.Time, fn func(ratekit.PeriodUsage) error) error {
+	if err := ratekit.ValidatePolicyName(policy); err != nil {
+		return configErr("planned: PeriodUsage: %v", err)
+	}
+	h, ok := p.store.(kvstore.PeriodHistory)
+	if !ok {
+		return fmt.Errorf("tokenbucket: PeriodUsage: store %T keeps no period history (kvstore.PeriodHistory): %w", p.store, errors.ErrUnsupported)
+	}
+	prefix := p.prefix + policy + "/p:"
+	var fnErr error
+	err := h.PeriodUsage(ctx, prefix, from.UnixMicro(), to.UnixMicro(), func(u kvstore.PeriodUsage) error {
+		key, ok := strings.CutPrefix(u.Key, prefix)
+		if !ok || key == "" {
+			return fmt.Errorf("the store reported record %q, which is not a period of %q", u.Key, prefix)
+		}
+		fnErr = fn(ratekit.PeriodUsage{Key: key, Start: time.UnixMicro(u.Start).UTC(), End: time.UnixMicro(u.End).UTC(), Used: u.Used})
+		return fnErr
+	})
+	if err == nil || (fnErr != nil && err == fnErr) {
+		return err
+	}
+	return fmt.Errorf("tokenbucket: PeriodUsage: %w", err)
 }

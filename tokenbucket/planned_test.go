@@ -295,3 +295,30 @@ func TestClockStepRefusesFasterBuckets(t *testing.T) {
 		t.Errorf("Planned, a bucket filling in 1ms: %+v, %v", d, err)
 	}
 }
+
+// TestPlannedWithoutHistoryOrIdempotency: on a store that keeps no period
+// history and no idempotency records (memstore), PeriodUsage fails with
+// an error matching errors.ErrUnsupported, after checking its policy
+// name, and a repeated IdempotencyKey counts every time, as documented.
+func TestPlannedWithoutHistoryOrIdempotency(t *testing.T) {
+	c := newClock()
+	plans := &plannedtest.Plans{}
+	plans.Set("k", plannedtest.Monthly("m", 50, time.Time{}, nil))
+	l := newPlanned(t, memStore(t, c.Now), c.Now, plans.Plan)
+	ctx := context.Background()
+	none := func(ratekit.PeriodUsage) error { t.Fatal("a period reported"); return nil }
+	if err := l.PeriodUsage(ctx, "m", c.Now().AddDate(0, -1, 0), c.Now(), none); !errors.Is(err, errors.ErrUnsupported) {
+		t.Fatalf("PeriodUsage on memstore: %v, want errors.ErrUnsupported", err)
+	}
+	if err := l.PeriodUsage(ctx, "m/x", time.Time{}, c.Now(), none); !errors.Is(err, ratekit.ErrInvalidConfig) {
+		t.Fatalf("PeriodUsage of policy \"m/x\": %v, want ratekit.ErrInvalidConfig", err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := l.Allow(ctx, ratekit.Request{Key: "k", Cost: 3, IdempotencyKey: "charge-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u, err := l.Usage(ctx, "k"); err != nil || u[0].Used != 6 {
+		t.Fatalf("usage after two Allows of one idempotency key on memstore: %+v, %v; want 6 used", u, err)
+	}
+}

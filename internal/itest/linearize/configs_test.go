@@ -68,6 +68,24 @@ func composite(t *testing.T, store kvstore.Store) limiter {
 	return c
 }
 
+// planned returns a tokenbucket.Planned whose every key has one plan: a
+// bucket of quota refilled slowly and a monthly quota, both of quota
+// units. group is PlannedConfig.Group, which a partitioned store
+// (DynamoDB) requires.
+func planned(t *testing.T, store kvstore.Store, group bool) limiter {
+	t.Helper()
+	plan := ratekit.Plan{Name: "lin", Policies: []ratekit.Policy{
+		{Name: "burst", Quota: quota, Window: slow.Per, Algorithm: ratekit.TokenBucket},
+		{Name: "monthly", Quota: quota, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
+	}}
+	p, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "lin", Store: store, Group: group,
+		Plan: func(context.Context, string) (ratekit.Plan, error) { return plan, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func memory(t *testing.T) kvstore.Store {
 	t.Helper()
 	s, err := memstore.New(memstore.Config{MaxKeys: 1000})
@@ -181,6 +199,9 @@ func configs() []config {
 		{name: "tokenbucket-composite/memstore", parts: 2, runs: 40, noCache: true, new: func(t *testing.T, _ bool) limiter { return composite(t, memory(t)) }},
 		{name: "tokenbucket-composite/redisstore", parts: 2, noCache: true, new: func(t *testing.T, _ bool) limiter { return composite(t, goRedis(t)) }},
 		{name: "tokenbucket-composite/rueidisstore", parts: 2, noCache: true, new: func(t *testing.T, _ bool) limiter { return composite(t, rueidisStore(t)) }},
+		{name: "tokenbucket-planned/memstore", parts: 2, runs: 40, noCache: true, new: func(t *testing.T, _ bool) limiter { return planned(t, memory(t), false) }},
+		{name: "tokenbucket-planned/redisstore", parts: 2, noCache: true, new: func(t *testing.T, _ bool) limiter { return planned(t, goRedis(t), false) }},
+		{name: "tokenbucket-planned/dynamostore", parts: 2, noCache: true, new: func(t *testing.T, _ bool) limiter { return planned(t, dynamo(t), true) }},
 		{name: "durable-composite", parts: 4, new: func(t *testing.T, cache bool) limiter {
 			s := postgres(t)
 			c, err := durable.NewComposite(

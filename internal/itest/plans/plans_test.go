@@ -1,15 +1,16 @@
 // Package plans_test checks plans and calendar periods across processes:
 // several OS processes (this test binary, re-executed as workers) decide
 // against the same keys with one planned limiter each (durable.Planned on
-// PostgreSQL, tokenbucket.Planned on Redis), and the parent asserts
+// PostgreSQL, tokenbucket.Planned on Redis and on DynamoDB), and the parent
+// asserts
 // exactly, per period:
 //
 //   - admitted == min(demand, quota left) in every phase, summed over the
 //     processes, with plan changes mid-period (upgrade, downgrade below what
 //     was used, refunds, an upgrade again);
 //   - what Usage (read back by another process) and PeriodUsage (the billing
-//     records, PostgreSQL only) report == the admitted costs less the
-//     refunds;
+//     records, on PostgreSQL and DynamoDB) report == the admitted costs
+//     less the refunds;
 //   - no period above its quota, and every decision counted in the period
 //     the database clock was in.
 //
@@ -50,16 +51,19 @@
 // end, so a phase that strays over the boundary (a slow machine) is seen,
 // and the scenario runs again with a longer lead.
 //
-// Backends: PostgreSQL (durable.Planned) and Redis (tokenbucket.Planned
-// over redisstore, on Redis's clock), each skipped outside CI when its
-// server is missing. The workers see a planned limiter only through the
-// planned interface (Allow, Refund, Usage, and Periods for billing
-// records), and the scenarios differ only where the limiters' documented
-// semantics do: tokenbucket.Planned ignores Request.IdempotencyKey, so the
-// refunds after the boundary that carry the keys of charges made before
-// it lower the new period's count instead of giving nothing back (and the
-// phases that follow expect what that leaves), and it keeps no billing
-// records, so Periods is not checked. The plans' burst keeps one shape
+// Backends: PostgreSQL (durable.Planned), Redis (tokenbucket.Planned over
+// redisstore, on Redis's clock) and DynamoDB (tokenbucket.Planned over
+// dynamostore with Group, on each worker's clock, which DynamoDB lacks),
+// each skipped outside CI when its server is missing. The workers see a
+// planned limiter only through the planned interface (Allow, Refund,
+// Usage, and Periods for billing records), and the scenarios differ only
+// where the limiters' documented semantics do: on redisstore
+// tokenbucket.Planned ignores Request.IdempotencyKey, so the refunds after
+// the boundary that carry the keys of charges made before it lower the new
+// period's count instead of giving nothing back (and the phases that
+// follow expect what that leaves), and it keeps no billing records, so
+// Periods is not checked. dynamostore keeps both, idempotency records and
+// period history, and is held to PostgreSQL's figures. The plans' burst keeps one shape
 // across plans, so tokenbucket's new-shape-starts-full rule never applies.
 package plans_test
 

@@ -11,10 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -24,6 +27,7 @@ import (
 	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 	"github.com/ratekit/ratekit/internal/itest/redisclient"
 	"github.com/ratekit/ratekit/internal/testenv"
+	"github.com/ratekit/ratekit/kvstore/dynamostore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -39,7 +43,14 @@ const (
 	schemaEnv = "RATEKIT_PLANS_SCHEMA" // the parent's test schema
 	prefixEnv = "RATEKIT_PLANS_PREFIX" // PlannedConfig.Prefix
 	redisEnv  = "RATEKIT_PLANS_REDIS"  // Redis host:port
+	dynamoEnv = "RATEKIT_PLANS_DYNAMO" // DynamoDB endpoint URL
+	tableEnv  = "RATEKIT_PLANS_TABLE"  // DynamoDB table
 )
+
+// dynamoAttempts is the MaxAttempts of the DynamoDB backend's store: every
+// decision of a run writes one item (the run's key is its group), from
+// eight requests in flight at once.
+const dynamoAttempts = 64
 
 // redisKeys begins the redisstore prefix of the Redis backend's keys: a
 // run's store prefix is redisKeys + its PlannedConfig.Prefix + ":" (the
@@ -174,6 +185,7 @@ var errNoPeriods = errors.New("this backend lists no periods")
 var backends = []backend{
 	{name: "postgres", setup: setupPostgres, open: openPostgres},
 	{name: "redis", setup: setupRedis, open: openRedis, untiedRefunds: true},
+	{name: "dynamodb", setup: setupDynamo, open: openDynamo},
 }
 
 // setupPostgres migrates the parent's schema (before the workers start)
@@ -198,6 +210,66 @@ func setupRedis(t *testing.T) []string {
 	prefix := pgstoretest.Prefix(t) // a valid PlannedConfig.Prefix no other test uses
 	redisclient.Client(t, addr, redisKeys+prefix+":")
 	return []string{redisEnv + "=" + addr, prefixEnv + "=" + prefix}
+}
+
+// setupDynamo creates a table of the run's own (deleted when it ends, after
+// the workers have exited) and passes the endpoint, the table and a fresh
+// prefix to the workers.
+func setupDynamo(t *testing.T) []string {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	client := dynamoClient(endpoint)
+	prefix := pgstoretest.Prefix(t) // a valid PlannedConfig.Prefix no other test uses
+	table := "ratekit-plans-" + strings.ReplaceAll(prefix, ":", "-")
+	// dynalite has no Time to Live; the store checks expiry itself.
+	if err := dynamostore.CreateTable(context.Background(), client, table); err != nil && !errors.Is(err, dynamostore.ErrNoTTL) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
+	return []string{dynamoEnv + "=" + endpoint, tableEnv + "=" + table, prefixEnv + "=" + prefix}
+}
+
+// dynamoClient returns a DynamoDB client of endpoint with test credentials.
+func dynamoClient(endpoint string) *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(endpoint),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test", Source: "ratekit plans test"}, nil
+		}),
+	})
+}
+
+// openDynamo is the DynamoDB backend: tokenbucket.Planned over dynamostore
+// with Group (each key's records in one item), on this process's clock.
+// The store keeps idempotency records and period history, so its refunds
+// are tied to their charges and Periods lists billing records.
+func openDynamo(_ context.Context, plan func(ctx context.Context, key string) (ratekit.Plan, error)) (planned, func(), error) {
+	client := dynamoClient(os.Getenv(dynamoEnv))
+	store, err := dynamostore.New(client, dynamostore.Config{Table: os.Getenv(tableEnv), MaxAttempts: dynamoAttempts})
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Store: store, Prefix: os.Getenv(prefixEnv), Group: true, Plan: plan})
+	if err != nil {
+		return nil, nil, err
+	}
+	return kvPlanned{p}, func() {}, nil
+}
+
+// kvPlanned lists the billing records of tokenbucket.Planned.
+type kvPlanned struct{ *tokenbucket.Planned }
+
+func (p kvPlanned) Periods(ctx context.Context, key string, from, to time.Time) ([]periodLine, error) {
+	var out []periodLine
+	err := p.PeriodUsage(ctx, quotaName, from, to, func(u ratekit.PeriodUsage) error {
+		if u.Key == key {
+			out = append(out, periodLine{u.Start.UnixMicro(), u.End.UnixMicro(), u.Used})
+		}
+		return nil
+	})
+	return out, err
 }
 
 // openPostgres is the PostgreSQL backend: durable.Planned on the parent's
