@@ -1,96 +1,217 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/examples/internal/plans"
+	"github.com/ratekit/ratekit/examples/internal/plans/planstest"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore/dynamostore"
 )
 
-// TestPaidAPI runs the function's handler through aws-lambda-go's real JSON
-// path against the test DynamoDB (dynalite in CI): a known key gets its 100
-// calls (and what refills meanwhile), then 429 with Retry-After; an unknown
-// key gets 401, as examples/paidapi answers it.
-func TestPaidAPI(t *testing.T) {
-	endpoint := testenv.DynamoDBEndpoint(t)
+// The tables of the tests, created once per run (a test's customers and
+// counters have keys and a prefix of their own).
+const (
+	testTable          = "ratekit_example_paidapi"
+	testCustomersTable = "ratekit_example_paidapi_customers"
+)
+
+// testTimeout bounds each decision of the tests: dynalite on a loaded
+// machine is no DynamoDB.
+const testTimeout = 5 * time.Second
+
+var (
+	tablesOnce sync.Once
+	tablesErr  error
+)
+
+// requests counts a client's requests by operation and sums the write
+// units its UpdateItem calls consumed.
+type requests struct {
+	mu          sync.Mutex
+	ops         map[string]int
+	writeUnits  float64
+	updateItems int
+}
+
+func (r *requests) count(op string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ops[op]
+}
+
+// middleware asks UpdateItem for its consumed capacity and counts every
+// request.
+func (r *requests) middleware(stack *middleware.Stack) error {
+	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ratekit-example-count",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok {
+				u.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+			}
+			out, md, err := next.HandleInitialize(ctx, in)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.ops[awsmiddleware.GetOperationName(ctx)]++
+			if u, ok := out.Result.(*dynamodb.UpdateItemOutput); ok && u.ConsumedCapacity != nil && u.ConsumedCapacity.CapacityUnits != nil {
+				r.writeUnits += *u.ConsumedCapacity.CapacityUnits
+				r.updateItems++
+			}
+			return out, md, err
+		}), middleware.After)
+}
+
+// testClient returns a client of DynamoDB at endpoint (keepAlive false:
+// dynalite closes idle connections under requests, see dynamostore's
+// tests) and the count of its requests.
+func testClient(t testing.TB, endpoint string, keepAlive bool) (*dynamodb.Client, *requests) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DisableKeepAlives = true // dynalite closes idle connections under requests (see dynamostore's tests)
+	tr.DisableKeepAlives = !keepAlive
 	t.Cleanup(tr.CloseIdleConnections)
-	client := dynamodb.New(dynamodb.Options{
+	reqs := &requests{ops: map[string]int{}}
+	return dynamodb.New(dynamodb.Options{
 		Region:       "us-east-1",
 		HTTPClient:   &http.Client{Transport: tr},
 		BaseEndpoint: aws.String(endpoint),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
 		}),
+		APIOptions: []func(*middleware.Stack) error{reqs.middleware},
+	}), reqs
+}
+
+// testAPI returns an API on client for s, counting under a prefix of its
+// own, after adding s.Keys's customers; change, when not nil, changes its
+// config first.
+func testAPI(t testing.TB, client *dynamodb.Client, s planstest.Setup, change func(*config)) *api {
+	t.Helper()
+	tablesOnce.Do(func() {
+		c, _ := testClient(t, testenv.DynamoDBEndpoint(t), false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		err := createTables(ctx, c, testTable, testCustomersTable, slog.New(slog.DiscardHandler))
+		if errors.Is(err, dynamostore.ErrNoTTL) && os.Getenv(testenv.DynamoDBEnv) == "" {
+			err = nil // dynalite has no Time to Live
+		}
+		tablesErr = err
 	})
-	table := "ratekit_example_paidapi"
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := dynamostore.CreateTable(ctx, client, table); err != nil && !(isNoTTL(err) && os.Getenv(testenv.DynamoDBEnv) == "") {
-		t.Fatal(err)
+	if tablesErr != nil {
+		t.Fatal(tablesErr)
 	}
-	key := "key-" + time.Now().Format("150405.000000000")
-	env := map[string]string{"RATEKIT_TABLE": table, "PAIDAPI_KEYS": "other," + key}
-	// A patient timeout: dynalite on a loaded machine is no DynamoDB.
-	h, err := newHandler(client, func(k string) string { return env[k] }, 30*time.Second, slog.New(slog.DiscardHandler))
+	cfg := config{
+		client: client, table: testTable, customersTable: testCustomersTable, prefix: planstest.Unique("test"),
+		tiers: s.Tiers, timeout: testTimeout, adminToken: s.AdminToken, quote: s.Quote, logger: slog.New(slog.DiscardHandler),
+	}
+	if change != nil {
+		change(&cfg)
+	}
+	a, err := newAPI(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	invoke := awslambda.NewHandler(h)
-	call := func(apiKey string) events.APIGatewayV2HTTPResponse {
-		t.Helper()
-		ev := events.APIGatewayV2HTTPRequest{
-			RawPath:               "/v1/quote",
-			Headers:               map[string]string{"x-api-key": apiKey},
-			QueryStringParameters: map[string]string{"symbol": "ACME"},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: http.MethodGet, Path: "/v1/quote", SourceIP: "192.0.2.1"},
-			},
-		}
-		payload, _ := json.Marshal(ev)
-		out, err := invoke.Invoke(ctx, payload)
-		if err != nil {
+	m, err := plans.ParseKeys(s.Keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, cu := range m {
+		if _, err := a.customers.add(context.Background(), key, cu); err != nil {
 			t.Fatal(err)
 		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
 	}
-	start := time.Now()
-	admitted := 0
-	var resp events.APIGatewayV2HTTPResponse
-	for admitted < 200 {
-		if resp = call(key); resp.StatusCode != 200 {
-			break
-		}
-		admitted++
+	return a
+}
+
+// The checks every paid API passes (planstest.Run), on DynamoDB.
+func TestPaidAPI(t *testing.T) {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	planstest.Run(t, func(t *testing.T, s planstest.Setup) awslambda.Handler {
+		client, _ := testClient(t, endpoint, false)
+		return awslambda.NewHandler(testAPI(t, client, s, nil).Route)
+	})
+}
+
+// A decision is one UpdateItem of the limiter's table, whatever the plan;
+// the customer is read once per customer TTL in an instance; a plan
+// changed through another instance reaches this one when its copy
+// expires. The test logs the write units a decision consumed.
+func TestDecisionCostAndCustomerCache(t *testing.T) {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	customer := planstest.Unique("customer")
+	s := planstest.Default(customer)
+	s.Tiers.Free.Quota, s.Tiers.Pro.Quota = 10, 100
+	client, reqs := testClient(t, endpoint, false)
+	var clock time.Time
+	a := testAPI(t, client, s, nil)
+	a.customers.now = func() time.Time { return clock }
+	clock = time.Now()
+	h := awslambda.NewHandler(a.Route)
+	other := awslambda.NewHandler(testAPI(t, client, s, func(c *config) { c.prefix = a.cfg.prefix }).Route)
+
+	gets, updates := reqs.count("GetItem"), reqs.count("UpdateItem")
+	if n := planstest.Admitted(t, h, customer, 5); n != 5 {
+		t.Fatalf("%d of 5 admitted", n)
 	}
-	// 100, plus what refilled meanwhile (100 a minute).
-	most := 100 + int(time.Since(start).Minutes()*100) + 1
-	if resp.StatusCode != 429 || resp.Headers["Retry-After"] == "" || admitted < 100 || admitted > most {
-		t.Fatalf("after %d calls admitted: %d %v %s; want 429 with Retry-After after 100 to %d", admitted, resp.StatusCode, resp.Headers, resp.Body, most)
+	if g, u := reqs.count("GetItem")-gets, reqs.count("UpdateItem")-updates; g != 1 || u != 5 {
+		t.Fatalf("5 decisions made %d GetItem and %d UpdateItem requests; want 1 (the customer) and 5", g, u)
 	}
-	for _, k := range []string{"unknown", ""} {
-		if resp := call(k); resp.StatusCode != 401 || resp.Headers["Content-Type"] != httplimit.ProblemContentType {
-			t.Fatalf("unknown key %q: %d %v %s; want 401", k, resp.StatusCode, resp.Headers, resp.Body)
-		}
+	if reqs.updateItems > 0 {
+		t.Logf("write units per decision (ConsumedCapacity): %.2f", reqs.writeUnits/float64(reqs.updateItems))
+	}
+
+	// Another instance moves the customer to pro (5 left of 10 becomes 95
+	// of 100): this one serves its copy until it expires.
+	planstest.SetPlan(t, other, customer, "pro", 0)
+	if u := planstest.UsageOf(t, h, customer); u.Plan != "free" || u.Policies[1].Quota != 10 {
+		t.Fatalf("within the customer TTL: %+v, want the free plan still", u)
+	}
+	clock = clock.Add(defaultCustomerTTL)
+	if u := planstest.UsageOf(t, h, customer); u.Plan != "pro" || u.Policies[1].Quota != 100 || u.Policies[1].Used != 5 {
+		t.Fatalf("after the customer TTL: %+v, want pro with 5 used", u)
 	}
 }
 
-func isNoTTL(err error) bool { return errors.Is(err, dynamostore.ErrNoTTL) }
+// -bill prints each key's billing months that start in the span, with what
+// the key used: the current month as it stands.
+func TestBill(t *testing.T) {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	customer := planstest.Unique("customer")
+	client, _ := testClient(t, endpoint, false)
+	a := testAPI(t, client, planstest.Default(customer), nil)
+	if n := planstest.Admitted(t, awslambda.NewHandler(a.Route), customer, 4); n != 3 {
+		t.Fatalf("%d of 4 admitted, want 3", n)
+	}
+	for _, kv := range [][2]string{{"AWS_REGION", "us-east-1"}, {"AWS_ACCESS_KEY_ID", "test"}, {"AWS_SECRET_ACCESS_KEY", "test"}} {
+		t.Setenv(kv[0], kv[1])
+	}
+	env := map[string]string{"RATEKIT_TABLE": testTable, "PAIDAPI_CUSTOMERS_TABLE": testCustomersTable, EndpointEnv: endpoint}
+	start, end := ratekit.Period{Unit: ratekit.Month, Location: time.UTC}.Bounds(time.Now())
+	var stdout, stderr bytes.Buffer
+	span := start.Format(time.RFC3339) + "/" + start.Add(time.Second).Format(time.RFC3339)
+	if err := run(context.Background(), []string{"-bill", span, "-prefix", a.cfg.prefix}, func(k string) string { return env[k] }, &stdout, &stderr, nil); err != nil {
+		t.Fatalf("-bill: %v\n%s", err, stderr.String())
+	}
+	key, _ := httplimit.APIKey(customer)
+	want := billingLine{Key: key, PeriodStart: start.UTC(), PeriodEnd: end.UTC(), Used: 3}
+	var got billingLine
+	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || got != want || strings.Count(stdout.String(), "\n") != 1 {
+		t.Fatalf("-bill printed %q (%v), want one line %+v", stdout.String(), err, want)
+	}
+}
