@@ -82,6 +82,11 @@ type Config struct {
 	// strong consistency.
 	EventuallyConsistentReads bool
 
+	// HistoryTTL is how long the count of a period counter's ended period
+	// is kept ([Store.PeriodUsage]), from the period's end. Zero means
+	// DefaultHistoryTTL; otherwise at least a day.
+	HistoryTTL time.Duration
+
 	// MaxAttempts is the most conditional writes one Update makes; when
 	// all fail because other instances changed the item in between, Update
 	// returns ErrContention. Zero means DefaultMaxAttempts; otherwise at
@@ -99,18 +104,23 @@ type Store struct {
 	now        func() time.Time
 	consistent bool
 	attempts   int
+	historyTTL time.Duration
 	hints      hints
+	// capacity, when not nil, receives the consumed capacity of every
+	// request (tests set it).
+	capacity func(*types.ConsumedCapacity)
 }
 
 var (
-	_ kvstore.Store  = (*Store)(nil)
-	_ kvstore.Atomic = (*Store)(nil)
+	_ kvstore.Store         = (*Store)(nil)
+	_ kvstore.Atomic        = (*Store)(nil)
+	_ kvstore.PeriodCounter = (*Store)(nil)
 )
 
 // New returns a Store on the table cfg.Table through client. It sends
 // nothing. It returns an error matching ratekit.ErrInvalidConfig for a nil
 // client, an empty table name, a prefix longer than 1024 bytes or a negative
-// MaxAttempts.
+// MaxAttempts, or a HistoryTTL below a day or above a hundred years.
 func New(client *dynamodb.Client, cfg Config) (*Store, error) {
 	switch {
 	case client == nil:
@@ -121,6 +131,11 @@ func New(client *dynamodb.Client, cfg Config) (*Store, error) {
 		return nil, configErr("prefix of %d bytes is longer than %d", len(cfg.Prefix), MaxKeyLen/2)
 	case cfg.MaxAttempts < 0:
 		return nil, configErr("MaxAttempts %d is negative", cfg.MaxAttempts)
+	case cfg.HistoryTTL != 0 && (cfg.HistoryTTL < 24*time.Hour || cfg.HistoryTTL > 100*365*24*time.Hour):
+		return nil, configErr("HistoryTTL %v is not from a day to a hundred years", cfg.HistoryTTL)
+	}
+	if cfg.HistoryTTL == 0 {
+		cfg.HistoryTTL = DefaultHistoryTTL
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
@@ -135,6 +150,7 @@ func New(client *dynamodb.Client, cfg Config) (*Store, error) {
 		now:        cfg.Now,
 		consistent: !cfg.EventuallyConsistentReads,
 		attempts:   cfg.MaxAttempts,
+		historyTTL: cfg.HistoryTTL,
 		hints:      hints{seed: maphash.MakeSeed()},
 	}, nil
 }
@@ -394,6 +410,7 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 		ExpressionAttributeValues:           values,
 		ReturnValues:                        types.ReturnValueUpdatedNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		ReturnConsumedCapacity:              s.capacityMode(),
 	}
 	if full {
 		values[":x"] = &types.AttributeValueMemberN{Value: f.Add(f, big.NewInt(n)).String()}
@@ -407,6 +424,9 @@ func (s *Store) take(ctx context.Context, k map[string]types.AttributeValue, r k
 		in.ConditionExpression = aws.String("attribute_not_exists(" + KeyAttribute + ") OR (r = :r AND x BETWEEN :f AND :c)")
 	}
 	out, err := s.client.UpdateItem(ctx, in, noRetries)
+	if out != nil {
+		s.observe(out.ConsumedCapacity)
+	}
 	if err != nil {
 		var failed *types.ConditionalCheckFailedException
 		if errors.As(err, &failed) {
@@ -563,6 +583,9 @@ func parseItem(m map[string]types.AttributeValue) (item, error) {
 	if len(m) == 0 {
 		return item{}, nil
 	}
+	if _, ok := m[attrGroup]; ok {
+		return item{}, fmt.Errorf("%w: a group item, not a key's", kvstore.ErrMalformedRecord)
+	}
 	it := item{present: true, v: m["v"], t: m["t"], e: m["e"]}
 	var err error
 	if it.rec.Value, err = intAttr(m, "v"); err != nil {
@@ -672,6 +695,43 @@ func (h *hints) get(k map[string]types.AttributeValue, now int64) (full, ok bool
 func (h *hints) set(k map[string]types.AttributeValue, fullAt int64) {
 	p, b := h.slot(k)
 	p.Store(&hint{key: b, fullAt: fullAt})
+}
+
+// getValue returns the value remembered for the record key b (a bucket's
+// full time, a counter's period start), and whether there is one.
+func (h *hints) getValue(b []byte) (int64, bool) {
+	if e := h.slots[maphash.Bytes(h.seed, b)%hintSlots].Load(); e != nil && bytes.Equal(e.key, b) {
+		return e.fullAt, true
+	}
+	return 0, false
+}
+
+// getKey reports whether the bucket of record key b is full at now, and
+// whether the Store knows.
+func (h *hints) getKey(b []byte, now int64) (full, ok bool) {
+	v, ok := h.getValue(b)
+	return ok && now >= v, ok
+}
+
+func (h *hints) setValue(b []byte, v int64) {
+	h.slots[maphash.Bytes(h.seed, b)%hintSlots].Store(&hint{key: b, fullAt: v})
+}
+
+func (h *hints) setKey(b []byte, fullAt int64) { h.setValue(b, fullAt) }
+
+// capacityMode returns what the requests ask of ConsumedCapacity: TOTAL
+// when the Store reports it (tests), else nothing.
+func (s *Store) capacityMode() types.ReturnConsumedCapacity {
+	if s.capacity != nil {
+		return types.ReturnConsumedCapacityTotal
+	}
+	return ""
+}
+
+func (s *Store) observe(c *types.ConsumedCapacity) {
+	if s.capacity != nil && c != nil {
+		s.capacity(c)
+	}
 }
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads

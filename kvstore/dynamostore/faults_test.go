@@ -84,42 +84,7 @@ func TestLatencyBeyondDeadline(t *testing.T) {
 // TestSilentServer: a server that accepts connections and never answers
 // (a dead NAT flow, a frozen peer) costs the caller its deadline, no more.
 func TestSilentServer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c) // held open, never read or answered
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	client := dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String("http://" + ln.Addr().String()),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: "a", SecretAccessKey: "b"}, nil
-		}),
-	})
-	s, err := dynamostore.New(client, dynamostore.Config{Table: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := silentStore(t)
 	for i := 0; i < 2; i++ {
 		_, took, err := takeWithin(s, 200*time.Millisecond)
 		if !errors.Is(err, context.DeadlineExceeded) {
@@ -295,4 +260,47 @@ func TestHistory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// silentStore returns a Store whose endpoint accepts connections and never
+// reads or answers them (no FIN, no RST).
+func silentStore(t *testing.T) *dynamostore.Store {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never read or answered
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	client := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String("http://" + ln.Addr().String()),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "a", SecretAccessKey: "b"}, nil
+		}),
+	})
+	s, err := dynamostore.New(client, dynamostore.Config{Table: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
