@@ -78,6 +78,13 @@ const EndpointEnv = "RATEKIT_DYNAMODB_ENDPOINT"
 // defaultTimeout bounds a decision: slower, DynamoDB counts as failed.
 const defaultTimeout = 300 * time.Millisecond
 
+// maxAttempts is the most conditional writes a decision or refund makes on
+// a customer's item (dynamostore.Config.MaxAttempts): each write that
+// another call of the same customer beat costs a write unit and is tried
+// again on the item as it now stands. Calls of one customer at once beyond
+// it fail with 503 (a refund leaves the call charged), within the timeout.
+const maxAttempts = 16
+
 // addTimeout bounds the writes of PAIDAPI_KEYS's customers at start.
 const addTimeout = 5 * time.Second
 
@@ -327,7 +334,7 @@ type api struct {
 // newAPI builds the store, the limiter, the Guard and the routes once, for
 // every invocation the instance will serve.
 func newAPI(cfg config) (*api, error) {
-	store, err := dynamostore.New(cfg.client, dynamostore.Config{Table: cfg.table})
+	store, err := dynamostore.New(cfg.client, dynamostore.Config{Table: cfg.table, MaxAttempts: maxAttempts})
 	if err != nil {
 		return nil, fmt.Errorf("RATEKIT_TABLE: %w", err)
 	}
