@@ -44,8 +44,8 @@ var (
 	tablesErr  error
 )
 
-// requests counts a client's GetItem and UpdateItem requests by table
-// and sums the write units its UpdateItem calls consumed.
+// requests counts a client's item requests by table and sums the write
+// units its UpdateItem calls consumed.
 type requests struct {
 	mu         sync.Mutex
 	ops        map[string]int // by table and operation
@@ -77,6 +77,12 @@ func (r *requests) middleware(stack *middleware.Stack) error {
 				p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
 				table = aws.ToString(p.TableName)
 			case *dynamodb.GetItemInput:
+				table = aws.ToString(p.TableName)
+			case *dynamodb.PutItemInput:
+				table = aws.ToString(p.TableName)
+			case *dynamodb.DeleteItemInput:
+				table = aws.ToString(p.TableName)
+			case *dynamodb.ScanInput:
 				table = aws.ToString(p.TableName)
 			}
 			out, md, err := next.HandleInitialize(ctx, in)
@@ -150,13 +156,55 @@ func testAPI(t testing.TB, client *dynamodb.Client, s planstest.Setup, change fu
 	return a
 }
 
-// The checks every paid API passes (planstest.Run), on DynamoDB.
+// The checks every paid API passes (planstest.Run), on DynamoDB; the
+// requests they make are among those template.yaml's IAM policy allows on
+// each table.
 func TestPaidAPI(t *testing.T) {
-	endpoint := testenv.DynamoDBEndpoint(t)
+	client, reqs := testClient(t, testenv.DynamoDBEndpoint(t), false)
 	planstest.Run(t, func(t *testing.T, s planstest.Setup) awslambda.Handler {
-		client, _ := testClient(t, endpoint, false)
 		return awslambda.NewHandler(testAPI(t, client, s, nil).Route)
 	})
+	allowed := allowedActions(t)
+	reqs.mu.Lock()
+	defer reqs.mu.Unlock()
+	for op, n := range reqs.ops {
+		if table, action, _ := strings.Cut(op, " "); !allowed[table]["dynamodb:"+action] {
+			t.Errorf("%d %s requests on %s: template.yaml does not allow them", n, action, table)
+		}
+	}
+}
+
+// allowedActions reads template.yaml's IAM statements: the actions allowed
+// on the limiter's table and the customers table, by the tests' names.
+func allowedActions(t *testing.T) map[string]map[string]bool {
+	tmpl, err := os.ReadFile("template.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables := map[string]string{"RateLimitTable": testTable, "CustomersTable": testCustomersTable}
+	allowed := map[string]map[string]bool{}
+	var actions []string
+	for _, line := range strings.Split(string(tmpl), "\n") {
+		line = strings.TrimSpace(line)
+		if a, ok := strings.CutPrefix(line, "- dynamodb:"); ok {
+			actions = append(actions, "dynamodb:"+a)
+		}
+		if r, ok := strings.CutPrefix(line, "Resource: !GetAtt "); ok {
+			table := tables[strings.TrimSuffix(r, ".Arn")]
+			if table == "" || allowed[table] != nil {
+				t.Fatalf("template.yaml: a statement on %s", r)
+			}
+			allowed[table] = map[string]bool{}
+			for _, a := range actions {
+				allowed[table][a] = true
+			}
+			actions = nil
+		}
+	}
+	if len(allowed) != 2 {
+		t.Fatalf("template.yaml: statements on %d tables, want 2", len(allowed))
+	}
+	return allowed
 }
 
 // A decision is one UpdateItem of the limiter's table, whatever the plan;
