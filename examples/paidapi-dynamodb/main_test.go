@@ -45,14 +45,15 @@ var (
 )
 
 // requests counts a client's item requests by table and sums the write
-// units its UpdateItem calls consumed.
+// units its UpdateItem and PutItem calls consumed.
 type requests struct {
 	mu         sync.Mutex
 	ops        map[string]int // by table and operation
 	writeUnits float64
 }
 
-// units returns the write units the UpdateItem requests consumed.
+// units returns the write units the UpdateItem and PutItem requests
+// consumed.
 func (r *requests) units() float64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -66,8 +67,8 @@ func (r *requests) count(table, op string) int {
 	return r.ops[table+" "+op]
 }
 
-// middleware asks UpdateItem for its consumed capacity and counts every
-// request.
+// middleware asks UpdateItem and PutItem for their consumed capacity and
+// counts every request.
 func (r *requests) middleware(stack *middleware.Stack) error {
 	return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("ratekit-example-count",
 		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
@@ -79,6 +80,7 @@ func (r *requests) middleware(stack *middleware.Stack) error {
 			case *dynamodb.GetItemInput:
 				table = aws.ToString(p.TableName)
 			case *dynamodb.PutItemInput:
+				p.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
 				table = aws.ToString(p.TableName)
 			case *dynamodb.DeleteItemInput:
 				table = aws.ToString(p.TableName)
@@ -89,8 +91,15 @@ func (r *requests) middleware(stack *middleware.Stack) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.ops[table+" "+awsmiddleware.GetOperationName(ctx)]++
-			if u, ok := out.Result.(*dynamodb.UpdateItemOutput); ok && u.ConsumedCapacity != nil && u.ConsumedCapacity.CapacityUnits != nil {
-				r.writeUnits += *u.ConsumedCapacity.CapacityUnits
+			var c *types.ConsumedCapacity
+			switch o := out.Result.(type) {
+			case *dynamodb.UpdateItemOutput:
+				c = o.ConsumedCapacity
+			case *dynamodb.PutItemOutput:
+				c = o.ConsumedCapacity
+			}
+			if c != nil && c.CapacityUnits != nil {
+				r.writeUnits += *c.CapacityUnits
 			}
 			return out, md, err
 		}), middleware.After)
@@ -240,7 +249,7 @@ func TestDecisionCostAndCustomerCache(t *testing.T) {
 	if g != 0 || u != 4 || cg != 1 {
 		t.Fatalf("4 decisions made %d GetItem and %d UpdateItem requests of the limiter's table and read the customer %d times in all; want 0, 4 and 1", g, u, cg)
 	}
-	t.Logf("write units per decision (UpdateItem's ConsumedCapacity): %.2f", (reqs.units()-units)/4)
+	t.Logf("write units per decision (ConsumedCapacity): %.2f", (reqs.units()-units)/4)
 
 	// Another instance moves the customer to pro (5 left of 10 becomes 95
 	// of 100): this one serves its copy until it expires.
