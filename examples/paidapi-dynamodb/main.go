@@ -138,10 +138,10 @@ Without -local it must run in AWS Lambda (provided.al2023).
 	if *bill != "" && *local {
 		return &cli.UsageError{Err: errors.New("-bill prints and exits: it does not go with -local")}
 	}
+	if *createTable && !*local {
+		return &cli.UsageError{Err: errors.New("-create-table works with -local only: on AWS the tables come from template.yaml")}
+	}
 	if !*local && *bill == "" {
-		if *createTable {
-			return &cli.UsageError{Err: errors.New("-create-table works with -local only: on AWS the tables come from template.yaml")}
-		}
 		// Before anything else: outside Lambda, lambda.Start would fail
 		// with a message that does not mention -local.
 		if err := lambdaenv.Check(getenv, "run with -local to serve on localhost"); err != nil {
@@ -154,18 +154,20 @@ Without -local it must run in AWS Lambda (provided.al2023).
 		return err
 	}
 	table, customersTable := getenv("RATEKIT_TABLE"), getenv("PAIDAPI_CUSTOMERS_TABLE")
-	if table == "" || customersTable == "" {
-		return errors.New("RATEKIT_TABLE and PAIDAPI_CUSTOMERS_TABLE must be set")
+	tiers, prefix := flags()
+	switch {
+	case table == "":
+		return errors.New("RATEKIT_TABLE is not set")
+	case *bill != "":
+		from, to, _ := parseSpan(*bill)
+		return billing(ctx, client, table, prefix, from, to, stdout)
+	case customersTable == "":
+		return errors.New("PAIDAPI_CUSTOMERS_TABLE is not set")
 	}
 	if *createTable {
 		if err := createTables(ctx, client, table, customersTable, logger); err != nil {
 			return err
 		}
-	}
-	tiers, prefix := flags()
-	if *bill != "" {
-		from, to, _ := parseSpan(*bill)
-		return billing(ctx, client, table, prefix, from, to, stdout)
 	}
 	a, err := newAPI(config{
 		client: client, table: table, customersTable: customersTable, prefix: prefix, tiers: tiers,

@@ -276,7 +276,7 @@ func TestBill(t *testing.T) {
 	for _, kv := range [][2]string{{"AWS_REGION", "us-east-1"}, {"AWS_ACCESS_KEY_ID", "test"}, {"AWS_SECRET_ACCESS_KEY", "test"}} {
 		t.Setenv(kv[0], kv[1])
 	}
-	env := map[string]string{"RATEKIT_TABLE": testTable, "PAIDAPI_CUSTOMERS_TABLE": testCustomersTable, EndpointEnv: endpoint}
+	env := map[string]string{"RATEKIT_TABLE": testTable, EndpointEnv: endpoint} // -bill reads no customer
 	start, end := ratekit.Period{Unit: ratekit.Month, Location: time.UTC}.Bounds(time.Now())
 	var stdout, stderr bytes.Buffer
 	span := start.Format(time.RFC3339) + "/" + start.Add(time.Second).Format(time.RFC3339)
