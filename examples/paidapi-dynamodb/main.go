@@ -323,6 +323,8 @@ type config struct {
 	// quote is the downstream work a call pays for (nil: a made-up price).
 	quote  func(ctx context.Context, symbol string) (float64, error)
 	logger *slog.Logger
+	// now is the clock of the decisions (nil: time.Now).
+	now func() time.Time
 }
 
 // api is the paid API of package plans on DynamoDB.
@@ -336,7 +338,7 @@ type api struct {
 // newAPI builds the store, the limiter, the Guard and the routes once, for
 // every invocation the instance will serve.
 func newAPI(cfg config) (*api, error) {
-	store, err := dynamostore.New(cfg.client, dynamostore.Config{Table: cfg.table, MaxAttempts: maxAttempts})
+	store, err := dynamostore.New(cfg.client, dynamostore.Config{Table: cfg.table, MaxAttempts: maxAttempts, Now: cfg.now})
 	if err != nil {
 		return nil, fmt.Errorf("RATEKIT_TABLE: %w", err)
 	}
@@ -351,6 +353,7 @@ func newAPI(cfg config) (*api, error) {
 		Store:  store,
 		Group:  true,
 		Plan:   plans.PlanFunc(customers, cfg.tiers),
+		Now:    cfg.now,
 	})
 	if err != nil {
 		return nil, err

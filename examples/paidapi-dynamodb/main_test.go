@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,5 +289,63 @@ func TestBill(t *testing.T) {
 	var got billingLine
 	if err := json.Unmarshal(stdout.Bytes(), &got); err != nil || got != want || strings.Count(stdout.String(), "\n") != 1 {
 		t.Fatalf("-bill printed %q (%v), want one line %+v", stdout.String(), err, want)
+	}
+}
+
+// A downgrade leaves nothing until the month ends, and the month's end
+// gives the customer the new plan's quota afresh; the ended month's count
+// is kept for billing beside the new one's.
+func TestMonthEnd(t *testing.T) {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	customer := planstest.Unique("customer")
+	client, _ := testClient(t, endpoint, false)
+	var mu sync.Mutex
+	clock := time.Now()
+	now := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		return clock
+	}
+	a := testAPI(t, client, planstest.Default(customer), func(c *config) { c.now = now })
+	h := awslambda.NewHandler(a.Route)
+	monthly := func() plans.PolicyUsage { return planstest.UsageOf(t, h, customer).Policies[1] }
+
+	planstest.SetPlan(t, h, customer, plans.Pro, 0) // 5 a month
+	if n := planstest.Admitted(t, h, customer, 6); n != 5 {
+		t.Fatalf("pro plan: %d of 6 admitted, want 5", n)
+	}
+	planstest.SetPlan(t, h, customer, plans.Free, 0) // 3 a month
+	if m := monthly(); m.Used != 5 || m.Remaining != 0 {
+		t.Fatalf("after the downgrade: %+v, want 5 used and 0 left", m)
+	}
+	start, end := ratekit.Period{Unit: ratekit.Month, Location: time.UTC}.Bounds(clock)
+	mu.Lock()
+	clock = end.Add(time.Second)
+	mu.Unlock()
+	if m := monthly(); m.Used != 0 || m.Remaining != 3 {
+		t.Fatalf("in the next month: %+v, want 0 used and 3 left of the free plan", m)
+	}
+	if n := planstest.Admitted(t, h, customer, 1); n != 1 {
+		t.Fatal("the next month's first call was refused")
+	}
+	var out bytes.Buffer
+	if err := billing(context.Background(), client, testTable, a.cfg.prefix, start, end.Add(time.Second), &out); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := httplimit.APIKey(customer)
+	_, next := ratekit.Period{Unit: ratekit.Month, Location: time.UTC}.Bounds(end)
+	want := []billingLine{{key, start.UTC(), end.UTC(), 5}, {key, end.UTC(), next.UTC(), 1}}
+	// In the store's order (a Scan's).
+	var got []billingLine
+	for dec := json.NewDecoder(&out); dec.More(); {
+		var l billingLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l)
+	}
+	slices.SortFunc(got, func(a, b billingLine) int { return a.PeriodStart.Compare(b.PeriodStart) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("billing lines %+v, want %+v", got, want)
 	}
 }
