@@ -3,8 +3,8 @@ package tokenbucket
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -114,7 +114,8 @@ type PlannedConfig struct {
 // step as its counts: a retry (a Lambda retry, a client's) counts nothing
 // more and returns the first call's outcome, Allowed and Remaining as
 // they were then, and the time left in the period the first call counted
-// in. A Refund whose IdempotencyKey is that of the charge it undoes gives
+// in. dynamostore records admitted calls only: the retry of a refused
+// Allow is decided afresh, as on PostgreSQL. A Refund whose IdempotencyKey is that of the charge it undoes gives
 // nothing back to a period that started after the charge, as
 // durable.Planned does. Peek, Usage and Reset ignore it.
 //
@@ -325,11 +326,13 @@ func (p *Planned) run(ctx context.Context, req ratekit.Request, op kvstore.Op, r
 }
 
 // idempotencyID returns the id under which the store records a step of
-// key with idempotency key idem: Prefix, ":", and the SHA-256 of key and
-// idem in hexadecimal, so that Planned limiters of different prefixes, and
-// different keys, never share a record, within the id's 512 bytes
-// whatever the lengths of key and idem (up to 512 bytes each). A charge
-// and the refund that undoes it, given the same key and idem, share it.
+// key with idempotency key idem: Prefix, ":", and the first 128 bits of
+// the SHA-256 of key and idem in unpadded URL-safe base64 (22 bytes), so
+// that Planned limiters of different prefixes, and different keys, never
+// share a record, and the id stays short (the store keeps it in the key's
+// item, whose size a write costs) whatever the lengths of key and idem. A
+// charge and the refund that undoes it, given the same key and idem,
+// share it.
 func (p *Planned) idempotencyID(key, idem string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
@@ -337,7 +340,7 @@ func (p *Planned) idempotencyID(key, idem string) string {
 	h.Write([]byte(key))
 	h.Write([]byte(idem))
 	var sum [sha256.Size]byte
-	return p.prefix + hex.EncodeToString(h.Sum(sum[:0]))
+	return p.prefix + base64.RawURLEncoding.EncodeToString(h.Sum(sum[:0])[:16])
 }
 
 // appendRecord appends to buf the name of pp's record up to the key that
@@ -466,7 +469,8 @@ func (p *Planned) Usage(ctx context.Context, key string) ([]ratekit.Usage, error
 //
 // It returns an error matching ratekit.ErrInvalidConfig for an invalid
 // policy name, one matching errors.ErrUnsupported when the store keeps no
-// period history (memstore and the Redis stores), fn's error as is, and
+// period history (memstore and the Redis stores) or the Planned has no
+// Group (a history holds the counters of groups), fn's error as is, and
 // the store's error, wrapped (one caused by ctx wraps ctx.Err()).
 func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.Time, fn func(ratekit.PeriodUsage) error) error {
 	if err := ratekit.ValidatePolicyName(policy); err != nil {
@@ -475,6 +479,9 @@ func (p *Planned) PeriodUsage(ctx context.Context, policy string, from, to time.
 	h, ok := p.store.(kvstore.PeriodHistory)
 	if !ok {
 		return fmt.Errorf("tokenbucket: PeriodUsage: store %T keeps no period history (kvstore.PeriodHistory): %w", p.store, errors.ErrUnsupported)
+	}
+	if !p.group {
+		return fmt.Errorf("tokenbucket: PeriodUsage: a store's period history holds the counters of groups, and this Planned has no Group: %w", errors.ErrUnsupported)
 	}
 	prefix := p.prefix + policy + "/p:"
 	var fnErr error

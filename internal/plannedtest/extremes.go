@@ -19,10 +19,12 @@ import (
 // never a panic nor another error (a false ratekit.ErrClockSkew, a store's
 // range error); on a plan it decides, a take or peek above the quota is
 // ratekit.ErrCostExceedsQuota and a refund of any size succeeds and leaves
-// the whole quota remaining.
+// the whole quota remaining. On a partitioned store the limiter has Group.
 func CheckExtremes(t *testing.T, store kvstore.Store) {
 	plans := &Plans{}
-	l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "ext", Store: store, Plan: plans.Plan})
+	m, ok := store.(kvstore.MultiAtomic)
+	group := ok && m.Partitioned() // DynamoDB: a decision's records in one item
+	l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "ext", Store: store, Group: group, Plan: plans.Plan})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -444,11 +444,14 @@ func BenchPlanFunc(plan ratekit.Plan) func(context.Context, string) (ratekit.Pla
 
 // Bench runs the sub-benchmarks of a planned decision on store: a burst
 // and a monthly quota with a plan lookup (tokenbucket.Planned), and the
-// same two policies in a fixed tokenbucket.Composite.
+// same two policies in a fixed tokenbucket.Composite, both with Group on a
+// partitioned store.
 func Bench(b *testing.B, store kvstore.Store) {
 	plan, fixed := BenchPlans()
+	m, ok := store.(kvstore.MultiAtomic)
+	group := ok && m.Partitioned()
 	b.Run("Planned", func(b *testing.B) {
-		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "bench", Store: store, Plan: BenchPlanFunc(plan)})
+		l, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "bench", Store: store, Group: group, Plan: BenchPlanFunc(plan)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -459,7 +462,7 @@ func Bench(b *testing.B, store kvstore.Store) {
 		for i, p := range fixed {
 			buckets[i] = tokenbucket.Bucket{Name: p.Name, Burst: p.Quota, RefillRate: tokenbucket.Rate{Tokens: p.Quota, Per: p.Window}}
 		}
-		l, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: store})
+		l, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: store, Group: group})
 		if err != nil {
 			b.Fatal(err)
 		}

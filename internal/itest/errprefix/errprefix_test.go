@@ -368,6 +368,14 @@ func TestDecisionConfigErrors(t *testing.T) {
 	for _, name := range []string{"a b", strings.Repeat("a", ratekit.MaxPolicyNameLen)} {
 		decisionErr(t, "durable", "PeriodUsage of "+name, planned.PeriodUsage(ctx, name, time.Time{}, time.Now(), none))
 	}
+	tbPlanned, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "p", Store: store,
+		Plan: func(context.Context, string) (ratekit.Plan, error) { return ratekit.Plan{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a b", "a/p", strings.Repeat("a", ratekit.MaxPolicyNameLen+1)} {
+		decisionErr(t, "tokenbucket", "PeriodUsage of "+name, tbPlanned.PeriodUsage(ctx, name, time.Time{}, time.Now(), func(ratekit.PeriodUsage) error { return nil }))
+	}
 	windowed, err := durable.New(durable.Config{Store: pg, Durability: durable.Unlogged,
 		Policy: ratekit.Policy{Name: "w", Quota: 1, Window: time.Second, Algorithm: ratekit.FixedWindow}})
 	if err != nil {
