@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -22,11 +21,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/ratekit/ratekit/examples/internal/plans/planstest"
+	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 	"github.com/ratekit/ratekit/internal/testenv"
 )
 
@@ -190,7 +188,6 @@ func (s *server) get(t *testing.T, apiKey string) (*http.Response, string) {
 func TestLocalFindsDynamoDB(t *testing.T) {
 	endpoint := testenv.DynamoDBEndpoint(t)
 	dead := "http://" + deadAddr(t)
-	table := "ratekit_example_paidapi_local"
 	tests := []struct {
 		name string
 		env  []string
@@ -203,14 +200,17 @@ func TestLocalFindsDynamoDB(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			key := fmt.Sprintf("key-%d-%s", i, time.Now().Format("150405.000000000"))
 			env := cleanEnv(append(append(tc.env, credentials()...),
-				"AWS_REGION="+region(), "RATEKIT_TABLE="+table, "PAIDAPI_KEYS=other,"+key)...)
+				"AWS_REGION="+region(), "RATEKIT_TABLE="+testTable, "PAIDAPI_CUSTOMERS_TABLE="+testCustomersTable,
+				"PAIDAPI_KEYS=other,"+key+"=pro")...)
 			// A patient timeout: dynalite on a loaded machine is no DynamoDB.
-			s := startLocal(t, env, "-create-table", "-timeout", "30s")
+			s := startLocal(t, env, "-create-table", "-timeout", "30s", "-prefix", planstest.Unique("local"))
 			resp, body := s.get(t, key)
-			var got struct{ Remaining int }
-			if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Remaining != 99 ||
-				!strings.Contains(resp.Header.Get("RateLimit"), `"paid";r=99;`) {
-				t.Fatalf("known key: %d %v %s; want 200 with 99 left\n%s", resp.StatusCode, resp.Header, body, s.Log())
+			var got struct {
+				Left int64 `json:"calls_left_this_month"`
+			}
+			if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Left != 99_999 ||
+				!strings.Contains(resp.Header.Get("RateLimit"), `"monthly";r=99999;`) {
+				t.Fatalf("known key on the pro plan: %d %v %s; want 200 with 99,999 left this month\n%s", resp.StatusCode, resp.Header, body, s.Log())
 			}
 			for _, k := range []string{"unknown", ""} {
 				if resp, body := s.get(t, k); resp.StatusCode != 401 {
@@ -235,63 +235,27 @@ func deadAddr(t *testing.T) string {
 	return addr
 }
 
-// An unknown key is refused with 401 before DynamoDB is asked; a known key
-// whose decision fails gets 503 with Retry-After, and the log says why in
-// one line however many calls fail.
-func TestUnknownKeyAndOutage(t *testing.T) {
-	var requests int
-	var mu sync.Mutex
-	client := dynamodb.New(dynamodb.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String("http://" + deadAddr(t)),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			mu.Lock()
-			requests++
-			mu.Unlock()
-			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
-		}),
-	})
+// With DynamoDB unreachable every call gets 503 with Retry-After (a key
+// not in memory cannot be authenticated either), metered or /usage, and the
+// log says why in one line however many calls fail.
+func TestOutage(t *testing.T) {
+	client, _ := testClient(t, "http://"+deadAddr(t), false)
 	var log bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&log, nil))
-	env := map[string]string{"RATEKIT_TABLE": "t", "PAIDAPI_KEYS": "customer"}
-	h, err := newHandler(client, func(k string) string { return env[k] }, 2*time.Second, logger)
+	a, err := newAPI(config{client: client, table: "t", customersTable: "c", prefix: "p", tiers: planstest.Default("").Tiers,
+		timeout: 2 * time.Second, logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}
-	invoke := awslambda.NewHandler(h)
-	call := func(apiKey string) events.APIGatewayV2HTTPResponse {
-		t.Helper()
-		payload, _ := json.Marshal(events.APIGatewayV2HTTPRequest{
-			RawPath: "/v1/quote",
-			Headers: map[string]string{"x-api-key": apiKey},
-			RequestContext: events.APIGatewayV2HTTPRequestContext{
-				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: "/v1/quote", SourceIP: "192.0.2.1"},
-			},
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		out, err := invoke.Invoke(ctx, payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var resp events.APIGatewayV2HTTPResponse
-		if err := json.Unmarshal(out, &resp); err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
-	for _, k := range []string{"invented", ""} {
-		if resp := call(k); resp.StatusCode != 401 {
-			t.Fatalf("unknown key %q: %d %s; want 401", k, resp.StatusCode, resp.Body)
-		}
-	}
-	if requests != 0 || log.Len() != 0 {
-		t.Fatalf("unknown keys made %d DynamoDB requests and logged %q", requests, log.String())
-	}
+	h := awslambda.NewHandler(a.Route)
 	const calls = 10
 	for i := 0; i < calls; i++ {
-		if resp := call("customer"); resp.StatusCode != 503 || resp.Headers["Retry-After"] == "" {
-			t.Fatalf("call %d with DynamoDB down: %d %v %s; want 503 with Retry-After", i, resp.StatusCode, resp.Headers, resp.Body)
+		r := planstest.Call(t, h, "customer", "ACME", "")
+		if i%2 == 1 {
+			r = planstest.Request(t, h, "GET", "/usage", "customer", "")
+		}
+		if r.Status != 503 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("call %d with DynamoDB down: %d %v %s; want 503 with Retry-After", i, r.Status, r.Header, r.Body)
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
@@ -299,6 +263,50 @@ func TestUnknownKeyAndOutage(t *testing.T) {
 	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &m) != nil || m.Level != "ERROR" ||
 		!strings.HasPrefix(m.Msg, "DynamoDB failed") || m.Store != "DynamoDB" || !strings.Contains(m.Error, "connect") {
 		t.Fatalf("%d failed calls logged:\n%s\nwant one ERROR line with the cause", calls, log.String())
+	}
+}
+
+// A DynamoDB whose connections go silent (no FIN, no RST, as behind a NAT
+// that dropped the flow) fails the call with 503 within the invocation's
+// deadline, once the timeout has passed: a metered call of a customer in
+// memory, its /usage, and the lookup of a customer not in memory.
+func TestSilentDynamoDB(t *testing.T) {
+	endpoint := testenv.DynamoDBEndpoint(t)
+	relay := faultproxy.StartRelay(t, strings.TrimPrefix(endpoint, "http://"))
+	client, _ := testClient(t, "http://"+relay.Addr, true)
+	known, unknown := planstest.Unique("known"), planstest.Unique("unknown")
+	// A timeout that dynalite on a loaded machine meets, far below the
+	// invocation's deadline (10 s).
+	const timeout = time.Second
+	a := testAPI(t, client, planstest.Default(known), func(c *config) { c.timeout = timeout })
+	h := awslambda.NewHandler(a.Route)
+	for _, tc := range []struct {
+		name string
+		call func() planstest.Result
+	}{
+		{"metered", func() planstest.Result { return planstest.Call(t, h, known, "ACME", "") }},
+		{"usage", func() planstest.Result { return planstest.Request(t, h, "GET", "/usage", known, "") }},
+		{"customer lookup", func() planstest.Result { return planstest.Call(t, h, unknown, "ACME", "") }},
+	} {
+		// A call that succeeds leaves a connection in the pool, which
+		// then goes silent.
+		for i := 0; ; i++ {
+			r := planstest.Request(t, h, "GET", "/usage", known, "")
+			if r.Status == 200 {
+				break
+			}
+			if i == 4 {
+				t.Fatalf("%s: before the silence: %d %s", tc.name, r.Status, r.Body)
+			}
+		}
+		if relay.Silence() == 0 {
+			t.Fatalf("%s: no connection to silence", tc.name)
+		}
+		start := time.Now()
+		r := tc.call()
+		if took := time.Since(start); r.Status != 503 || r.Header.Get("Retry-After") == "" || took > timeout+time.Second {
+			t.Fatalf("%s on a silent DynamoDB: %d %s after %v; want 503 with Retry-After within the %v timeout", tc.name, r.Status, r.Body, took, timeout)
+		}
 	}
 }
 
@@ -316,10 +324,14 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"-h"}, 0, "Usage: paidapi-dynamodb", false},
 		{[]string{"-timeout", "-1s"}, 2, `invalid value "-1s" for flag -timeout: must be from 1ms to 1m0s`, false},
 		{[]string{"-create-table"}, 2, "paidapi-dynamodb: -create-table works with -local only", false},
+		{[]string{"-bill", "2026-11-01"}, 2, `invalid value "2026-11-01" for flag -bill: want from/to`, false},
+		{[]string{"-bill", "2026-12-01/2026-11-01"}, 2, "from must be before to", false},
+		{[]string{"-local", "-bill", "2026-11-01/2026-12-01"}, 2, "-bill prints and exits", false},
+		{[]string{"-quota", "0"}, 2, `invalid value "0" for flag -quota`, false},
 	}
 	for _, tc := range tests {
 		cmd := exec.Command(bin, tc.args...)
-		cmd.Env = cleanEnv("RATEKIT_TABLE=t", "PAIDAPI_KEYS=k", "AWS_REGION=us-east-1")
+		cmd.Env = cleanEnv("RATEKIT_TABLE=t", "PAIDAPI_CUSTOMERS_TABLE=c", "PAIDAPI_KEYS=k", "AWS_REGION=us-east-1")
 		out, err := cmd.CombinedOutput()
 		status := 0
 		var exit *exec.ExitError

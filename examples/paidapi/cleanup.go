@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/ratekit/ratekit/examples/internal/plans"
 )
 
 // defaultCleanupEvery is the least time between two cleanups of the
@@ -15,7 +17,7 @@ import (
 const defaultCleanupEvery = 10 * time.Minute
 
 // cleanupTimeout bounds one cleanup; the invocation's deadline may bound it
-// sooner (see bound).
+// sooner (see plans.Bound).
 const cleanupTimeout = time.Second
 
 // cleaner deletes expired idempotency records from requests, since a Lambda
@@ -39,7 +41,7 @@ type cleaner struct {
 // server error (a store that failed the request would fail the cleanup
 // too), a cleanup if one is due.
 func (a *api) routeAndClean(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	resp, err := a.route(ctx, ev)
+	resp, err := a.Route(ctx, ev)
 	if err == nil && resp.StatusCode < http.StatusInternalServerError {
 		a.cleanup.maybe(ctx, time.Now())
 	}
@@ -47,7 +49,7 @@ func (a *api) routeAndClean(ctx context.Context, ev events.APIGatewayV2HTTPReque
 }
 
 // maybe runs a cleanup when one is due at now and none is running, bounded
-// by cleanupTimeout and ctx's deadline (see bound). A cleanup cut short
+// by cleanupTimeout and ctx's deadline (see plans.Bound). A cleanup cut short
 // leaves the rest for the next one; a failed one is logged as a warning
 // (at most one line per every).
 func (c *cleaner) maybe(ctx context.Context, now time.Time) {
@@ -55,7 +57,7 @@ func (c *cleaner) maybe(ctx context.Context, now time.Time) {
 	if every == 0 {
 		every = defaultCleanupEvery
 	}
-	end := bound(ctx, now, cleanupTimeout)
+	end := plans.Bound(ctx, now, cleanupTimeout)
 	c.mu.Lock()
 	if every < 0 || c.running || !end.After(now) || (!c.last.IsZero() && now.Sub(c.last) < every) {
 		c.mu.Unlock()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+	"github.com/ratekit/ratekit/examples/internal/plans/planstest"
 )
 
 // storeAt returns a Store whose pool connects to addr, which is not a
@@ -116,8 +117,8 @@ func TestUsageFailuresLoggedOnce(t *testing.T) {
 	h := awslambda.NewHandler(a.handler)
 	const calls = 20
 	for i := 0; i < calls; i++ {
-		if r := request(t, h, "GET", "/usage", "customer", ""); r.status != http.StatusServiceUnavailable {
-			t.Fatalf("call %d: %d %s, want 503", i, r.status, r.body)
+		if r := planstest.Request(t, h, "GET", "/usage", "customer", ""); r.Status != http.StatusServiceUnavailable {
+			t.Fatalf("call %d: %d %s, want 503", i, r.Status, r.Body)
 		}
 	}
 	var lines []string
@@ -161,8 +162,8 @@ func TestCleanupDeletesIdempotencyRecords(t *testing.T) {
 
 	h := awslambda.NewHandler(testAPI(t, store, prefix, customer, nil).handler)
 	for i := 0; i < 3; i++ {
-		if r := call(t, h, customer, "ACME", "order-"+string(rune('a'+i))); r.status != 200 {
-			t.Fatalf("call %d: %d %s", i, r.status, r.body)
+		if r := planstest.Call(t, h, customer, "ACME", "order-"+string(rune('a'+i))); r.Status != 200 {
+			t.Fatalf("call %d: %d %s", i, r.Status, r.Body)
 		}
 	}
 	if n := records(); n != 3 {
@@ -175,7 +176,7 @@ func TestCleanupDeletesIdempotencyRecords(t *testing.T) {
 	}
 	// A new instance cleans up on its first answered request.
 	h = awslambda.NewHandler(testAPI(t, store, prefix, customer, nil).handler)
-	usageOf(t, h, customer)
+	planstest.UsageOf(t, h, customer)
 	if n := records(); n != 0 {
 		t.Fatalf("%d expired idempotency records left after a request, want 0", n)
 	}

@@ -57,11 +57,11 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/examples/internal/apigwlocal"
 	"github.com/ratekit/ratekit/examples/internal/cli"
 	"github.com/ratekit/ratekit/examples/internal/lambdaenv"
+	"github.com/ratekit/ratekit/examples/internal/plans"
 )
 
 func main() {
@@ -75,17 +75,13 @@ func main() {
 // outside Lambda.
 const notInLambdaHint = "run with -local to serve on localhost"
 
-// maxPrefixLen leaves room for the longest policy's counter prefix,
-// <prefix>:monthly, within ratekit.MaxPolicyNameLen.
-const maxPrefixLen = ratekit.MaxPolicyNameLen - len(":"+monthlyPolicy)
-
 // run sets the API up once and then serves: on Lambda through lambda.Start,
 // with -local over HTTP until ctx ends. When ready is not nil it receives
 // the local server's address.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	fs := flag.NewFlagSet("paidapi", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cli.SetUsage(fs, "paidapi [-local [-addr host:port]] [-quota calls] [-burst calls] [-pro-quota calls] [-pro-burst calls] [-enterprise-burst calls] [-prefix name]",
+	cli.SetUsage(fs, "paidapi [-local [-addr host:port]] "+plans.FlagsSynopsis,
 		`Environment:
   DATABASE_URL         PostgreSQL connection string (required)
   PAIDAPI_KEYS         the customers, comma-separated (required): key[=plan][@anchor],
@@ -102,17 +98,7 @@ Without -local it must run in AWS Lambda (provided.al2023).
 		}
 		return nil
 	})
-	quota := cli.Int64(fs, "quota", 1000, 1, ratekit.MaxQuota, "`calls` per API key and billing month on the free plan")
-	burst := cli.Int64(fs, "burst", 2, 1, ratekit.MaxQuota, "`calls` per API key and second on the free plan")
-	proQuota := cli.Int64(fs, "pro-quota", 100_000, 1, ratekit.MaxQuota, "`calls` per API key and billing month on the pro plan")
-	proBurst := cli.Int64(fs, "pro-burst", 10, 1, ratekit.MaxQuota, "`calls` per API key and second on the pro plan")
-	entBurst := cli.Int64(fs, "enterprise-burst", 50, 1, ratekit.MaxQuota, "`calls` per API key and second on the enterprise plan (its monthly quota is per customer)")
-	prefix := cli.String(fs, "prefix", defaultPrefix, "counter prefix in the shared ratekit tables: a `name` of letters, digits, '-', '_', '.' and ':'", func(v string) error {
-		if len(v) > maxPrefixLen {
-			return fmt.Errorf("must be at most %d bytes", maxPrefixLen)
-		}
-		return ratekit.ValidatePolicyName(v)
-	})
+	flags := plans.Flags(fs)
 	if err := cli.Parse(fs, args); err != nil {
 		return err
 	}
@@ -150,15 +136,15 @@ Without -local it must run in AWS Lambda (provided.al2023).
 		return err
 	}
 	// The seam: a real program reads its customers table here (see
-	// customers in customers.go).
-	cust, err := parseCustomers(getenv("PAIDAPI_KEYS"))
+	// plans.Customers).
+	keys, err := plans.ParseKeys(getenv("PAIDAPI_KEYS"))
 	if err != nil {
 		return err
 	}
+	cust := plans.NewMemory(keys)
+	tiers, prefix := flags()
 	a, err := newAPI(config{
-		store: store, prefix: *prefix,
-		free: tier{Burst: *burst, Quota: *quota}, pro: tier{Burst: *proBurst, Quota: *proQuota}, enterpriseBurst: *entBurst,
-		customers: cust, adminToken: getenv("PAIDAPI_ADMIN_TOKEN"), logger: logger,
+		store: store, prefix: prefix, tiers: tiers, customers: cust, adminToken: getenv("PAIDAPI_ADMIN_TOKEN"), logger: logger,
 	})
 	if err != nil {
 		return err
@@ -172,9 +158,8 @@ Without -local it must run in AWS Lambda (provided.al2023).
 	if err != nil {
 		return err
 	}
-	logger.Info("paid API listening", "addr", "http://"+ln.Addr().String(),
-		"free", fmt.Sprintf("%d/s, %d/month", *burst, *quota), "pro", fmt.Sprintf("%d/s, %d/month", *proBurst, *proQuota),
-		"enterprise", fmt.Sprintf("%d/s, per customer", *entBurst), "admin", a.cfg.adminToken != "")
+	logger.Info("paid API listening", append([]any{"addr", "http://" + ln.Addr().String()},
+		append(tiers.Describe(), "admin", a.cfg.adminToken != "")...)...)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

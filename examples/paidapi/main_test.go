@@ -28,6 +28,8 @@ import (
 	"github.com/ratekit/ratekit/durable"
 	"github.com/ratekit/ratekit/durable/pgstore"
 	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+	"github.com/ratekit/ratekit/examples/internal/plans"
+	"github.com/ratekit/ratekit/examples/internal/plans/planstest"
 	"github.com/ratekit/ratekit/httplimit"
 	"github.com/ratekit/ratekit/internal/itest/faultproxy"
 )
@@ -91,8 +93,8 @@ func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 			Store: store, Prefix: prefix, Durability: durable.Logged,
 			Plan: func(context.Context, string) (ratekit.Plan, error) {
 				return ratekit.Plan{Name: "any", Policies: []ratekit.Policy{
-					{Name: burstPolicy, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
-					{Name: monthlyPolicy, Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
+					{Name: plans.BurstPolicy, Quota: 1, Window: time.Second, Algorithm: ratekit.TokenBucket},
+					{Name: plans.MonthlyPolicy, Quota: 1, Algorithm: ratekit.FixedWindow, Period: ratekit.Period{Unit: ratekit.Month}},
 				}}, nil
 			},
 		})
@@ -117,13 +119,14 @@ func testStore(t testing.TB, prefix string, apiKeys ...string) *pgstore.Store {
 // otherwise.
 func testAPI(t testing.TB, store *pgstore.Store, prefix, keys string, change func(*config)) *api {
 	t.Helper()
-	cust, err := parseCustomers(keys)
+	m, err := plans.ParseKeys(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cust := plans.NewMemory(m)
 	cfg := config{
 		store: store, prefix: prefix, customers: cust,
-		free: tier{Burst: 50, Quota: 3}, pro: tier{Burst: 50, Quota: 5}, enterpriseBurst: 50, burstWindow: time.Minute,
+		tiers:  plans.Tiers{Free: plans.Tier{Burst: 50, Quota: 3}, Pro: plans.Tier{Burst: 50, Quota: 5}, EnterpriseBurst: 50, BurstWindow: time.Minute},
 		logger: slog.New(slog.DiscardHandler),
 		quote:  func(context.Context, string) (float64, error) { return 1, nil },
 	}
@@ -137,171 +140,24 @@ func testAPI(t testing.TB, store *pgstore.Store, prefix, keys string, change fun
 	return a
 }
 
-// monthSeconds is the length in seconds of the current billing month of
-// anchor (the zero Time: calendar months), the w of the monthly policy.
-func monthSeconds(anchor time.Time) int64 {
-	start, end := ratekit.Period{Unit: ratekit.Month, Location: time.UTC, Anchor: anchor}.Bounds(time.Now())
-	return int64(end.Sub(start) / time.Second)
-}
-
-type quoteResult struct {
-	status  int
-	headers http.Header
-	body    string
-}
-
-func call(t *testing.T, h awslambda.Handler, apiKey, symbol, idem string) quoteResult {
-	t.Helper()
-	return callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
-		ev.Headers["x-api-key"] = apiKey
-		if idem != "" {
-			ev.Headers["idempotency-key"] = idem
-		}
-		ev.QueryStringParameters["symbol"] = symbol
+// The checks every paid API passes (planstest.Run), on PostgreSQL.
+func TestPaidAPI(t *testing.T) {
+	planstest.Run(t, func(t *testing.T, s planstest.Setup) awslambda.Handler {
+		prefix := unique(t)
+		store := testStore(t, prefix, keyNames(s.Keys)...)
+		return awslambda.NewHandler(testAPI(t, store, prefix, s.Keys, func(c *config) {
+			c.tiers, c.adminToken, c.quote = s.Tiers, s.AdminToken, s.Quote
+		}).handler)
 	})
 }
 
-// callWith invokes h with testdata/event.json changed by patch.
-func callWith(t *testing.T, h awslambda.Handler, patch func(*events.APIGatewayV2HTTPRequest)) quoteResult {
-	t.Helper()
-	raw, err := os.ReadFile("testdata/event.json")
-	if err != nil {
-		t.Fatal(err)
+// keyNames returns the API keys of PAIDAPI_KEYS entries.
+func keyNames(keys string) []string {
+	var names []string
+	for _, e := range strings.Split(keys, ",") {
+		names = append(names, strings.FieldsFunc(e, func(r rune) bool { return r == '=' || r == '@' })[0])
 	}
-	var ev events.APIGatewayV2HTTPRequest
-	if err := json.Unmarshal(raw, &ev); err != nil {
-		t.Fatal(err)
-	}
-	patch(&ev)
-	payload, _ := json.Marshal(ev)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the invocation's deadline
-	defer cancel()
-	out, err := h.Invoke(ctx, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var resp events.APIGatewayV2HTTPResponse
-	if err := json.Unmarshal(out, &resp); err != nil {
-		t.Fatal(err)
-	}
-	hdr := http.Header{}
-	for k, v := range resp.Headers {
-		hdr.Set(k, v)
-	}
-	return quoteResult{resp.StatusCode, hdr, resp.Body}
-}
-
-// The Lambda path, through aws-lambda-go's invoke: authentication, charges,
-// refunds on failed work and bad input, idempotent retries, and the 429.
-func TestPaidAPIOnLambda(t *testing.T) {
-	prefix := unique(t)
-	customer := "customer-" + prefix
-	store := testStore(t, prefix, customer, "other-customer")
-	var quotes atomic.Int32
-	a := testAPI(t, store, prefix, customer+",other-customer", func(c *config) {
-		c.burstWindow = time.Second
-		c.quote = func(_ context.Context, symbol string) (float64, error) {
-			quotes.Add(1)
-			if symbol == "FAIL" {
-				return 0, errors.New("upstream timeout")
-			}
-			return 12.5, nil
-		}
-	})
-	h := awslambda.NewHandler(a.handler)
-	// left is the monthly quota's member of the RateLimit list (the
-	// burst's comes first).
-	left := func(r quoteResult) string {
-		members := strings.Split(r.headers.Get("RateLimit"), ", ")
-		return members[len(members)-1]
-	}
-
-	for _, key := range []string{"", "invented-key"} {
-		if r := call(t, h, key, "ACME", ""); r.status != 401 || left(r) != "" {
-			t.Fatalf("key %q: %d %s", key, r.status, r.body)
-		}
-	}
-
-	r := call(t, h, customer, "ACME", "")
-	wantPolicy := fmt.Sprintf(`"burst";q=50;w=1, "monthly";q=3;w=%d`, monthSeconds(time.Time{}))
-	if r.status != 200 || r.headers.Get("RateLimit-Policy") != wantPolicy || !strings.HasPrefix(left(r), `"monthly";r=2;t=`) {
-		t.Fatalf("first call: %d %v %s", r.status, r.headers, r.body)
-	}
-	var got struct {
-		Symbol string
-		Price  float64
-		Left   int64 `json:"calls_left_this_month"`
-	}
-	if err := json.Unmarshal([]byte(r.body), &got); err != nil || got.Symbol != "ACME" || got.Price != 12.5 || got.Left != 2 {
-		t.Fatalf("body %s: %v", r.body, err)
-	}
-
-	// Failed work and bad input are refunded: two more calls still leave 2.
-	if r := call(t, h, customer, "FAIL", "retry-1"); r.status != 502 || !strings.HasPrefix(left(r), `"monthly";r=2;`) {
-		t.Fatalf("failed work: %d %v %s", r.status, r.headers, r.body)
-	}
-	if r := call(t, h, customer, "not a symbol", ""); r.status != 400 || !strings.HasPrefix(left(r), `"monthly";r=2;`) {
-		t.Fatalf("bad symbol: %d %s", r.status, r.body)
-	}
-
-	// A retried call with the same Idempotency-Key is charged once.
-	for i := 0; i < 3; i++ {
-		r := call(t, h, customer, "ACME", "order-7")
-		if r.status != 200 || !strings.HasPrefix(left(r), `"monthly";r=1;`) {
-			t.Fatalf("idempotent attempt %d: %d %s %s", i, r.status, left(r), r.body)
-		}
-	}
-	r = call(t, h, customer, "ACME", "")
-	if r.status != 200 || !strings.HasPrefix(left(r), `"monthly";r=0;`) {
-		t.Fatalf("third charged call: %d %s", r.status, left(r))
-	}
-	before := quotes.Load()
-	r = call(t, h, customer, "ACME", "")
-	var p httplimit.Problem
-	json.Unmarshal([]byte(r.body), &p)
-	if r.status != 429 || r.headers.Get("Retry-After") == "" || p.Type != httplimit.ProblemTypeQuotaExceeded || quotes.Load() != before {
-		t.Fatalf("over quota: %d %v %s (downstream called %d times)", r.status, r.headers, r.body, quotes.Load()-before)
-	}
-	// Another customer has a quota of its own.
-	if r := call(t, h, "other-customer", "ACME", ""); r.status != 200 {
-		t.Fatalf("other customer: %d %s", r.status, r.body)
-	}
-	// Routes other than the API's are 404, and /usage is authenticated.
-	if r := request(t, h, "GET", "/v1/quotes", customer, ""); r.status != 404 {
-		t.Fatalf("unknown route: %d %s", r.status, r.body)
-	}
-	if r := request(t, h, "GET", "/usage", "invented-key", ""); r.status != 401 {
-		t.Fatalf("usage of an unknown key: %d %s", r.status, r.body)
-	}
-}
-
-// The burst and the monthly quota decide together: a call past the burst
-// is refused with both policies in the fields, names the burst as the
-// violated policy, and takes nothing from the monthly quota.
-func TestBurstAndMonthlyQuota(t *testing.T) {
-	prefix := unique(t)
-	customer := "customer-" + prefix
-	store := testStore(t, prefix, customer)
-	a := testAPI(t, store, prefix, customer, func(c *config) { c.free = tier{Burst: 2, Quota: 5} })
-	h := awslambda.NewHandler(a.handler)
-	wantPolicy := fmt.Sprintf(`"burst";q=2;w=60, "monthly";q=5;w=%d`, monthSeconds(time.Time{}))
-	for i := 0; i < 2; i++ {
-		if r := call(t, h, customer, "ACME", ""); r.status != 200 || r.headers.Get("RateLimit-Policy") != wantPolicy {
-			t.Fatalf("call %d: %d %v %s", i+1, r.status, r.headers, r.body)
-		}
-	}
-	r := call(t, h, customer, "ACME", "")
-	var p httplimit.Problem
-	json.Unmarshal([]byte(r.body), &p)
-	if r.status != 429 || len(p.ViolatedPolicies) != 1 || p.ViolatedPolicies[0] != burstPolicy ||
-		!strings.HasPrefix(r.headers.Get("RateLimit"), `"burst";r=0;t=`) ||
-		!strings.Contains(r.headers.Get("RateLimit"), `, "monthly";r=3;t=`) || r.headers.Get("Retry-After") == "" {
-		t.Fatalf("past the burst: %d %v %s", r.status, r.headers, r.body)
-	}
-	u := usageOf(t, h, customer)
-	if m := u.Policies[1]; m.Name != monthlyPolicy || m.Used != 2 || m.Remaining != 3 {
-		t.Fatalf("monthly quota after the burst's denial: %+v; want 2 used, 3 left", m)
-	}
+	return names
 }
 
 func mustAPIKey(v string) string {
@@ -414,28 +270,28 @@ func TestDuplicateAPIKeyCopies(t *testing.T) {
 	prefix := unique(t)
 	customer := "customer-" + prefix
 	store := testStore(t, prefix, customer)
-	a := testAPI(t, store, prefix, customer, func(c *config) { c.free.Quota = 1 })
+	a := testAPI(t, store, prefix, customer, func(c *config) { c.tiers.Free.Quota = 1 })
 	h := awslambda.NewHandler(a.handler)
-	if r := call(t, h, customer, "ACME", ""); r.status != 200 {
-		t.Fatalf("first call: %d %s", r.status, r.body)
+	if r := planstest.Call(t, h, customer, "ACME", ""); r.Status != 200 {
+		t.Fatalf("first call: %d %s", r.Status, r.Body)
 	}
 	for i := 0; i < 40; i++ { // the order of a map's names varies
 		other := fmt.Sprintf("invented-%s-%d", prefix, i)
-		r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+		r := planstest.CallWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
 			ev.Headers["x-api-key"] = customer
 			ev.Headers["X-Api-Key"] = other
 		})
-		if r.status != 400 {
-			t.Fatalf("call %d with conflicting copies: %d %s, want 400", i, r.status, r.body)
+		if r.Status != 400 {
+			t.Fatalf("call %d with conflicting copies: %d %s, want 400", i, r.Status, r.Body)
 		}
 	}
 	// Copies that agree are one key: the customer's, whose quota is spent.
-	r := callWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
+	r := planstest.CallWith(t, h, func(ev *events.APIGatewayV2HTTPRequest) {
 		ev.Headers["x-api-key"] = customer
 		ev.Headers["X-API-KEY"] = customer
 	})
-	if r.status != 429 {
-		t.Fatalf("agreeing copies past the quota: %d %s, want 429", r.status, r.body)
+	if r.Status != 429 {
+		t.Fatalf("agreeing copies past the quota: %d %s, want 429", r.Status, r.Body)
 	}
 }
 
@@ -526,16 +382,16 @@ func TestOneStatementPerCall(t *testing.T) {
 	if err := store.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a := testAPI(t, traced, prefix, customer, func(c *config) { c.free.Quota = 5 })
+	a := testAPI(t, traced, prefix, customer, func(c *config) { c.tiers.Free.Quota = 5 })
 	h := awslambda.NewHandler(a.handler)
-	if r := call(t, h, customer, "ACME", ""); r.status != 200 { // the first call checks the schema
-		t.Fatalf("first call: %d %s", r.status, r.body)
+	if r := planstest.Call(t, h, customer, "ACME", ""); r.Status != 200 { // the first call checks the schema
+		t.Fatalf("first call: %d %s", r.Status, r.Body)
 	}
 	tr.Statements.Store(0)
 	for i := 0; i < 3; i++ {
-		if r := call(t, h, customer, "ACME", fmt.Sprint("idem-", i)); r.status != 200 ||
-			!strings.Contains(r.headers.Get("RateLimit"), fmt.Sprintf(`, "monthly";r=%d;t=`, 3-i)) {
-			t.Fatalf("call %d: %d %v %s", i+2, r.status, r.headers, r.body)
+		if r := planstest.Call(t, h, customer, "ACME", fmt.Sprint("idem-", i)); r.Status != 200 ||
+			!strings.Contains(r.Header.Get("RateLimit"), fmt.Sprintf(`, "monthly";r=%d;t=`, 3-i)) {
+			t.Fatalf("call %d: %d %v %s", i+2, r.Status, r.Header, r.Body)
 		}
 	}
 	if n := tr.Statements.Load(); n != 3 {
