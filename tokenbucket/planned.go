@@ -58,7 +58,7 @@ type PlannedConfig struct {
 // without a limiter per plan: every policy of the plan at once, all or
 // nothing, in one step of a kvstore.PeriodCounter store (one Lua script
 // and one round trip on Redis, one conditional write of one item on
-// DynamoDB, entry locks in memory), on the store's clock (on DynamoDB,
+// DynamoDB, shard locks in memory), on the store's clock (on DynamoDB,
 // which has none, the clock of the instance that decides:
 // dynamostore.Config.Now). It is the Atomic-KV counterpart of
 // durable.Planned.
