@@ -53,8 +53,10 @@ type PeriodHistory interface {
 // cannot make it count twice.
 //
 // UpdateMultiOnce is [MultiAtomic.UpdateMulti] made at most once per group,
-// op and id within ttl. The first call applies op, as UpdateMulti does, and
-// keeps in the same atomic step a record of id, op and its results; a later
+// op and id within ttl. The first call that applies op, as UpdateMulti does,
+// keeps in the same atomic step a record of id, op and its results (a take
+// that was refused changed nothing and is not recorded: its retry is decided
+// afresh); a later
 // call with the same group, op and id, within ttl of the first, applies
 // nothing, writes the recorded results into results (those of the first
 // call, whatever its updates) and reports replayed true. A refunding call
