@@ -14,21 +14,29 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DefaultMaxInFlight is the bound on a Store's decisions in flight used when
-// [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
-// decision on keys that no decision in flight holds goes at once, alone, on
-// its caller's connection: PostgreSQL's group commit already shares one
-// WAL flush among concurrent commits, and a batch would serialise decisions
-// that could run side by side. Beyond it, decisions queue and go to
-// PostgreSQL together, where one statement and one commit for many
-// decisions cost the server less than one each (benchmarks/README.md and
-// docs/postgres.md have the measurements).
-const DefaultMaxInFlight = 16
+// DefaultMaxInFlight is the bound on a Store's statements in flight used
+// when [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
+// decision on keys that no statement in flight holds twice goes at once,
+// alone, on its caller's connection while no decision waits: PostgreSQL's
+// group commit already shares one WAL flush among concurrent commits, and a
+// batch would serialise decisions that could run side by side. Beyond it,
+// decisions queue and go to PostgreSQL together, where one statement and
+// one commit for many decisions cost the server less than one each
+// (docs/postgres.md states the rule).
+const DefaultMaxInFlight = 8
 
 // keyInFlight is how many statements in flight may hold one key before a
-// decision on it queues: a hot key's decisions then go in batches, two at a
-// time, one waiting for the key's lock while the other holds it.
-const keyInFlight = 2
+// decision on it queues. With one, a hot key's decisions go in batches, each
+// carrying what arrived while the statement before held the key's lock
+// until its commit: a second statement on the key would only wait for that
+// lock in the server, with fewer decisions.
+const keyInFlight = 1
+
+// batchesInFlight bounds the batches in flight: while decisions wait, the
+// places of statements that end go to at most this many batches, so that
+// under load the queue goes in a few large batches, each one round trip and
+// one commit, rather than in many small ones.
+const batchesInFlight = 2
 
 // maxBatch bounds the decisions of one statement, so that its arrays stay
 // small whatever the queue holds; the rest wait for the next one.
@@ -126,12 +134,13 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 
 // coalescer sends a Store's decisions. A decision goes at once, alone, on
 // its caller's goroutine and context, as it would without coalescing, when
-// fewer than max decisions are in flight and fewer than keyInFlight
-// statements in flight hold any of its keys. Otherwise it joins a queue.
-// When a decision in flight ends and decisions wait, its caller hands its
-// place to one queued caller (the leader), which takes the queue and sends
-// it as one statement on its own goroutine; when that ends, it hands its
-// place on in turn. No goroutine is started: decisions are sent only by
+// fewer than max statements are in flight, fewer than keyInFlight of them
+// hold any of its keys, and no decision waits. Otherwise it joins a queue.
+// When a statement in flight ends, decisions wait and fewer than
+// batchesInFlight batches are in flight, its caller hands its place to one
+// queued caller (the leader), which takes a share of the queue and sends it
+// as one statement on its own goroutine; when that ends, it hands its place
+// on in turn. No goroutine is started: decisions are sent only by
 // goroutines of callers that wait for them.
 //
 // The statement calls the schema's batch function, which calls the same
@@ -144,12 +153,14 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 // would be locked out of that order after the batch's earlier decisions
 // waits for the next batch.
 type coalescer struct {
-	store *Store
-	max   int // decisions in flight at most; 0 turns coalescing off
-	seed  maphash.Seed
+	store   *Store
+	max     int // statements in flight at most; 0 turns coalescing off
+	streams int // batches in flight at most: batchesInFlight, at most max
+	seed    maphash.Seed
 
 	mu       sync.Mutex
-	inflight int              // guarded by mu
+	inflight int              // statements in flight; guarded by mu
+	batching int              // batches in flight, within inflight; guarded by mu
 	queue    []*waiter        // guarded by mu
 	held     map[uint64]int32 // statements in flight per key hash; guarded by mu
 
@@ -226,12 +237,12 @@ func (co *coalescer) do(ctx context.Context, d *decision) (result, error) {
 	var buf [1]uint64
 	hs := dedupe(co.hashes(buf[:0], d))
 	co.mu.Lock()
-	if co.inflight < co.max && co.free(hs) {
+	if co.inflight < co.max && len(co.queue) == 0 && co.free(hs) {
 		co.inflight++
 		co.hold(hs, 1)
 		co.mu.Unlock()
 		out, err := co.store.sendOne(ctx, d)
-		co.release(hs)
+		co.release(hs, false)
 		return out, err
 	}
 	w := &waiter{ctx: ctx, d: d, ready: make(chan struct{}, 1)}
@@ -249,7 +260,7 @@ func (co *coalescer) do(ctx context.Context, d *decision) (result, error) {
 		case stateLeader:
 			// Chosen to lead while leaving: pass the place on.
 			co.mu.Unlock()
-			co.release(nil)
+			co.release(nil, true)
 		default:
 			// Taken into a batch: it may be applied, and nobody reads
 			// its result.
@@ -275,13 +286,22 @@ func dedupe(hs []uint64) []uint64 {
 	return slices.Compact(hs)
 }
 
-// release ends a statement in flight that held the keys hs: its place goes
-// to a queued caller, the one with the latest deadline (no deadline counts
-// as latest), which then sends the queue.
-func (co *coalescer) release(hs []uint64) {
+// release ends a statement in flight, a batch or not, that held the keys
+// hs. While decisions wait and fewer than streams batches are in flight, its
+// place goes to a queued caller, the one with the latest deadline (no
+// deadline counts as latest), which then sends a batch.
+func (co *coalescer) release(hs []uint64, batch bool) {
 	co.mu.Lock()
 	co.hold(hs, -1)
+	if batch {
+		co.batching--
+	}
 	best := -1
+	if co.batching >= co.streams {
+		co.inflight--
+		co.mu.Unlock()
+		return
+	}
 	var bestDL time.Time
 	for i, q := range co.queue {
 		if q.ctx.Err() != nil {
@@ -307,6 +327,7 @@ func (co *coalescer) release(hs []uint64) {
 	w := co.queue[best]
 	co.queue = slices.Delete(co.queue, best, best+1)
 	w.state = stateLeader
+	co.batching++
 	co.mu.Unlock()
 	w.ready <- struct{}{}
 }
@@ -345,7 +366,7 @@ func (co *coalescer) lead(w *waiter) {
 			q.ready <- struct{}{}
 		}
 	}
-	co.release(hs)
+	co.release(hs, true)
 }
 
 // take moves from the queue into a batch led by w, in the lock order, a fair
@@ -360,12 +381,12 @@ func (co *coalescer) take(w *waiter, dl time.Time, bounded bool) []*waiter {
 	if w.d.idem != nil {
 		idem = map[rowID]bool{w.d.row(): true}
 	}
-	// A fair share of the queue, so that every place in flight carries a
-	// batch of about the same size: a whole queue in one statement would
+	// A fair share of the queue, so that every batch in flight carries
+	// about as many decisions: a whole queue in one statement would
 	// run its decisions one after another in one server process while the
 	// other places send lone decisions, and make that batch's callers the
 	// slowest by far.
-	most := min(maxBatch, max(minShare, 1+(len(co.queue)+co.max-1)/co.max))
+	most := min(maxBatch, max(minShare, 1+(len(co.queue)+co.streams-1)/co.streams))
 	composites := w.d.m != nil
 	for _, q := range co.queue {
 		qdl, ok := q.ctx.Deadline()

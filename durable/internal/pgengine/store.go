@@ -40,7 +40,7 @@ type Config struct {
 
 // Store runs ratekit's decisions in PostgreSQL: pgstore.Store's engine,
 // whose documentation states what it guarantees (one round trip per
-// decision, coalescing beyond Config.MaxInFlight, what a failure may have
+// decision, coalescing (see coalescer), what a failure may have
 // applied). It is safe for concurrent use, holds no connection of its own and
 // starts no goroutine.
 type Store struct {
@@ -105,6 +105,7 @@ func New(db DB, cfg Config) (*Store, error) {
 			s.co.max = min(s.co.max, n)
 		}
 	}
+	s.co.streams = min(batchesInFlight, s.co.max)
 	return s, nil
 }
 
