@@ -16,8 +16,8 @@ import (
 
 // DefaultMaxInFlight is the bound on a Store's statements in flight used
 // when [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
-// decision on keys that no statement in flight holds twice goes at once,
-// alone, on its caller's connection while no decision waits: PostgreSQL's
+// decision on keys that no statement in flight holds goes at once, alone,
+// on its caller's connection while no decision waits: PostgreSQL's
 // group commit already shares one WAL flush among concurrent commits, and a
 // batch would serialise decisions that could run side by side. Beyond it,
 // decisions queue and go to PostgreSQL together, where one statement and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -186,6 +187,55 @@ func TestCoalesceRule(t *testing.T) {
 				if r, err := c.Peek(ctx, "hot", 1); err != nil || r.Remaining != 1<<40-320 {
 					t.Fatalf("hot key after 320 takes: %+v, %v", r, err)
 				}
+			}
+		})
+	}
+}
+
+// TestInOrder: a batch keeps the decisions that lock their rows in the lock
+// order (key, then prefix) when sent one after another, and leaves out a
+// composite whose rows would be locked out of it; a leader that would be
+// left out goes alone.
+func TestInOrder(t *testing.T) {
+	m := &Composite{durability: Unlogged, prefixes: []string{"a", "b"}}
+	single := func(prefix, key string) *waiter {
+		return &waiter{d: &decision{c: &Counter{cfg: CounterConfig{Prefix: prefix, Durability: Unlogged}}, key: key}}
+	}
+	composite := func(k0, k1 string) *waiter {
+		return &waiter{d: &decision{m: m, key: k0, keys: [][]byte{[]byte(k0), []byte(k1)}}}
+	}
+	logged := &waiter{d: &decision{c: &Counter{cfg: CounterConfig{Prefix: "a", Durability: Logged}}, key: "k0"}}
+	tests := []struct {
+		name  string
+		batch []*waiter // the leader first
+		want  []int     // indexes in batch of the decisions kept, in lock order
+	}{
+		{"composites on distinct keys", []*waiter{composite("k2", "k2"), composite("k1", "k1"), single("b", "k1")}, []int{1, 2, 0}},
+		{"composites on one key", []*waiter{composite("k", "k"), composite("k", "k"), single("a", "k")}, []int{0, 1, 2}},
+		// (a, k1) and (b, k3) held, (a, k2) would come before (b, k3).
+		{"parts on two keys", []*waiter{single("a", "k0"), composite("k1", "k3"), single("a", "k2")}, []int{0, 1}},
+		{"parts on two keys, in order", []*waiter{single("a", "k0"), composite("k1", "k2"), single("a", "k3")}, []int{0, 1, 2}},
+		{"leader out of order", []*waiter{single("a", "k2"), composite("k1", "k3"), single("a", "k4")}, []int{0}},
+		{"tables apart", []*waiter{logged, composite("k3", "k1"), single("a", "k2")}, []int{1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			batch := slices.Clone(tt.batch)
+			slices.SortStableFunc(batch, func(x, y *waiter) int { return lockOrder(x.d, y.d) })
+			got := inOrder(batch, tt.batch[0])
+			want := make([]*waiter, len(tt.want))
+			for i, j := range tt.want {
+				want[i] = tt.batch[j]
+			}
+			if !slices.Equal(got, want) {
+				idx := func(ws []*waiter) []int {
+					var r []int
+					for _, w := range ws {
+						r = append(r, slices.Index(tt.batch, w))
+					}
+					return r
+				}
+				t.Fatalf("kept %v, want %v", idx(got), tt.want)
 			}
 		})
 	}
