@@ -54,8 +54,9 @@ type Config struct {
 	// a negative value turns coalescing off. When the DB is a
 	// *pgxpool.Pool, MaxInFlight is at most its MaxConns: a decision
 	// that finds every connection taken waits in the queue, to go with
-	// others, rather than for a connection. docs/postgres.md states the
-	// rule and the measurements behind it.
+	// others, rather than for a connection. On a server whose
+	// processors are busy, a lower MaxInFlight (2) batches sooner.
+	// docs/postgres.md states the rule and why.
 	MaxInFlight int
 }
 

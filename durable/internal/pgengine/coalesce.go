@@ -7,6 +7,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,16 +192,28 @@ type waiter struct {
 // hashes appends to dst the hash of each row d locks.
 func (co *coalescer) hashes(dst []uint64, d *decision) []uint64 {
 	dur := byte(d.durability())
-	d.rows(func(prefix string, key []byte) {
+	if d.m == nil {
 		var h maphash.Hash
-		h.SetSeed(co.seed)
-		h.WriteByte(dur)
-		h.WriteString(prefix)
-		h.WriteByte(0)
-		h.Write(key)
+		co.startHash(&h, dur, d.c.cfg.Prefix)
+		h.WriteString(d.key)
+		return append(dst, h.Sum64())
+	}
+	for i, p := range d.m.prefixes {
+		var h maphash.Hash
+		co.startHash(&h, dur, p)
+		h.Write(d.keys[i])
 		dst = append(dst, h.Sum64())
-	})
+	}
 	return dst
+}
+
+// startHash starts h as the hash of a row of durability dur and prefix,
+// to which the row's key is written next.
+func (co *coalescer) startHash(h *maphash.Hash, dur byte, prefix string) {
+	h.SetSeed(co.seed)
+	h.WriteByte(dur)
+	h.WriteString(prefix)
+	h.WriteByte(0)
 }
 
 // free reports whether fewer than keyInFlight statements in flight hold each
@@ -547,12 +560,16 @@ func lockOrder(x, y *decision) int {
 	if c := cmp.Compare(x.durability(), y.durability()); c != 0 {
 		return c
 	}
-	xk, xp := x.firstRow()
-	yk, yp := y.firstRow()
-	if c := bytes.Compare(xk, yk); c != 0 {
-		return c
+	var c int
+	if x.m == nil && y.m == nil {
+		// Strings compare in byte order too, without a conversion.
+		c = cmp.Or(strings.Compare(x.key, y.key), strings.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix))
+	} else {
+		xk, xp := x.firstRow()
+		yk, yp := y.firstRow()
+		c = cmp.Or(bytes.Compare(xk, yk), strings.Compare(xp, yp))
 	}
-	if c := cmp.Compare(xp, yp); c != 0 {
+	if c != 0 {
 		return c
 	}
 	if (x.idem == nil) != (y.idem == nil) {
