@@ -271,11 +271,11 @@ $fn$;
 {{end}}
 -- Reset: forget p_key under each of p_prefixes (counter rows, log entries,
 -- idempotency records). It first takes the locks a take of the same keys
--- takes, in the same order (for one key, prefix in byte order; the advisory lock for a
--- sliding log, the counter row otherwise), and deletes only then: every
--- transaction that locks more than one of these rows locks them in that
--- order, so a reset racing takes and refunds of its key cannot deadlock
--- with them. It returns the rows deleted.
+-- takes, in the same order (for one key, prefix in byte order; the
+-- advisory lock for a sliding log, the counter row otherwise), and deletes
+-- only then: every transaction that locks more than one of these rows
+-- locks them in that order, so a reset racing takes and refunds of its key
+-- cannot deadlock with them. It returns the rows deleted.
 DROP FUNCTION IF EXISTS {{.Reset}}(text[], bytea, bigint[], bigint[]);
 CREATE OR REPLACE FUNCTION {{.Reset}}(p_prefixes text[], p_key bytea, p_algs bigint[], p_locks bigint[])
 RETURNS bigint LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
