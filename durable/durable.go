@@ -4,8 +4,9 @@
 //
 // A [Limiter] runs each decision as one call of a server-side function in
 // [pgstore] (one network round trip, one implicit transaction, the database
-// clock; beyond the store's MaxInFlight decisions in flight, waiting
-// decisions share one statement and one commit, each decided as if alone),
+// clock; decisions on a hot key, or beyond the store's MaxInFlight
+// statements in flight, share one statement and one commit, each decided as
+// if alone),
 // so it is exact however many processes share the database:
 //
 //   - ratekit.FixedWindow never admits more than the quota in one window.
@@ -91,9 +92,8 @@ type Config struct {
 	// [ratekit.ErrClockSkew] reports clocks more than a period apart. Decisions
 	// report the current period's length in Policy.Window and its end in
 	// ResetAfter (and RetryAfter when denied); an IdempotencyKey is
-	// remembered 32 days. Such decisions are never coalesced with others
-	// (each is its own statement), and ended periods' usage is kept for
-	// [Limiter.PeriodUsage].
+	// remembered 32 days. Such decisions are coalesced like others, and
+	// ended periods' usage is kept for [Limiter.PeriodUsage].
 	Policy ratekit.Policy
 
 	// Prefix separates this limiter's keys from other limiters' in the

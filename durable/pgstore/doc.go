@@ -12,10 +12,11 @@
 // locks its keys in one fixed order, so composites never deadlock, and it
 // takes from every policy or from none.
 //
-// A Store keeps at most [Config.MaxInFlight] decisions in flight
-// ([DefaultMaxInFlight], 2). Beyond that, waiting decisions travel together
-// in one statement and one commit, each decided exactly as if alone. No
-// goroutine runs in the background.
+// A decision goes alone, at once, unless its key is hot (a statement in
+// flight holds it), [Config.MaxInFlight] statements are in flight
+// ([DefaultMaxInFlight], 8, at most the pool's size) or decisions already
+// wait; waiting decisions travel together in one statement and one commit,
+// each decided exactly as if alone. No goroutine runs in the background.
 //
 // All limiters share three tables per durability (counters, log and
 // idempotency), keyed by (prefix, key). Keys are stored byte for byte.

@@ -39,27 +39,32 @@ type Config struct {
 	// protocol for poolers that also refuse the extended protocol.
 	SimpleProtocol bool
 
-	// MaxInFlight bounds the decisions the Store has in flight at once.
-	// Up to MaxInFlight, each decision is sent alone, at once, on its
-	// caller's goroutine. Decisions beyond it wait, and when a decision in
-	// flight ends, the goroutine of one waiting caller sends all that wait
-	// as one statement (coalescing): one round trip and one commit for
-	// all of them, each decided as if alone, in a fixed key order (see
-	// [Store]). Zero means [DefaultMaxInFlight]; a negative value turns
-	// coalescing off. Decisions use the DB's connections, so a pool
-	// smaller than MaxInFlight makes decisions wait for a connection
-	// rather than coalesce.
+	// MaxInFlight bounds the statements the Store has in flight at once,
+	// and so when decisions coalesce. A decision is sent alone, at once,
+	// on its caller's goroutine, when fewer than MaxInFlight statements
+	// are in flight, none of them holds one of its keys, and no decision
+	// waits: decisions on distinct keys run side by side, one connection
+	// each, where PostgreSQL's group commit shares their WAL flushes.
+	// Otherwise (a hot key, every place taken, or a queue already) it
+	// waits, and when a statement in flight ends, the goroutine of one
+	// waiting caller sends a share of those that wait as one statement
+	// (coalescing), with at most two such batches in flight: one round
+	// trip and one commit for all of them, each decided as if alone, in
+	// a fixed key order (see [Store]). Zero means [DefaultMaxInFlight];
+	// a negative value turns coalescing off. When the DB is a
+	// *pgxpool.Pool, MaxInFlight is at most its MaxConns: a decision
+	// that finds every connection taken waits in the queue, to go with
+	// others, rather than for a connection. On a server whose
+	// processors are busy, a lower MaxInFlight (2) batches sooner.
+	// docs/postgres.md states the rule and why.
 	MaxInFlight int
 }
 
-// DefaultMaxInFlight is the bound on a Store's decisions in flight used when
-// [Config.MaxInFlight] is zero. Beyond it, decisions queue and go to
-// PostgreSQL together, one statement for the whole queue. Two keeps a
-// lone caller and a pair of callers from waiting for each other, and lets
-// batches form from the third concurrent caller on, where one statement
-// and one commit for many decisions beat one each (benchmarks/README.md
-// has the measurements). A server with many cores can use more places in
-// flight: raise it towards their number.
+// DefaultMaxInFlight is the bound on a Store's statements in flight used
+// when [Config.MaxInFlight] is zero: up to 8 callers on distinct keys go
+// side by side, each with its own statement; beyond, decisions queue and go
+// to PostgreSQL together, where one statement and one commit for many
+// decisions cost the server less than one each.
 const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 
 // Store runs ratekit's decisions in PostgreSQL for the limiters of package
@@ -68,10 +73,10 @@ const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 // connection of its own and starts no goroutine: every statement is sent by
 // the goroutine of a caller waiting for it. The zero Store is not usable.
 //
-// Beyond [Config.MaxInFlight] decisions in flight, waiting decisions go to
-// PostgreSQL together in one statement that calls each one's decision
-// function in turn, ordered by durability, prefix, key and idempotency key,
-// in one implicit transaction. Each decision is decided exactly as if it
+// Decisions that wait (see [Config.MaxInFlight]), single-key and composite
+// alike, go to PostgreSQL together in one statement that calls each one's
+// decision function in turn, in lock order (durability, key, prefix,
+// idempotency key), in one implicit transaction. Each decision is decided exactly as if it
 // were alone (it sees every decision before it, in its batch or not);
 // several decisions on one key in a batch are decided one after the other.
 // The commit is asynchronous only when no decision in the batch asks for a

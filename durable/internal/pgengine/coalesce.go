@@ -5,7 +5,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,15 +15,29 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DefaultMaxInFlight is the bound on a Store's decisions in flight used when
-// [Config.MaxInFlight] is zero. Beyond it, decisions queue and go to
-// PostgreSQL together, one statement for the whole queue. Two keeps a
-// lone caller and a pair of callers from waiting for each other, and lets
-// batches form from the third concurrent caller on, where one statement
-// and one commit for many decisions beat one each (benchmarks/README.md
-// has the measurements). A server with many cores can use more places in
-// flight: raise it towards their number.
-const DefaultMaxInFlight = 2
+// DefaultMaxInFlight is the bound on a Store's statements in flight used
+// when [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
+// decision on keys that no statement in flight holds goes at once, alone,
+// on its caller's connection while no decision waits: PostgreSQL's
+// group commit already shares one WAL flush among concurrent commits, and a
+// batch would serialise decisions that could run side by side. Beyond it,
+// decisions queue and go to PostgreSQL together, where one statement and
+// one commit for many decisions cost the server less than one each
+// (docs/postgres.md states the rule).
+const DefaultMaxInFlight = 8
+
+// keyInFlight is how many statements in flight may hold one key before a
+// decision on it queues. With one, a hot key's decisions go in batches, each
+// carrying what arrived while the statement before held the key's lock
+// until its commit: a second statement on the key would only wait for that
+// lock in the server, with fewer decisions.
+const keyInFlight = 1
+
+// batchesInFlight bounds the batches in flight: while decisions wait, the
+// places of statements that end go to at most this many batches, so that
+// under load the queue goes in a few large batches, each one round trip and
+// one commit, rather than in many small ones.
+const batchesInFlight = 2
 
 // maxBatch bounds the decisions of one statement, so that its arrays stay
 // small whatever the queue holds; the rest wait for the next one.
@@ -36,15 +52,28 @@ const minShare = 8
 const batchMarker = "/* ratekit batch */ "
 
 // A decision is one call of a decision function, with its arguments fixed
-// before it is sent or queued.
+// before it is sent or queued: a single-key decision of a Counter (c set)
+// or a composite's (m set).
 type decision struct {
 	c       *Counter
+	m       *Composite
 	op      int64
 	key     string
-	cost    int64
+	cost    int64  // single-key only
 	idem    []byte // nil for none
-	lock    int64
+	lock    int64  // single-key only
 	cleanup int64
+
+	// A composite's arguments, one element per counter (four of bounds).
+	keys                 [][]byte
+	costs, locks, bounds []int64
+}
+
+// A result is a decision function's result: five integers for a
+// single-key decision, 1 + 6 × its counters for a composite's.
+type result struct {
+	one  [5]int64
+	many []int64
 }
 
 // A rowID names a key's row: its table and primary key.
@@ -53,33 +82,91 @@ type rowID struct {
 	prefix, key string
 }
 
-func (d *decision) row() rowID { return rowID{d.c.cfg.Durability, d.c.cfg.Prefix, d.key} }
+func (d *decision) durability() Durability {
+	if d.m != nil {
+		return d.m.durability
+	}
+	return d.c.cfg.Durability
+}
 
-// coalescer sends a Store's decisions. A decision that finds fewer than max
-// decisions in flight goes at once, alone, on its caller's goroutine and
-// context, as it would without coalescing. A decision that finds max in
-// flight joins a queue. When a decision in flight ends, its caller hands its
-// place to one queued caller (the leader), which takes the queue and sends it
+// row is the row whose lock guards the decision's idempotency records.
+func (d *decision) row() rowID {
+	if d.m != nil {
+		return rowID{d.m.durability, d.m.idemPrefix, d.key}
+	}
+	return rowID{d.c.cfg.Durability, d.c.cfg.Prefix, d.key}
+}
+
+// rows calls fn with the prefix and key of each row (or sliding-log lock)
+// the decision locks.
+func (d *decision) rows(fn func(prefix string, key []byte)) {
+	if d.m == nil {
+		fn(d.c.cfg.Prefix, []byte(d.key))
+		return
+	}
+	for i, p := range d.m.prefixes {
+		fn(p, d.keys[i])
+	}
+}
+
+// firstRow returns the first row the decision locks in the lock order (see
+// lockOrder).
+func (d *decision) firstRow() (key []byte, prefix string) {
+	if d.m == nil {
+		return []byte(d.key), d.c.cfg.Prefix
+	}
+	key, prefix = d.keys[0], d.m.prefixes[0]
+	for i, p := range d.m.prefixes[1:] {
+		if k := d.keys[i+1]; rowLess(k, p, key, prefix) {
+			key, prefix = k, p
+		}
+	}
+	return key, prefix
+}
+
+// rowLess reports whether row (k1, p1) comes before (k2, p2) in the lock
+// order of one table: by key, then prefix, in byte order.
+func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
+	if c := bytes.Compare(k1, k2); c != 0 {
+		return c < 0
+	}
+	return p1 < p2
+}
+
+// coalescer sends a Store's decisions. A decision goes at once, alone, on
+// its caller's goroutine and context, as it would without coalescing, when
+// fewer than max statements are in flight, fewer than keyInFlight of them
+// hold any of its keys, and no decision waits. Otherwise it joins a queue.
+// When a statement in flight ends, decisions wait and fewer than
+// batchesInFlight batches are in flight, its caller hands its place to one
+// queued caller (the leader), which takes a share of the queue and sends it
 // as one statement on its own goroutine; when that ends, it hands its place
-// on in turn. No goroutine is started: decisions are sent only by goroutines
-// of callers that wait for them.
+// on in turn. No goroutine is started: decisions are sent only by
+// goroutines of callers that wait for them.
 //
 // The statement calls the schema's batch function, which calls the same
-// decision functions as a lone decision, one after another in (durability,
-// prefix, key, idempotency key) order, in one implicit transaction: one round
-// trip, one commit. Every transaction that takes more than one key's locks
-// takes them in that order, so two batches cannot deadlock over keys; a
-// decision still sees every earlier one, in its batch or committed before,
-// as it would alone.
+// decision functions as a lone decision, one after another in the lock
+// order (durability, key, prefix, idempotency key), in one implicit
+// transaction: one round trip, one commit. Every transaction that takes
+// more than one key's locks takes them in that order, so two batches cannot
+// deadlock over keys; a decision still sees every earlier one, in its batch
+// or committed before, as it would alone. A composite decision whose keys
+// would be locked out of that order after the batch's earlier decisions
+// waits for the next batch.
 type coalescer struct {
-	store *Store
-	max   int // decisions in flight at most; 0 turns coalescing off
+	store   *Store
+	max     int // statements in flight at most; 0 turns coalescing off
+	streams int // batches in flight at most: batchesInFlight, at most max
+	seed    maphash.Seed
 
 	mu       sync.Mutex
-	inflight int       // guarded by mu
-	queue    []*waiter // guarded by mu
+	inflight int              // statements in flight; guarded by mu
+	batching int              // batches in flight, within inflight; guarded by mu
+	queue    []*waiter        // guarded by mu
+	held     map[uint64]int32 // statements in flight per key hash; guarded by mu
 
 	batches atomic.Int64 // statements that carried more than one decision
+	queued  atomic.Int64 // decisions that waited in the queue
 }
 
 const (
@@ -97,29 +184,84 @@ type waiter struct {
 	state int
 	ready chan struct{}
 
-	out   [5]int64
+	out   result
 	err   error
 	alone bool // the batch was rolled back as a whole: send d alone
+}
+
+// hashes appends to dst the hash of each row d locks.
+func (co *coalescer) hashes(dst []uint64, d *decision) []uint64 {
+	dur := byte(d.durability())
+	if d.m == nil {
+		var h maphash.Hash
+		co.startHash(&h, dur, d.c.cfg.Prefix)
+		h.WriteString(d.key)
+		return append(dst, h.Sum64())
+	}
+	for i, p := range d.m.prefixes {
+		var h maphash.Hash
+		co.startHash(&h, dur, p)
+		h.Write(d.keys[i])
+		dst = append(dst, h.Sum64())
+	}
+	return dst
+}
+
+// startHash starts h as the hash of a row of durability dur and prefix,
+// to which the row's key is written next.
+func (co *coalescer) startHash(h *maphash.Hash, dur byte, prefix string) {
+	h.SetSeed(co.seed)
+	h.WriteByte(dur)
+	h.WriteString(prefix)
+	h.WriteByte(0)
+}
+
+// free reports whether fewer than keyInFlight statements in flight hold each
+// of hs; the caller holds mu.
+func (co *coalescer) free(hs []uint64) bool {
+	for _, h := range hs {
+		if co.held[h] >= keyInFlight {
+			return false
+		}
+	}
+	return true
+}
+
+// hold adds delta to the statements in flight that hold each of hs (a
+// statement counts once per key: hs has no duplicates); the caller holds
+// mu.
+func (co *coalescer) hold(hs []uint64, delta int32) {
+	for _, h := range hs {
+		if n := co.held[h] + delta; n > 0 {
+			co.held[h] = n
+		} else {
+			delete(co.held, h)
+		}
+	}
 }
 
 // do decides d and returns the function's result. When ctx ends first, do
 // returns ctx.Err() at once; a decision still in the queue then is never
 // sent.
-func (co *coalescer) do(ctx context.Context, d *decision) ([5]int64, error) {
+func (co *coalescer) do(ctx context.Context, d *decision) (result, error) {
 	if co.max == 0 {
 		return co.store.sendOne(ctx, d)
 	}
+	var buf [1]uint64
+	hs := dedupe(co.hashes(buf[:0], d))
 	co.mu.Lock()
-	if co.inflight < co.max {
+	if co.inflight < co.max && len(co.queue) == 0 && co.free(hs) {
 		co.inflight++
+		co.hold(hs, 1)
 		co.mu.Unlock()
 		out, err := co.store.sendOne(ctx, d)
-		co.release()
+		co.release(hs, false)
 		return out, err
 	}
 	w := &waiter{ctx: ctx, d: d, ready: make(chan struct{}, 1)}
 	co.queue = append(co.queue, w)
 	co.mu.Unlock()
+	co.queued.Add(1)
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
@@ -131,13 +273,13 @@ func (co *coalescer) do(ctx context.Context, d *decision) ([5]int64, error) {
 		case stateLeader:
 			// Chosen to lead while leaving: pass the place on.
 			co.mu.Unlock()
-			co.release()
+			co.release(nil, true)
 		default:
 			// Taken into a batch: it may be applied, and nobody reads
 			// its result.
 			co.mu.Unlock()
 		}
-		return [5]int64{}, ctx.Err()
+		return result{}, ctx.Err()
 	}
 	if w.state == stateLeader { // set before ready was signalled
 		co.lead(w)
@@ -148,12 +290,31 @@ func (co *coalescer) do(ctx context.Context, d *decision) ([5]int64, error) {
 	return w.out, w.err
 }
 
-// release ends a decision in flight: its place goes to a queued caller, the
-// one with the latest deadline (no deadline counts as latest), which then
-// sends the queue.
-func (co *coalescer) release() {
+// dedupe sorts hs and removes repeated values.
+func dedupe(hs []uint64) []uint64 {
+	if len(hs) < 2 {
+		return hs
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
+}
+
+// release ends a statement in flight, a batch or not, that held the keys
+// hs. While decisions wait and fewer than streams batches are in flight, its
+// place goes to a queued caller, the one with the latest deadline (no
+// deadline counts as latest), which then sends a batch.
+func (co *coalescer) release(hs []uint64, batch bool) {
 	co.mu.Lock()
+	co.hold(hs, -1)
+	if batch {
+		co.batching--
+	}
 	best := -1
+	if co.batching >= co.streams {
+		co.inflight--
+		co.mu.Unlock()
+		return
+	}
 	var bestDL time.Time
 	for i, q := range co.queue {
 		if q.ctx.Err() != nil {
@@ -179,6 +340,7 @@ func (co *coalescer) release() {
 	w := co.queue[best]
 	co.queue = slices.Delete(co.queue, best, best+1)
 	w.state = stateLeader
+	co.batching++
 	co.mu.Unlock()
 	w.ready <- struct{}{}
 }
@@ -191,42 +353,14 @@ func (co *coalescer) release() {
 // deadline meanwhile.
 func (co *coalescer) lead(w *waiter) {
 	dl, bounded := w.ctx.Deadline()
-	batch := []*waiter{w}
-	// At most one decision per key with an idempotency key: a key's
-	// idempotency records are then written by one decision of the batch,
-	// under its key's lock, as by a lone decision.
-	var idem map[rowID]bool
-	if w.d.idem != nil {
-		idem = map[rowID]bool{w.d.row(): true}
-	}
 	co.mu.Lock()
-	// A fair share of the queue, so that every place in flight carries a
-	// batch of about the same size: a whole queue in one statement would
-	// run its decisions one after another in one server process while the
-	// other places send lone decisions, and make that batch's callers the
-	// slowest by far.
-	most := min(maxBatch, max(minShare, 1+(len(co.queue)+co.max-1)/co.max))
-	keep := co.queue[:0]
-	for _, q := range co.queue {
-		qdl, ok := q.ctx.Deadline()
-		fits := len(batch) < most && (!bounded || (ok && !qdl.After(dl)))
-		if fits && q.d.idem != nil {
-			if idem == nil {
-				idem = map[rowID]bool{}
-			}
-			r := q.d.row()
-			fits = !idem[r]
-			idem[r] = true
-		}
-		if fits {
-			q.state = stateTaken
-			batch = append(batch, q)
-		} else {
-			keep = append(keep, q)
-		}
+	batch := co.take(w, dl, bounded)
+	var hs []uint64
+	for _, q := range batch {
+		hs = co.hashes(hs, q.d)
 	}
-	clear(co.queue[len(keep):])
-	co.queue = keep
+	hs = dedupe(hs)
+	co.hold(hs, 1)
 	co.mu.Unlock()
 
 	live := batch[:0]
@@ -245,7 +379,109 @@ func (co *coalescer) lead(w *waiter) {
 			q.ready <- struct{}{}
 		}
 	}
-	co.release()
+	co.release(hs, true)
+}
+
+// take moves from the queue into a batch led by w, in the lock order, a fair
+// share of the queued decisions whose deadlines are not after dl (any when
+// not bounded); the caller holds mu.
+func (co *coalescer) take(w *waiter, dl time.Time, bounded bool) []*waiter {
+	batch := []*waiter{w}
+	// At most one decision per key with an idempotency key: a key's
+	// idempotency records are then written by one decision of the batch,
+	// under its key's lock, as by a lone decision.
+	var idem map[rowID]bool
+	if w.d.idem != nil {
+		idem = map[rowID]bool{w.d.row(): true}
+	}
+	// A fair share of the queue, so that every batch in flight carries
+	// about as many decisions: a whole queue in one statement would
+	// run its decisions one after another in one server process while the
+	// other places send lone decisions, and make that batch's callers the
+	// slowest by far.
+	most := min(maxBatch, max(minShare, 1+(len(co.queue)+co.streams-1)/co.streams))
+	composites := w.d.m != nil
+	for _, q := range co.queue {
+		qdl, ok := q.ctx.Deadline()
+		fits := len(batch) < most && (!bounded || (ok && !qdl.After(dl)))
+		if fits && q.d.idem != nil {
+			if idem == nil {
+				idem = map[rowID]bool{}
+			}
+			r := q.d.row()
+			fits = !idem[r]
+			idem[r] = true
+		}
+		if fits {
+			batch = append(batch, q)
+			composites = composites || q.d.m != nil
+		}
+	}
+	slices.SortStableFunc(batch, func(x, y *waiter) int { return lockOrder(x.d, y.d) })
+	if composites {
+		batch = inOrder(batch, w)
+	}
+	for _, q := range batch {
+		if q != w {
+			q.state = stateTaken
+		}
+	}
+	co.queue = slices.DeleteFunc(co.queue, func(q *waiter) bool { return q.state == stateTaken })
+	return batch
+}
+
+// inOrder returns the decisions of batch, which is sorted by lockOrder,
+// that lock their rows in the lock order when sent one after another: each
+// row a decision locks is locked by an earlier one or comes after every row
+// locked before it (a composite locks its own rows in that order). A
+// decision that would break the order is left out; when the leader w would
+// be, the batch is w alone.
+func inOrder(batch []*waiter, w *waiter) []*waiter {
+	type row struct {
+		durability Durability
+		prefix     string
+		key        []byte
+	}
+	before := func(x, y row) bool {
+		if x.durability != y.durability {
+			return x.durability < y.durability
+		}
+		return rowLess(x.key, x.prefix, y.key, y.prefix)
+	}
+	var held, fresh []row
+	var last row // the last row in the lock order of held
+	kept := batch[:0:0]
+	for _, q := range batch {
+		dur := q.d.durability()
+		fresh = fresh[:0]
+		ok := true
+		q.d.rows(func(prefix string, key []byte) {
+			r := row{dur, prefix, key}
+			if slices.ContainsFunc(held, func(h row) bool {
+				return h.durability == r.durability && h.prefix == r.prefix && bytes.Equal(h.key, r.key)
+			}) {
+				return
+			}
+			if len(held) > 0 && !before(last, r) {
+				ok = false
+			}
+			fresh = append(fresh, r)
+		})
+		if !ok {
+			if q == w {
+				return []*waiter{w}
+			}
+			continue
+		}
+		for _, r := range fresh {
+			if len(held) == 0 || before(last, r) {
+				last = r
+			}
+			held = append(held, r)
+		}
+		kept = append(kept, q)
+	}
+	return kept
 }
 
 // send decides the decisions of live in one round trip and stores each
@@ -299,7 +535,8 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 // ends a statement before its implicit transaction commits: bad data or
 // arguments (class 22), constraint violations (23), serialization failures
 // and deadlocks (40), undefined objects (42), errors raised by a function
-// (P0), lock and object state (55) and a cancelled statement (57014). Other
+// (P0), lock and object state (55), a cancelled statement (57014) and a
+// composite's clock skew (RK001, raised by the function). Other
 // errors, including connection errors that a pooler reports as error
 // responses (class 08) after the server may have committed, do not tell.
 func rolledBack(err error) bool {
@@ -311,21 +548,28 @@ func rolledBack(err error) bool {
 	case "22", "23", "40", "42", "P0", "55":
 		return true
 	}
-	return pgErr.Code == "57014"
+	return pgErr.Code == "57014" || pgErr.Code == clockSkewCode
 }
 
 // lockOrder compares x and y in the order a batch decides them, the lock
-// order: durability (table), prefix, key (a decision touches its
-// idempotency records only while it holds its key's lock), then decisions
-// with an idempotency key before those without.
+// order: durability (table), then the first row each locks by key and
+// prefix (a decision touches its idempotency records only while it holds
+// its rows' locks), then decisions with an idempotency key before those
+// without.
 func lockOrder(x, y *decision) int {
-	if c := cmp.Compare(x.c.cfg.Durability, y.c.cfg.Durability); c != 0 {
+	if c := cmp.Compare(x.durability(), y.durability()); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix); c != 0 {
-		return c
+	var c int
+	if x.m == nil && y.m == nil {
+		// Strings compare in byte order too, without a conversion.
+		c = cmp.Or(strings.Compare(x.key, y.key), strings.Compare(x.c.cfg.Prefix, y.c.cfg.Prefix))
+	} else {
+		xk, xp := x.firstRow()
+		yk, yp := y.firstRow()
+		c = cmp.Or(bytes.Compare(xk, yk), strings.Compare(xp, yp))
 	}
-	if c := cmp.Compare(x.key, y.key); c != 0 {
+	if c != 0 {
 		return c
 	}
 	if (x.idem == nil) != (y.idem == nil) {
@@ -337,75 +581,107 @@ func lockOrder(x, y *decision) int {
 	return bytes.Compare(x.idem, y.idem)
 }
 
-// sendBatch decides ds in one statement and returns their results in the
-// order of ds. Errors are the statement's: when it fails, no result is
-// valid.
-func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([][5]int64, error) {
-	order := make([]int, len(ds))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return lockOrder(ds[a], ds[b]) })
+// sendBatch decides ds, which are in the lock order, in one statement and
+// returns their results in the order of ds. Errors are the statement's:
+// when it fails, no result is valid.
+func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error) {
 	// One commit for the batch: it waits for its flush unless no decision
 	// in it asks for that.
 	syncAll := false
 	for _, d := range ds {
-		if d.c.cfg.Durability == Logged && d.c.cfg.SynchronousCommit {
+		if d.durability() == Logged && (d.m == nil && d.c.cfg.SynchronousCommit || d.m != nil && d.m.keepSync) {
 			syncAll = true
 		}
 	}
-	n := len(ds)
 	a := batchArgs{}
-	a.grow(n + 1)
-	var cleaners []*decision
-	for _, i := range order {
-		d := ds[i]
-		c := d.c
-		a.add(c, d.op, d.key, d.cost, d.lock, d.idem, 0, c.keepSyncCommit || syncAll)
-		if d.cleanup > 0 && !slices.ContainsFunc(cleaners, func(e *decision) bool { return e.c == c }) {
-			cleaners = append(cleaners, d)
+	a.grow(len(ds) + 1)
+	var cleaners []*Counter
+	var cleanupKeys [][]byte
+	var cleanups []int64
+	size := 0
+	for _, d := range ds {
+		if d.m == nil {
+			c := d.c
+			a.single(c, d.op, d.key, d.cost, d.lock, d.idem, 0, c.ttlUS, c.keepSyncCommit || syncAll)
+			size += 5
+		} else {
+			a.composite(d, d.m.keepSync || syncAll)
+			size += 1 + 6*len(d.m.counters)
+		}
+		if d.cleanup == 0 {
+			continue
+		}
+		counters := []*Counter{d.c}
+		keys := [][]byte{[]byte(d.key)}
+		if d.m != nil {
+			counters, keys = d.m.counters, d.keys
+		}
+		for i, c := range counters {
+			if !slices.Contains(cleaners, c) {
+				cleaners, cleanupKeys, cleanups = append(cleaners, c), append(cleanupKeys, keys[i]), append(cleanups, d.cleanup)
+			}
 		}
 	}
 	// Inline cleanup runs last, as a peek that takes no lock of its own: it
 	// skips locked rows, so it never waits while the batch holds locks.
-	for _, d := range cleaners {
-		a.add(d.c, opPeek, d.key, 1, 0, nil, d.cleanup, true)
+	// It deletes what expired more than the counter's keepUS ago.
+	for i, c := range cleaners {
+		a.single(c, opPeek, string(cleanupKeys[i]), 1, 0, nil, cleanups[i], c.keepUS, true)
 	}
 	raw, err := s.query(ctx, s.batchSQL, s.mode,
-		a.fn, a.op, a.prefix, a.key, a.cost, a.quota, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync)
+		a.fn, a.op, a.prefix, a.key, a.cost, a.quota, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync,
+		a.parts, a.cAlgs, a.cPrefixes, a.cKeys, a.cCosts, a.cQuotas, a.cWindows, a.cTTLs, a.cLocks, a.cBounds)
 	if err != nil {
 		return nil, wrapErr(ctx, "batch", err)
 	}
-	all, ok := parseBatchResult(raw, len(a.fn))
-	if !ok {
+	all := make([]int64, size+5*len(cleaners))
+	if !parseInts(raw, all) {
 		return nil, wrapErr(ctx, "batch", errors.New("unexpected batch result (schema version mismatch?)"))
 	}
-	outs := make([][5]int64, n)
-	for j, i := range order {
-		outs[i] = all[j]
+	outs := make([]result, len(ds))
+	for i, d := range ds {
+		if d.m == nil {
+			copy(outs[i].one[:], all[:5])
+			all = all[5:]
+		} else {
+			n := 1 + 6*len(d.m.counters)
+			outs[i].many = all[:n:n]
+			all = all[n:]
+		}
 	}
 	return outs, nil
 }
 
-// batchArgs are the batch statement's array arguments, one element per
-// function call.
+// batchArgs are the batch statement's array arguments: one element of the
+// first ones per function call, one of the c ones per counter of a
+// composite's call.
 type batchArgs struct {
-	fn                                          []int32
+	fn, parts                                   []int32
 	op, cost, quota, window, lock, ttl, cleanup []int64
 	prefix                                      []string
 	key, idem                                   [][]byte
 	sync                                        []bool
+
+	cAlgs, cCosts, cQuotas, cWindows, cTTLs, cLocks, cBounds []int64
+	cPrefixes                                                []string
+	cKeys                                                    [][]byte
 }
 
 func (a *batchArgs) grow(n int) {
-	a.fn = make([]int32, 0, n)
+	a.fn, a.parts = make([]int32, 0, n), make([]int32, 0, n)
 	a.op, a.cost, a.quota, a.window = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.lock, a.ttl, a.cleanup = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 	a.prefix, a.key, a.idem, a.sync = make([]string, 0, n), make([][]byte, 0, n), make([][]byte, 0, n), make([]bool, 0, n)
+	// Empty rather than nil, which pgx sends as NULL.
+	a.cAlgs, a.cCosts, a.cQuotas, a.cWindows = []int64{}, []int64{}, []int64{}, []int64{}
+	a.cTTLs, a.cLocks, a.cBounds, a.cPrefixes, a.cKeys = []int64{}, []int64{}, []int64{}, []string{}, [][]byte{}
 }
 
-func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem []byte, cleanup int64, sync bool) {
+// single adds a call of c's single-key function; ttl is its p_idem_ttl_us,
+// which also bounds what its cleanup deletes.
+func (a *batchArgs) single(c *Counter, op int64, key string, cost, lock int64, idem []byte, cleanup, ttl int64, sync bool) {
 	a.fn = append(a.fn, functionIndex(c.cfg.Durability, algName(c.cfg.Algorithm)))
+	a.parts = append(a.parts, 0)
 	a.op = append(a.op, op)
 	a.prefix = append(a.prefix, c.cfg.Prefix)
 	a.key = append(a.key, []byte(key))
@@ -414,40 +690,45 @@ func (a *batchArgs) add(c *Counter, op int64, key string, cost, lock int64, idem
 	a.window = append(a.window, c.windowUS)
 	a.lock = append(a.lock, lock)
 	a.idem = append(a.idem, idem)
-	a.ttl = append(a.ttl, c.ttlUS)
+	a.ttl = append(a.ttl, ttl)
 	a.cleanup = append(a.cleanup, cleanup)
 	a.sync = append(a.sync, sync)
 }
 
-// batchSQL returns the statement that calls the schema's batch function:
-// element i of the array arguments is one decision, and the result is the
-// decisions' results as one two-dimensional array in text form, in the same
-// order.
-func batchSQL(quoted string) string {
-	return batchMarker + "SELECT " + quoted + ".batch($1::int[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], " +
-		"$6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[], $10::bigint[], $11::bigint[], $12::boolean[])::text"
+// composite adds a call of d's composite function, without its cleanup
+// (which the batch runs last).
+func (a *batchArgs) composite(d *decision, sync bool) {
+	m := d.m
+	a.fn = append(a.fn, compositeIndex(m.durability))
+	a.parts = append(a.parts, int32(len(m.counters)))
+	a.op = append(a.op, d.op)
+	a.prefix = append(a.prefix, m.idemPrefix)
+	a.key = append(a.key, []byte(d.key))
+	a.cost = append(a.cost, 0)
+	a.quota = append(a.quota, 0)
+	a.window = append(a.window, 0)
+	a.lock = append(a.lock, 0)
+	a.idem = append(a.idem, d.idem)
+	a.ttl = append(a.ttl, m.idemTTL)
+	a.cleanup = append(a.cleanup, 0)
+	a.sync = append(a.sync, sync)
+	a.cAlgs = append(a.cAlgs, m.algs...)
+	a.cPrefixes = append(a.cPrefixes, m.prefixes...)
+	a.cKeys = append(a.cKeys, d.keys...)
+	a.cCosts = append(a.cCosts, d.costs...)
+	a.cQuotas = append(a.cQuotas, m.quotas...)
+	a.cWindows = append(a.cWindows, m.windows...)
+	a.cTTLs = append(a.cTTLs, m.ttls...)
+	a.cLocks = append(a.cLocks, d.locks...)
+	a.cBounds = append(a.cBounds, d.bounds...)
 }
 
-// parseBatchResult parses the text form of n decision results as a
-// two-dimensional bigint array, "{{1,4,0,123,0},{0,0,5,6,0}}".
-func parseBatchResult(raw []byte, n int) ([][5]int64, bool) {
-	if n < 1 || len(raw) < 4 || raw[0] != '{' || raw[len(raw)-1] != '}' {
-		return nil, false
-	}
-	rest := raw[1 : len(raw)-1]
-	outs := make([][5]int64, n)
-	for i := range outs {
-		end := bytes.IndexByte(rest, '}')
-		if end < 0 || !parseResult(rest[:end+1], &outs[i]) {
-			return nil, false
-		}
-		rest = rest[end+1:]
-		if i < n-1 {
-			if len(rest) == 0 || rest[0] != ',' {
-				return nil, false
-			}
-			rest = rest[1:]
-		}
-	}
-	return outs, len(rest) == 0
+// batchSQL returns the statement that calls the schema's batch function:
+// its arguments are batchArgs' arrays, and its result is the decisions'
+// results one after another in one array in text form.
+func batchSQL(quoted string) string {
+	return batchMarker + "SELECT " + quoted + ".batch($1::int[], $2::bigint[], $3::text[], $4::bytea[], $5::bigint[], " +
+		"$6::bigint[], $7::bigint[], $8::bigint[], $9::bytea[], $10::bigint[], $11::bigint[], $12::boolean[], " +
+		"$13::int[], $14::bigint[], $15::text[], $16::bytea[], $17::bigint[], $18::bigint[], $19::bigint[], " +
+		"$20::bigint[], $21::bigint[], $22::bigint[])::text"
 }

@@ -3,6 +3,9 @@ package pgengine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,38 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
 )
-
-func TestParseBatchResult(t *testing.T) {
-	tests := []struct {
-		in   string
-		n    int
-		want [][5]int64
-	}{
-		{"{{1,4,0,123,0}}", 1, [][5]int64{{1, 4, 0, 123, 0}}},
-		{"{{1,4,0,123,0},{0,0,5,6,1}}", 2, [][5]int64{{1, 4, 0, 123, 0}, {0, 0, 5, 6, 1}}},
-		{"{{1,4,0,123,0},{0,0,5,6,1}}", 1, nil},
-		{"{{1,4,0,123,0},{0,0,5,6,1}}", 3, nil},
-		{"{{1,4,0,123,0}{0,0,5,6,1}}", 2, nil},
-		{"{{1,4,0,123,0},{0,0,5,6}}", 2, nil},
-		{"{{1,4,0,123,0},}", 1, nil},
-		{"{1,4,0,123,0}", 1, nil},
-		{"{}", 1, nil},
-		{"", 0, nil},
-		{"{{1,2,3,4,5}}", 0, nil},
-	}
-	for _, tt := range tests {
-		got, ok := parseBatchResult([]byte(tt.in), tt.n)
-		if ok != (tt.want != nil) {
-			t.Errorf("parseBatchResult(%q, %d) ok = %v", tt.in, tt.n, ok)
-			continue
-		}
-		for i := range tt.want {
-			if got[i] != tt.want[i] {
-				t.Errorf("parseBatchResult(%q, %d)[%d] = %v, want %v", tt.in, tt.n, i, got[i], tt.want[i])
-			}
-		}
-	}
-}
 
 // TestBatchRefusedAsAWhole: a decision the server refuses fails its batch's
 // statement, nothing of the batch is applied, and every caller is told to
@@ -107,20 +78,25 @@ func TestRolledBack(t *testing.T) {
 }
 
 // TestBatchFunctionRefusesBadArrays: the batch function refuses arrays of
-// different lengths, empty ones and a function number it does not know,
+// different lengths, empty ones, a function number it does not know and
+// policy counts that do not match the function or the composite arrays,
 // rather than calling a decision function with missing arguments.
 func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 	s, pool, ctx := migratedStore(t, 1, false)
 	key := [][]byte{[]byte("k")}
 	tests := []struct {
-		name string
-		fn   []int32
-		keys [][]byte
-		code string
+		name  string
+		fn    []int32
+		keys  [][]byte
+		parts []int32
+		code  string
 	}{
-		{"shorter key array", []int32{0, 0}, key, "22023"},
-		{"empty arrays", []int32{}, [][]byte{}, "22023"},
-		{"unknown function", []int32{99}, key, "20000"},
+		{"shorter key array", []int32{0, 0}, key, []int32{0, 0}, "22023"},
+		{"empty arrays", []int32{}, [][]byte{}, []int32{}, "22023"},
+		{"unknown function", []int32{99}, key, []int32{0}, "20000"},
+		{"composite without policies", []int32{compositeIndex(Unlogged)}, key, []int32{0}, "22023"},
+		{"policies missing from the composite arrays", []int32{compositeIndex(Unlogged)}, key, []int32{2}, "22023"},
+		{"single-key call with policies", []int32{functionIndex(Unlogged, "fixed_window")}, key, []int32{1}, "22023"},
 	}
 	for _, tt := range tests {
 		n := len(tt.fn)
@@ -137,7 +113,8 @@ func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 		}
 		var raw []byte
 		err := pool.QueryRow(ctx, s.batchSQL, s.mode, tt.fn, ints(opTake), prefixes, tt.keys, ints(1), ints(10),
-			ints(int64(time.Hour/time.Microsecond)), ints(0), make([][]byte, n), ints(1), ints(0), make([]bool, n)).Scan(&raw)
+			ints(int64(time.Hour/time.Microsecond)), ints(0), make([][]byte, n), ints(1), ints(0), make([]bool, n),
+			tt.parts, []int64{}, []string{}, [][]byte{}, []int64{}, []int64{}, []int64{}, []int64{}, []int64{}, []int64{}).Scan(&raw)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != tt.code {
 			t.Errorf("%s: result %s, error %v; want SQLSTATE %s", tt.name, raw, err, tt.code)
@@ -160,4 +137,106 @@ func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Poo
 		t.Fatal(err)
 	}
 	return s, pool, ctx
+}
+
+// TestCoalesceRule: decisions on distinct keys go alone, side by side, as
+// long as the pool has a connection for each; decisions on one hot key, or
+// beyond the pool's connections, queue and go in batches. The coalescer's
+// counters show which.
+func TestCoalesceRule(t *testing.T) {
+	tests := []struct {
+		name    string
+		conns   int32
+		hot     bool
+		batched bool
+	}{
+		{"distinct keys", 8, false, false},
+		{"hot key", 8, true, true},
+		{"pool exhausted", 2, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _, ctx := migratedStore(t, tt.conns, false)
+			c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 1 << 40, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := fmt.Sprintf("caller-%d", g)
+					if tt.hot {
+						key = "hot"
+					}
+					for range 40 {
+						if _, err := c.Take(ctx, key, 1, ""); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			queued, batches := s.co.queued.Load(), s.co.batches.Load()
+			if (queued > 0) != tt.batched || (batches > 0) != tt.batched {
+				t.Fatalf("%d decisions queued, %d batches; want batches %v", queued, batches, tt.batched)
+			}
+			if tt.hot {
+				if r, err := c.Peek(ctx, "hot", 1); err != nil || r.Remaining != 1<<40-320 {
+					t.Fatalf("hot key after 320 takes: %+v, %v", r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestInOrder: a batch keeps the decisions that lock their rows in the lock
+// order (key, then prefix) when sent one after another, and leaves out a
+// composite whose rows would be locked out of it; a leader that would be
+// left out goes alone.
+func TestInOrder(t *testing.T) {
+	m := &Composite{durability: Unlogged, prefixes: []string{"a", "b"}}
+	single := func(prefix, key string) *waiter {
+		return &waiter{d: &decision{c: &Counter{cfg: CounterConfig{Prefix: prefix, Durability: Unlogged}}, key: key}}
+	}
+	composite := func(k0, k1 string) *waiter {
+		return &waiter{d: &decision{m: m, key: k0, keys: [][]byte{[]byte(k0), []byte(k1)}}}
+	}
+	logged := &waiter{d: &decision{c: &Counter{cfg: CounterConfig{Prefix: "a", Durability: Logged}}, key: "k0"}}
+	tests := []struct {
+		name  string
+		batch []*waiter // the leader first
+		want  []int     // indexes in batch of the decisions kept, in lock order
+	}{
+		{"composites on distinct keys", []*waiter{composite("k2", "k2"), composite("k1", "k1"), single("b", "k1")}, []int{1, 2, 0}},
+		{"composites on one key", []*waiter{composite("k", "k"), composite("k", "k"), single("a", "k")}, []int{0, 1, 2}},
+		// (a, k1) and (b, k3) held, (a, k2) would come before (b, k3).
+		{"parts on two keys", []*waiter{single("a", "k0"), composite("k1", "k3"), single("a", "k2")}, []int{0, 1}},
+		{"parts on two keys, in order", []*waiter{single("a", "k0"), composite("k1", "k2"), single("a", "k3")}, []int{0, 1, 2}},
+		{"leader out of order", []*waiter{single("a", "k2"), composite("k1", "k3"), single("a", "k4")}, []int{0}},
+		{"tables apart", []*waiter{logged, composite("k3", "k1"), single("a", "k2")}, []int{1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			batch := slices.Clone(tt.batch)
+			slices.SortStableFunc(batch, func(x, y *waiter) int { return lockOrder(x.d, y.d) })
+			got := inOrder(batch, tt.batch[0])
+			want := make([]*waiter, len(tt.want))
+			for i, j := range tt.want {
+				want[i] = tt.batch[j]
+			}
+			if !slices.Equal(got, want) {
+				idx := func(ws []*waiter) []int {
+					var r []int
+					for _, w := range ws {
+						r = append(r, slices.Index(tt.batch, w))
+					}
+					return r
+				}
+				t.Fatalf("kept %v, want %v", idx(got), tt.want)
+			}
+		})
+	}
 }

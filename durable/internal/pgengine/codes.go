@@ -23,6 +23,11 @@ const (
 	// the composite function.
 	algPeriod int64 = 5
 
+	// fnComposite is the last digit of the batch function's p_fn that
+	// names a composite function (the other digits name a single-key
+	// function's algorithm); the digits before it are the durability.
+	fnComposite int32 = 0
+
 	// The first byte of an idempotency record, which keeps the records of
 	// takes and refunds, of single-key decisions and of composites apart.
 	tagTake            byte = 't'

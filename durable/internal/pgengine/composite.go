@@ -17,24 +17,25 @@ const maxCompositeCounters = 16
 
 // Composite decides over several [Counter]s of one [Store] at once: every
 // operation is one call of a server-side function, one round trip and one
-// transaction, that locks every counter's key in a fixed order (by prefix in
-// byte order, then key), so that two composites over the same keys never
+// transaction, that locks every counter's key in a fixed order (by key, then
+// prefix, in byte order), so that two composites over the same keys never
 // deadlock, and reads the database clock only once it holds them all. A take
 // takes from every counter or, when any counter denies, from none. It is
 // safe for concurrent use.
 type Composite struct {
-	store    *Store
-	counters []*Counter
-	query    string
-	algs     []int64
-	prefixes []string
-	quotas   []int64
-	windows  []int64 // each counter's window, or emission interval for a token bucket
-	ttls     []int64
-	idemTTL  int64
-	keepSync bool
-	cleanupP float64
-	batch    int64
+	store      *Store
+	durability Durability
+	counters   []*Counter
+	query      string
+	algs       []int64
+	prefixes   []string
+	quotas     []int64
+	windows    []int64 // each counter's window, or emission interval for a token bucket
+	ttls       []int64
+	idemTTL    int64
+	keepSync   bool
+	cleanupP   float64
+	batch      int64
 	// periods holds each counter's Period (zero for the others), the
 	// default of a call that passes none.
 	periods  []ratekit.Period
@@ -87,8 +88,8 @@ func NewCompositeWith(o CompositeOptions, counters ...*Counter) (*Composite, err
 		}
 	}
 	first := counters[0]
-	m := &Composite{store: first.store, counters: append([]*Counter(nil), counters...)}
 	d := first.cfg.Durability
+	m := &Composite{store: first.store, durability: d, counters: append([]*Counter(nil), counters...)}
 	needSync, logged := false, false
 	seen := make(map[string]bool, len(counters))
 	scope := []byte("ratekit/composite/" + d.String())
@@ -276,7 +277,8 @@ func (m *Composite) do(ctx context.Context, op int64, key string, cost int64, pa
 	return m.send(ctx, op, key, cost, parts, idem, periods)
 }
 
-// send decides a valid request: one call of the composite function.
+// send decides a valid request: one call of the composite function, alone
+// or in a batch (see coalescer).
 func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, parts []ratekit.Part, idem string, periods []ratekit.Period) ([]Outcome, error) {
 	keys, costs, locks, err := m.parts(op, key, cost, parts)
 	if err != nil {
@@ -297,11 +299,25 @@ func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, 
 	if op != opPeek && m.cleanupP > 0 && rand.Float64() < m.cleanupP {
 		cleanup = m.batch
 	}
-	raw, err := m.store.query(ctx, m.query, m.store.mode, op, keys, costs, locks, []byte(key), idemArg, cleanup, bounds)
+	d := &decision{m: m, op: op, key: key, idem: idemArg, cleanup: cleanup, keys: keys, costs: costs, locks: locks, bounds: bounds}
+	res, err := m.store.co.do(ctx, d)
 	if err != nil {
-		return nil, wrapErr(ctx, "composite", err)
+		return nil, err
 	}
-	return m.outcomes(ctx, raw)
+	return m.outcomes(res.many), nil
+}
+
+// sendOne decides the composite decision d alone, in one statement.
+func (m *Composite) sendOne(ctx context.Context, d *decision) (result, error) {
+	raw, err := m.store.query(ctx, m.query, m.store.mode, d.op, d.keys, d.costs, d.locks, []byte(d.key), d.idem, d.cleanup, d.bounds)
+	if err != nil {
+		return result{}, wrapErr(ctx, "composite", err)
+	}
+	out := make([]int64, 1+6*len(m.counters))
+	if !parseInts(raw, out) {
+		return result{}, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
+	}
+	return result{many: out}, nil
 }
 
 // parts returns each counter's key, cost and sliding-log lock of a request
@@ -334,14 +350,10 @@ func (m *Composite) parts(op int64, key string, cost int64, parts []ratekit.Part
 	return keys, costs, locks, nil
 }
 
-// outcomes parses the composite function's result, raw, into one Outcome
-// per counter.
-func (m *Composite) outcomes(ctx context.Context, raw []byte) ([]Outcome, error) {
+// outcomes returns the composite function's result, out (1 + 6 integers per
+// counter), as one Outcome per counter.
+func (m *Composite) outcomes(out []int64) []Outcome {
 	n := len(m.counters)
-	out := make([]int64, 1+6*n)
-	if !parseInts(raw, out) {
-		return nil, wrapErr(ctx, "composite", fmt.Errorf("function returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(out)))
-	}
 	res := make([]Outcome, n)
 	for i := range res {
 		v := out[1+6*i:]
@@ -355,7 +367,7 @@ func (m *Composite) outcomes(ctx context.Context, raw []byte) ([]Outcome, error)
 			Duplicate:  out[0] == 1,
 		}
 	}
-	return res, nil
+	return res
 }
 
 // intArray returns a bigint[] literal of v.

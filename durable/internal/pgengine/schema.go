@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 16
+const SchemaVersion = 17
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -58,7 +58,7 @@ func SchemaSQL(schema string) (string, error) {
 		return "", err
 	}
 	var b bytes.Buffer
-	data := schemaData{Schema: `"` + schema + `"`, Version: SchemaVersion}
+	data := schemaData{Schema: `"` + schema + `"`, Version: SchemaVersion, CompositeCode: fnComposite}
 	for _, d := range []Durability{Unlogged, Logged} {
 		t := &tableData{
 			Unlogged:    d == Unlogged,
@@ -80,8 +80,9 @@ func SchemaSQL(schema string) (string, error) {
 			}
 			t.Singles = append(t.Singles, flowData{tableData: t, Alg: a, Function: data.Schema + "." + d.table(a), Span: span,
 				IdemPrefix: "p_prefix", IdemKey: "p_key", Admitted: "admits"})
-			data.BatchCases = append(data.BatchCases, batchCase{functionIndex(d, a), d.table(a)})
+			data.BatchCases = append(data.BatchCases, batchCase{Index: functionIndex(d, a), Function: data.Schema + "." + d.table(a)})
 		}
+		data.BatchCases = append(data.BatchCases, batchCase{Index: compositeIndex(d), Function: t.Composite, Composite: true})
 		t.CompositeFlow = flowData{tableData: t, InComposite: true, Algorithms: compositeAlgorithms,
 			IdemPrefix: "p_idem_prefix", IdemKey: "p_idem_key", Admitted: "all_admit", TagPrefix: "composite_"}
 		data.Tables = append(data.Tables, t)
@@ -130,18 +131,21 @@ func migrateSQL(schema string) (string, error) {
 const migrationLockID = 8689334289248001880
 
 type schemaData struct {
-	Schema     string
-	Version    int
-	Tables     []*tableData
-	BatchCases []batchCase
+	Schema        string
+	Version       int
+	Tables        []*tableData
+	BatchCases    []batchCase
+	CompositeCode int32 // fnComposite
 }
 
 // A batchCase is one decision function that the batch function calls: the
-// number that names it in the batch's p_fn array (functionIndex) and its
-// name.
+// number that names it in the batch's p_fn array (functionIndex or
+// compositeIndex), its qualified name, and whether it is a composite
+// function.
 type batchCase struct {
-	Index    int32
-	Function string
+	Index     int32
+	Function  string
+	Composite bool
 }
 
 // functionIndex is the number that names the single-key function of
@@ -149,6 +153,10 @@ type batchCase struct {
 func functionIndex(d Durability, a string) int32 {
 	return 10*int32(d) + int32(sqlCodes["alg"][a])
 }
+
+// compositeIndex is the number that names the composite function with d in
+// the batch function's p_fn.
+func compositeIndex(d Durability) int32 { return 10*int32(d) + fnComposite }
 
 type tableData struct {
 	Unlogged                     bool

@@ -87,9 +87,9 @@ $fn$;
 -- in schema.go), p_windows[i] its window or, for the token bucket, its
 -- emission interval, p_ttls[i] how long its rows are kept after they
 -- expire; the other arguments as for the single-key functions. A take or
--- refund first locks every policy's key in one fixed order, by prefix
--- (byte order) and key, so that two composites over the same keys never
--- deadlock: the counter row (created when missing, as a single-key take
+-- refund first locks every policy's key in one fixed order, by key and
+-- then prefix (byte order), so that two composites over the same keys, and
+-- batches, never deadlock: the counter row (created when missing, as a single-key take
 -- creates it) or, for the sliding log, the advisory lock. Only then does it
 -- read the clock. A take admits only when every policy admits, and then
 -- takes from every policy; otherwise it writes nothing. A peek locks
@@ -167,14 +167,14 @@ BEGIN
 	row_ids := array_fill(NULL::tid, ARRAY[n]);
 	admitted := array_fill(true, ARRAY[n]);
 	IF p_op <> {{op "peek"}} THEN
-		-- The lock order: by prefix in byte order, then key (an insertion
-		-- sort; composites are small).
+		-- The lock order: by key, then prefix, in byte order (an insertion
+		-- sort; composites are small), as a batch orders its decisions.
 		lock_order := ARRAY[1];
 		FOR i IN 2..n LOOP
 			j := i - 1;
 			lock_order := lock_order || i;
-			WHILE j >= 1 AND (p_prefixes[lock_order[j]] COLLATE "C" > p_prefixes[i] COLLATE "C"
-				OR p_prefixes[lock_order[j]] = p_prefixes[i] AND p_keys[lock_order[j]] > p_keys[i]) LOOP
+			WHILE j >= 1 AND (p_keys[lock_order[j]] > p_keys[i]
+				OR p_keys[lock_order[j]] = p_keys[i] AND p_prefixes[lock_order[j]] COLLATE "C" > p_prefixes[i] COLLATE "C") LOOP
 				lock_order[j + 1] := lock_order[j];
 				j := j - 1;
 			END LOOP;
@@ -271,11 +271,11 @@ $fn$;
 {{end}}
 -- Reset: forget p_key under each of p_prefixes (counter rows, log entries,
 -- idempotency records). It first takes the locks a take of the same keys
--- takes, in the same order (prefix in byte order; the advisory lock for a
--- sliding log, the counter row otherwise), and deletes only then: every
--- transaction that locks more than one of these rows locks them in that
--- order, so a reset racing takes and refunds of its key cannot deadlock
--- with them. It returns the rows deleted.
+-- takes, in the same order (for one key, prefix in byte order; the
+-- advisory lock for a sliding log, the counter row otherwise), and deletes
+-- only then: every transaction that locks more than one of these rows
+-- locks them in that order, so a reset racing takes and refunds of its key
+-- cannot deadlock with them. It returns the rows deleted.
 DROP FUNCTION IF EXISTS {{.Reset}}(text[], bytea, bigint[], bigint[]);
 CREATE OR REPLACE FUNCTION {{.Reset}}(p_prefixes text[], p_key bytea, p_algs bigint[], p_locks bigint[])
 RETURNS bigint LANGUAGE plpgsql SET enable_seqscan = off AS $fn$
@@ -316,42 +316,71 @@ END
 $fn$;
 {{end}}
 -- Batch: the decisions of several callers in one statement, one round trip
--- and one commit. Element i of the arrays is one call of a single-key
--- decision function above: p_fn[i] names it (see BatchCases in schema.go)
--- and the other arrays hold its arguments (p_window_or_interval_us[i] is
--- the window, or the token bucket's emission interval). The calls run in
--- array order, which the caller sorts into the lock order; each sees every
--- earlier one, as it would alone. A statement that calls this one function
--- costs the server little to plan; one that called the decision functions
--- itself would cost much more, at every round trip, since exec mode and a
--- transaction-mode pooler leave every statement unprepared. Returns the
--- calls' results as a two-dimensional array, one row per element, in array
--- order.
+-- and one commit. Element i of the p_ arrays is one call of a decision
+-- function above: p_fn[i] names it (see BatchCases in schema.go) and the
+-- other p_ arrays hold its arguments (p_window_or_interval_us[i] is the
+-- window, or the token bucket's emission interval). A composite's element
+-- has p_parts[i] policies (0 for a single-key call): their arguments are
+-- the next p_parts[i] elements of the c_ arrays (four of c_bounds each), and
+-- p_prefix[i], p_key[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i] and
+-- p_sync[i] are its idempotency prefix, key, record and lifetime, its cleanup
+-- and p_sync (p_cost, p_quota, p_window_or_interval_us and p_lock are
+-- unused). The calls run in array order, which the caller sorts into the
+-- lock order; each sees every earlier one, as it would alone. A statement
+-- that calls this one function costs the server little to plan; one that
+-- called the decision functions itself would cost much more, at every round
+-- trip, since exec mode and a transaction-mode pooler leave every statement
+-- unprepared. Returns the calls' results one after another in one array, in
+-- array order: five elements for a single-key call, 1 + 6 × its policies
+-- for a composite's.
 DROP FUNCTION IF EXISTS {{.Schema}}.batch(int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bytea[], bigint[], bigint[], boolean[]);
+DROP FUNCTION IF EXISTS {{.Schema}}.batch(int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bytea[], bigint[], bigint[], boolean[],
+	int[], bigint[], text[], bytea[], bigint[], bigint[], bigint[], bigint[], bigint[], bigint[]);
 CREATE OR REPLACE FUNCTION {{.Schema}}.batch(
 	p_fn int[], p_op bigint[], p_prefix text[], p_key bytea[], p_cost bigint[], p_quota bigint[],
-	p_window_or_interval_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[])
+	p_window_or_interval_us bigint[], p_lock bigint[], p_idem bytea[], p_idem_ttl_us bigint[], p_cleanup bigint[], p_sync boolean[],
+	p_parts int[], c_algs bigint[], c_prefixes text[], c_keys bytea[], c_costs bigint[], c_quotas bigint[], c_windows bigint[],
+	c_ttls bigint[], c_locks bigint[], c_bounds bigint[])
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE
 	n int := cardinality(p_fn);
+	m int := coalesce(cardinality(c_algs), 0);
+	o int := 1; -- the first c_ element of the next composite
+	k int;
 	r bigint[];
 	res bigint[] := '{}';
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_op) <> n OR cardinality(p_prefix) <> n OR cardinality(p_key) <> n
 		OR cardinality(p_cost) <> n OR cardinality(p_quota) <> n OR cardinality(p_window_or_interval_us) <> n
 		OR cardinality(p_lock) <> n OR cardinality(p_idem) <> n OR cardinality(p_idem_ttl_us) <> n
-		OR cardinality(p_cleanup) <> n OR cardinality(p_sync) <> n THEN
+		OR cardinality(p_cleanup) <> n OR cardinality(p_sync) <> n OR cardinality(p_parts) <> n
+		OR coalesce(cardinality(c_prefixes), 0) <> m OR coalesce(cardinality(c_keys), 0) <> m
+		OR coalesce(cardinality(c_costs), 0) <> m OR coalesce(cardinality(c_quotas), 0) <> m
+		OR coalesce(cardinality(c_windows), 0) <> m OR coalesce(cardinality(c_ttls), 0) <> m
+		OR coalesce(cardinality(c_locks), 0) <> m OR coalesce(cardinality(c_bounds), 0) <> 4 * m
+		OR (SELECT coalesce(sum(x), 0) FROM unnest(p_parts) AS x) <> m THEN
 		RAISE EXCEPTION 'ratekit: batch arrays must be non-empty and of equal length' USING ERRCODE = '22023';
 	END IF;
 	FOR i IN 1..n LOOP
+		k := p_parts[i];
+		IF k IS NULL OR k < 0 OR (k > 0) <> (p_fn[i] % 10 = {{.CompositeCode}}) THEN
+			RAISE EXCEPTION 'ratekit: batch element % has % policies for function %', i, k, p_fn[i] USING ERRCODE = '22023';
+		END IF;
 		CASE p_fn[i]
 {{- range .BatchCases}}
 		WHEN {{.Index}} THEN
-			r := {{$.Schema}}.{{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_quota[i], p_window_or_interval_us[i],
+{{- if .Composite}}
+			r := {{.Function}}(p_op[i], c_algs[o:o + k - 1], c_prefixes[o:o + k - 1], c_keys[o:o + k - 1], c_costs[o:o + k - 1],
+				c_quotas[o:o + k - 1], c_windows[o:o + k - 1], c_ttls[o:o + k - 1], c_locks[o:o + k - 1],
+				p_prefix[i], p_key[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i], p_sync[i], c_bounds[4 * o - 3:4 * (o + k - 1)]);
+{{- else}}
+			r := {{.Function}}(p_op[i], p_prefix[i], p_key[i], p_cost[i], p_quota[i], p_window_or_interval_us[i],
 				p_lock[i], p_idem[i], p_idem_ttl_us[i], p_cleanup[i], p_sync[i]);
 {{- end}}
+{{- end}}
 		END CASE;
-		res := res || ARRAY[r];
+		o := o + k;
+		res := res || r;
 	END LOOP;
 	RETURN res;
 END

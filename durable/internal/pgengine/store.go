@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 )
 
@@ -38,7 +40,7 @@ type Config struct {
 
 // Store runs ratekit's decisions in PostgreSQL: pgstore.Store's engine,
 // whose documentation states what it guarantees (one round trip per
-// decision, coalescing beyond Config.MaxInFlight, what a failure may have
+// decision, coalescing (see coalescer), what a failure may have
 // applied). It is safe for concurrent use, holds no connection of its own and
 // starts no goroutine.
 type Store struct {
@@ -89,13 +91,21 @@ func New(db DB, cfg Config) (*Store, error) {
 	}
 	s.batchSQL = batchSQL(s.quoted)
 	s.clock = time.Now
-	s.co = coalescer{store: s, max: cfg.MaxInFlight}
+	s.co = coalescer{store: s, max: cfg.MaxInFlight, seed: maphash.MakeSeed(), held: make(map[uint64]int32)}
 	switch {
 	case cfg.MaxInFlight == 0:
 		s.co.max = DefaultMaxInFlight
 	case cfg.MaxInFlight < 0:
 		s.co.max = 0
 	}
+	// More decisions in flight than the pool has connections would wait
+	// for a connection: they wait in the queue instead, and go together.
+	if p, ok := db.(interface{ Config() *pgxpool.Config }); ok && s.co.max > 0 {
+		if n := int(p.Config().MaxConns); n > 0 {
+			s.co.max = min(s.co.max, n)
+		}
+	}
+	s.co.streams = min(batchesInFlight, s.co.max)
 	return s, nil
 }
 
@@ -585,10 +595,11 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 	if c.cfg.Algorithm == ratekit.SlidingLog {
 		lock = logLockID(c.cfg.Durability, c.cfg.Prefix, key)
 	}
-	out, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
+	res, err := c.store.co.do(ctx, &decision{c: c, op: op, key: key, cost: cost, idem: idemArg, lock: lock, cleanup: cleanup})
 	if err != nil {
 		return Outcome{}, err
 	}
+	out := res.one
 	r := Outcome{Allowed: out[0] == 1, Remaining: out[1], Duplicate: out[4] == 1}
 	retryUS, resetUS := out[2], out[3]
 	r.RetryAfter = microseconds(retryUS)
@@ -597,7 +608,16 @@ func (c *Counter) do(ctx context.Context, op int64, key string, cost int64, idem
 }
 
 // sendOne decides d alone, in one statement.
-func (s *Store) sendOne(ctx context.Context, d *decision) ([5]int64, error) {
+func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
+	if d.m != nil {
+		return d.m.sendOne(ctx, d)
+	}
+	out, err := s.sendSingle(ctx, d)
+	return result{one: out}, err
+}
+
+// sendSingle decides the single-key decision d alone, in one statement.
+func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
 	raw, err := s.query(ctx, c.query, s.mode,
 		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
