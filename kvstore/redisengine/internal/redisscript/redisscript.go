@@ -651,7 +651,7 @@ local expire_at = ARGV[base + 1 + period] + 999
 expire_at = string.format('%d', (expire_at - expire_at % 1000) / 1000 + 60000)
 local start_text = ARGV[base + period]
 if start and start ~= true then start_text = string.format('%d', start) end
-local record = string.format('%d', count) .. ' ' .. start_text
+local record = string.format('%d %s', count, start_text)
 if start then
   redis.call('SET', key, record, 'KEEPTTL')
   redis.call('PEXPIREAT', key, expire_at, 'GT')
