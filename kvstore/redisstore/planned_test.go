@@ -167,3 +167,16 @@ func TestPlannedExtremes(t *testing.T) {
 	s, _ := newStore(t)
 	plannedtest.CheckExtremes(t, s)
 }
+
+// BenchmarkPlannedRatio measures BenchmarkPlannedAllow's two limiters in
+// alternating rounds in one process (redistest.BenchPlannedRatio) and
+// reports the median of planned ÷ composite time.
+func BenchmarkPlannedRatio(b *testing.B) {
+	p := redistest.Prefix(b)
+	c := newClient(b, testenv.RedisAddr(b), p)
+	s, err := redisstore.New(c, redisstore.Config{Prefix: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	redistest.BenchPlannedRatio(b, s)
+}

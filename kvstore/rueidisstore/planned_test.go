@@ -40,3 +40,17 @@ func BenchmarkPlannedAllow(b *testing.B) {
 	}
 	plannedtest.Bench(b, s)
 }
+
+// BenchmarkPlannedRatio measures BenchmarkPlannedAllow's two limiters in
+// alternating rounds in one process (redistest.BenchPlannedRatio) and
+// reports the median of planned ÷ composite time.
+func BenchmarkPlannedRatio(b *testing.B) {
+	p := redistest.Prefix(b)
+	c := newClient(b, testenv.RedisAddr(b))
+	cleanKeys(b, c, p)
+	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	redistest.BenchPlannedRatio(b, s)
+}

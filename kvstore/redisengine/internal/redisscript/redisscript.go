@@ -596,37 +596,45 @@ return out
 // readCounterLua reads the record of a period counter of MultiPeriod, key
 // i under the locals key and base (the index of its "p" in ARGV), and
 // keeps in counts, starts and periods its count in the period picked by
-// now, its record's start (false for no record of that period) and the
-// period; all_fit becomes false when the count cannot take its n. A clock
-// outside the bounds fails the script with ClockSkew, a record that is
-// not a counter's with Malformed, before anything is written. The start
-// of a record of the period picked is its text in ARGV, as FormatRecord
-// writes it, which spares parsing and formatting it.
+// now, its record's start and the period; all_fit becomes false when the
+// count cannot take its n. A start is false for no record of that period
+// (the count is 0), true for a record of the period picked, whose start is
+// then its text in ARGV as FormatRecord writes it (which spares parsing
+// and formatting it), and otherwise the record's later start. A clock
+// outside the bounds fails the script with ClockSkew, a record that is not
+// a counter's with Malformed, before anything is written. The clock is
+// compared with the bounds of the period the client's own clock picked
+// (b1, b2) first, and with b0 or b3 only when it is outside, so that a
+// call converts the bounds it needs.
 const readCounterLua = `
-local b0, b1, b2, b3 = ARGV[base + 1] + 0, ARGV[base + 2] + 0, ARGV[base + 3] + 0, ARGV[base + 4] + 0
 local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
+local b1, b2 = ARGV[base + 2] + 0, ARGV[base + 3] + 0
 local period, period_start
-if now >= b0 and now < b1 then period, period_start = 1, b0
-elseif now >= b1 and now < b2 then period, period_start = 2, b1
-elseif now >= b2 and now < b3 then period, period_start = 3, b2
-else return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
+if now >= b1 then
+  if now < b2 then period, period_start = 2, b1
+  elseif now < ARGV[base + 4] + 0 then period, period_start = 3, b2 end
+elseif now >= ARGV[base + 1] + 0 then period, period_start = 1, ARGV[base + 1] + 0 end
+if not period then return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
 local count, start = 0, false
 local record = redis.pcall('GET', key)
 if record then
-  local space, count_raw, start_raw, record_count, record_start = nil, nil, nil, nil, nil
+  local space, count_raw, record_count, record_start = nil, nil, nil, nil
   if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
-  local start_text = ARGV[base + period]
   if space then
-    count_raw, start_raw = string.sub(record, 1, space - 1), string.sub(record, space + 1)
+    count_raw = string.sub(record, 1, space - 1)
     record_count = tonumber(count_raw)
-    if start_raw == start_text then record_start = period_start else record_start = tonumber(start_raw) end
+    local start_raw = string.sub(record, space + 1)
+    if start_raw == ARGV[base + period] then
+      record_start = true
+    else
+      record_start = tonumber(start_raw)
+      if record_start and not (record_start >= 0 and record_start < 9007199254740992 and record_start % 1 == 0 and string.format('%d', record_start) == start_raw) then record_start = nil end
+    end
   end
-  if not (record_count and record_start and record_count >= 0 and record_count < 9007199254740992 and record_start >= 0 and record_start < 9007199254740992
-    and record_count % 1 == 0 and record_start % 1 == 0
-    and string.format('%d', record_count) == count_raw and (start_raw == start_text or string.format('%d', record_start) == start_raw)) then
+  if not (record_start and record_count and record_count >= 0 and record_count < 9007199254740992 and record_count % 1 == 0 and string.format('%d', record_count) == count_raw) then
     return redis.error_reply('` + Malformed + `')
   end
-  if record_start >= period_start then count, start = record_count, record_start end
+  if record_start == true or record_start >= period_start then count, start = record_count, record_start end
 end
 counts[i], starts[i], periods[i] = count, start, period
 if count + n > quota then all_fit = false end
@@ -634,19 +642,21 @@ if count + n > quota then all_fit = false end
 
 // writeCounterLua writes the record of a period counter of MultiPeriod,
 // key under the locals key and base, as count (> 0) in period, the period
-// picked, whose record start is start (false: the period's own): expiring
-// a minute after the end of the period, and never sooner than it did.
+// picked, with start as readCounterLua keeps it (false or true: the
+// period's own start, its text in ARGV; otherwise the record's later
+// start): expiring a minute after the end of the period, and never sooner
+// than it did.
 const writeCounterLua = `
 local expire_at = ARGV[base + 1 + period] + 999
-expire_at = (expire_at - expire_at % 1000) / 1000 + 60000
+expire_at = string.format('%d', (expire_at - expire_at % 1000) / 1000 + 60000)
 local start_text = ARGV[base + period]
-if start and start ~= start_text + 0 then start_text = string.format('%d', start) end
-local record = string.format('%d', count) .. ' ' .. start_text
+if start and start ~= true then start_text = string.format('%d', start) end
+local record = string.format('%d %s', count, start_text)
 if start then
   redis.call('SET', key, record, 'KEEPTTL')
-  redis.call('PEXPIREAT', key, string.format('%d', expire_at), 'GT')
+  redis.call('PEXPIREAT', key, expire_at, 'GT')
 else
-  redis.call('SET', key, record, 'PXAT', string.format('%d', expire_at))
+  redis.call('SET', key, record, 'PXAT', expire_at)
 end
 `
 
