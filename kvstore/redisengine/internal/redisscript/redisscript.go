@@ -366,6 +366,39 @@ func fitAll(levels []int64, updates []kvstore.Update) bool {
 	return true
 }
 
+// decrementLua is a T take's first step on bucket i (key, its arguments at
+// ARGV[at]), inside a loop over the keys, as Update's T does it: DECRBY n,
+// and when the reply shows the take admitted and the expiry covering it,
+// the level in took[i] (with, in fix[i], the INCRBY that a bucket which
+// had refilled to full needs); otherwise it puts the units back and breaks
+// out of the loop, leaving the keys before i for the caller to restore.
+const decrementLua = `
+local ttl = redis.call('PTTL', key)
+if ttl <= 0 then break end
+` + bucketArgsLua + `
+local value = redis.pcall('DECRBY', key, n_arg)
+if type(value) ~= 'number' then break end
+local new_debt = ttl * rate - value
+if ` + decrementedLua + ` then
+  took[i] = max - new_debt
+elseif ` + refilledLua + ` then
+  took[i] = max - n
+  fix = fix or {}
+  fix[i] = new_debt - n
+else
+  redis.call('INCRBY', key, n_arg)
+  break
+end
+`
+
+// fixLua completes a T take that every bucket admitted: the INCRBYs that
+// decrementLua left in fix.
+const fixLua = `
+if fix then
+  for i, delta in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', delta)) end
+end
+`
+
 // Multi is kvstore.MultiAtomic.UpdateMulti in Lua, key by key the
 // arithmetic of Update on the same record. KEYS are the records' keys;
 // ARGV[1] is the op (T or t: take, p or r) and ARGV[3i-1], ARGV[3i],
@@ -387,32 +420,15 @@ func fitAll(levels []int64, updates []kvstore.Update) bool {
 const Multi = `
 local op, nk = ARGV[1], #KEYS
 if op == 'T' then
-  local out, fix, done = {}, nil, 0
+  local took, fix, done = {}, nil, 0
   for i = 1, nk do
     local key, at = KEYS[i], 3 * i - 1
-    local ttl = redis.call('PTTL', key)
-    if ttl <= 0 then break end
-` + bucketArgsLua + `
-    local value = redis.pcall('DECRBY', key, n_arg)
-    if type(value) ~= 'number' then break end
-    local new_debt = ttl * rate - value
-    if ` + decrementedLua + ` then
-      out[i] = max - new_debt
-    elseif ` + refilledLua + ` then
-      out[i] = max - n
-      fix = fix or {}
-      fix[i] = new_debt - n
-    else
-      redis.call('INCRBY', key, n_arg)
-      break
-    end
+` + decrementLua + `
     done = i
   end
   if done == nk then
-    if fix then
-      for i, delta in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', delta)) end
-    end
-    return out
+` + fixLua + `
+    return took
   end
   for i = 1, done do redis.call('INCRBY', KEYS[i], ARGV[3 * i + 1]) end
   op = 't'
@@ -504,29 +520,12 @@ if op == 'T' then
       local base = kind_at[i]
       if ARGV[base] == 'b' then
         local key, at = KEYS[i], base + 1
-        local ttl = redis.call('PTTL', key)
-        if ttl <= 0 then break end
-` + bucketArgsLua + `
-        local value = redis.pcall('DECRBY', key, n_arg)
-        if type(value) ~= 'number' then break end
-        local new_debt = ttl * rate - value
-        if ` + decrementedLua + ` then
-          took[i] = max - new_debt
-        elseif ` + refilledLua + ` then
-          took[i] = max - n
-          fix = fix or {}
-          fix[i] = new_debt - n
-        else
-          redis.call('INCRBY', key, n_arg)
-          break
-        end
+` + decrementLua + `
       end
       done = i
     end
     if done == nk then
-      if fix then
-        for i, delta in pairs(fix) do redis.call('INCRBY', KEYS[i], string.format('%d', delta)) end
-      end
+` + fixLua + `
       local out = {now}
       for i = 1, nk do
         local key, base = KEYS[i], kind_at[i]
