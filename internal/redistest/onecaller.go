@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ratekit/ratekit"
-	"github.com/ratekit/ratekit/internal/plannedtest"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/tokenbucket"
 )
@@ -104,19 +103,7 @@ func CheckOneCallerAllocs(t *testing.T, s kvstore.MultiAtomic, bare func(context
 	const slack = AllocSlack
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	plan, fixed := plannedtest.BenchPlans()
-	planned, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "allocs", Store: s, Plan: plannedtest.BenchPlanFunc(plan)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	buckets := make([]tokenbucket.Bucket, len(fixed))
-	for i, p := range fixed {
-		buckets[i] = tokenbucket.Bucket{Name: p.Name, Burst: p.Quota, RefillRate: tokenbucket.Rate{Tokens: p.Quota, Per: p.Window}}
-	}
-	composite, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	planned, composite := plannedAndComposite(t, s, "allocs")
 	single, err := tokenbucket.New(tokenbucket.Config{Name: "allocs", Burst: 1e9, RefillRate: tokenbucket.Rate{Tokens: 1e9, Per: time.Minute}, Mode: tokenbucket.Atomic, Store: s})
 	if err != nil {
 		t.Fatal(err)

@@ -26,19 +26,7 @@ import (
 // It reports the median over rounds of planned ÷ composite time
 // (planned/composite), and the median time of a decision of each.
 func BenchPlannedRatio(b *testing.B, store kvstore.Store) {
-	plan, fixed := plannedtest.BenchPlans()
-	planned, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: "ratio", Store: store, Plan: plannedtest.BenchPlanFunc(plan)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	buckets := make([]tokenbucket.Bucket, len(fixed))
-	for i, p := range fixed {
-		buckets[i] = tokenbucket.Bucket{Name: p.Name, Burst: p.Quota, RefillRate: tokenbucket.Rate{Tokens: p.Quota, Per: p.Window}}
-	}
-	composite, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: store})
-	if err != nil {
-		b.Fatal(err)
-	}
+	planned, composite := plannedAndComposite(b, store, "ratio")
 	keys := make([]string, 1024)
 	for i := range keys {
 		keys[i] = "key-" + strconv.Itoa(i)
@@ -106,4 +94,24 @@ func median(v []float64) float64 {
 		return v[len(v)/2]
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// plannedAndComposite returns a Planned of plannedtest's benchmark plan
+// under prefix on store, and a Composite of the same policies' buckets.
+func plannedAndComposite(tb testing.TB, store kvstore.Store, prefix string) (*tokenbucket.Planned, *tokenbucket.Composite) {
+	tb.Helper()
+	plan, fixed := plannedtest.BenchPlans()
+	planned, err := tokenbucket.NewPlanned(tokenbucket.PlannedConfig{Prefix: prefix, Store: store, Plan: plannedtest.BenchPlanFunc(plan)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	buckets := make([]tokenbucket.Bucket, len(fixed))
+	for i, p := range fixed {
+		buckets[i] = tokenbucket.Bucket{Name: p.Name, Burst: p.Quota, RefillRate: tokenbucket.Rate{Tokens: p.Quota, Per: p.Window}}
+	}
+	composite, err := tokenbucket.NewComposite(tokenbucket.CompositeConfig{Buckets: buckets, Mode: tokenbucket.Atomic, Store: store})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return planned, composite
 }
