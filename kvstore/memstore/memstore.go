@@ -428,9 +428,16 @@ func expiry(r kvstore.Refill, next kvstore.Record) int64 {
 		return next.Time * 1000
 	}
 	// r.TimeToFull(next.Value): the gap and Rate are at most Burst, 2^52,
-	// so quo's n is below 2^53 and the time at most 2^52 microseconds.
+	// so quo's n is below 2^53 and the time at most 2^52 microseconds. A
+	// Rate of 1 unit per microsecond (tokenbucket's whenever the refill
+	// period in microseconds is a multiple of the tokens per period) needs
+	// no division.
 	gap := r.Burst - max(next.Value, 0)
-	return addNanos(next.Time*1000, quo(gap+r.Rate-1, r.Rate)*1000)
+	fill := gap // microseconds to refill gap at the usual Rate of 1
+	if r.Rate > 1 {
+		fill = quo(gap+r.Rate-1, r.Rate)
+	}
+	return addNanos(next.Time*1000, fill*1000)
 }
 
 // quo returns n / d rounded down, for n from 0 to 2^53−1 and d from 1 to
