@@ -153,6 +153,7 @@ type Limiter struct {
 	mode   Mode
 	store  kvstore.Store
 	atomic kvstore.Atomic
+	taker  taker // atomic, when it is one
 	now    func() time.Time
 	refill kvstore.Refill
 	unit   int64 // units per token
@@ -175,6 +176,14 @@ var (
 	_ ratekit.Refunder = (*Limiter)(nil)
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
+
+// A taker is a kvstore.Atomic whose Take is its Update with kvstore.OpTake,
+// with the result's OK and Remaining returned as two values (memstore's
+// Scope): Allow's Atomic path calls it, and receives them in registers
+// rather than through an OpResult in memory.
+type taker interface {
+	Take(ctx context.Context, key string, r kvstore.Refill, n int64) (ok bool, remaining int64, err error)
+}
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
 // "tokenbucket: invalid config: " and format's text: every configuration
@@ -238,6 +247,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, invalid("Atomic mode needs a kvstore.Atomic store; %T is not one", cfg.Store)
 		}
 		l.atomic = a
+		l.taker, _ = a.(taker)
 		l.step = clockStep(cfg.Store)
 		if problem := stepProblem(window(cfg.Burst, r), l.step); problem != "" {
 			return nil, invalid("Burst %d refilled at %d per %v %s", cfg.Burst, r.Tokens, r.Per, problem)
@@ -373,6 +383,14 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 		return l.allowEventual(ctx, req.Key, n)
 	}
 	// apply's Atomic path, one call less.
+	if l.taker != nil {
+		ok, level, err := l.taker.Take(ctx, l.storeKey(req.Key), l.refill, n)
+		if err != nil {
+			return ratekit.Decision{}, storeErr(err)
+		}
+		l.decide(&d, ok, level, n)
+		return d, nil
+	}
 	res, err := l.atomic.Update(ctx, l.storeKey(req.Key), l.refill, kvstore.OpTake, n)
 	if err != nil {
 		return ratekit.Decision{}, storeErr(err)

@@ -359,8 +359,25 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
 func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
+	ok, remaining, err := c.update(ctx, key, r, op, n)
+	return kvstore.OpResult{OK: ok, Remaining: remaining}, err
+}
+
+// Take is [Scope.Update] with [kvstore.OpTake]: it takes n units from the
+// bucket of key when it holds that many, and returns the OK and Remaining
+// of Update's result (the only fields a bucket's update sets) as two
+// values. A caller receives them in registers, where a [kvstore.OpResult],
+// five words, goes through memory: tokenbucket's Limiter calls Take on its
+// hot path when its store has it. It returns Update's errors.
+func (c *Scope) Take(ctx context.Context, key string, r kvstore.Refill, n int64) (ok bool, remaining int64, err error) {
+	return c.update(ctx, key, r, kvstore.OpTake, n)
+}
+
+// update is Update, with the result's two fields that a bucket sets (OK
+// and Remaining) returned in registers.
+func (c *Scope) update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (ok bool, remaining int64, err error) {
 	if err := ctx.Err(); err != nil {
-		return kvstore.OpResult{}, err
+		return false, 0, err
 	}
 	s := c.s
 	var nowNano int64 // s.clock()
@@ -379,21 +396,21 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		rec = e.rec
 	}
 	var (
-		res   kvstore.OpResult
 		next  kvstore.Record
 		write bool
-		err   error
 	)
 	if op == kvstore.OpTake && r.Rate >= 1 && r.Rate <= r.Burst && r.Burst <= kvstore.MaxValue && n >= 1 && n <= r.Burst {
 		// The common update, a valid take, as Refill.Apply takes.
 		level, at := r.Level(rec, live, micros(nowNano))
 		if level >= n {
-			res, next, write = kvstore.OpResult{OK: true, Remaining: level - n}, kvstore.Record{Value: level - n, Time: at}, true
+			ok, remaining, next, write = true, level-n, kvstore.Record{Value: level - n, Time: at}, true
 		} else {
-			res = kvstore.OpResult{Remaining: level}
+			remaining = level
 		}
 	} else {
+		var res kvstore.OpResult
 		res, next, write, err = r.Apply(rec, live, micros(nowNano), op, n)
+		ok, remaining = res.OK, res.Remaining
 	}
 	switch {
 	case err == nil && write && next.Value < r.Burst:
@@ -415,7 +432,7 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 		sh.drop(e)
 	}
 	sh.mu.Unlock()
-	return res, err
+	return ok, remaining, err
 }
 
 // expiry returns when the record next, written by an update with r, is full
