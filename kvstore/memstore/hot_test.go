@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -95,7 +96,7 @@ func TestHotEntryMatchesModel(t *testing.T) {
 			delete(model, k)
 		case p < 19:
 			// A peek at two keys: its results are each key's peek.
-			k2 := keys[(rng.IntN(len(keys)-1)+1+indexOf(keys, k))%len(keys)]
+			k2 := keys[(rng.IntN(len(keys)-1)+1+slices.Index(keys, k))%len(keys)]
 			u := []kvstore.Update{{Key: k, Refill: r, N: 3}, {Key: k2, Refill: r, N: 50}}
 			res := make([]kvstore.OpResult, 2)
 			err := sc.UpdateMulti(ctx, "", kvstore.OpPeek, u, res)
@@ -111,13 +112,4 @@ func TestHotEntryMatchesModel(t *testing.T) {
 		}
 		now += int64(time.Duration(rng.IntN(30)) * time.Microsecond)
 	}
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
