@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/ratekit/ratekit"
 )
 
 // TestDivisorExact checks divisor.quo against the processor's division at
@@ -37,7 +39,8 @@ func TestDivisorExact(t *testing.T) {
 
 // TestWaitMatchesTimeUntil checks the Limiter's wait against stepWait over
 // kvstore.Refill.TimeUntil for buckets from one unit per microsecond to
-// 2^52 units, on a microsecond and a millisecond clock.
+// 2^52 units, on a microsecond and a millisecond clock, and so does
+// decide's ResetAfter, allowed or denied.
 func TestWaitMatchesTimeUntil(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	rates := []Rate{PerSecond(1), PerSecond(7), PerHour(1_000_000_000), {Tokens: 1, Per: 100 * time.Millisecond}, {Tokens: 3, Per: 7 * time.Microsecond}}
@@ -48,7 +51,7 @@ func TestWaitMatchesTimeUntil(t *testing.T) {
 				continue
 			}
 			for _, step := range []time.Duration{0, time.Millisecond} {
-				l := &Limiter{refill: refill, unit: unit, step: step, perUnit: newDivisor(unit), perRate: newDivisor(refill.Rate)}
+				l := &Limiter{refill: refill, unit: unit, step: step, perUnit: newDivisor(unit), perRate: newDivisor(refill.Rate), perMicro: refill.Rate == 1 && step == 0}
 				levels := []int64{-1, 0, 1, refill.Burst - 1, refill.Burst}
 				for range 100 {
 					levels = append(levels, rng.Int64N(refill.Burst+1))
@@ -57,6 +60,13 @@ func TestWaitMatchesTimeUntil(t *testing.T) {
 					for _, target := range []int64{1, unit, refill.Burst, 1 + rng.Int64N(refill.Burst)} {
 						if got, want := l.wait(level, target), stepWait(refill, step, level, target); got != want {
 							t.Fatalf("%+v step %v: wait(%d, %d) = %v, want %v", refill, step, level, target, got, want)
+						}
+					}
+					for _, allowed := range []bool{true, false} {
+						var d ratekit.Decision
+						l.decide(&d, allowed, level, unit)
+						if want := stepWait(refill, step, level, refill.Burst); d.ResetAfter != want {
+							t.Fatalf("%+v step %v: decide(allowed %v, level %d) ResetAfter %v, want %v", refill, step, allowed, level, d.ResetAfter, want)
 						}
 					}
 					if got, want := l.perUnit.quo(max(level, 0)), max(level, 0)/unit; got != want {

@@ -153,6 +153,7 @@ type Limiter struct {
 	mode   Mode
 	store  kvstore.Store
 	atomic kvstore.Atomic
+	taker  taker // atomic, when it is one
 	now    func() time.Time
 	refill kvstore.Refill
 	unit   int64 // units per token
@@ -163,6 +164,10 @@ type Limiter struct {
 	policy           ratekit.Policy
 	denied           *deniedCache
 	step             time.Duration // the Atomic store's clock step (kvstore.ClockStepper), 0 for a microsecond
+	// perMicro reports the usual refill, one unit a microsecond (Rate 1),
+	// on a clock that counts microseconds (step 0): a gap of k units
+	// refills in k microseconds, with no division and no rounding.
+	perMicro bool
 }
 
 var (
@@ -171,6 +176,14 @@ var (
 	_ ratekit.Refunder = (*Limiter)(nil)
 	_ ratekit.Resetter = (*Limiter)(nil)
 )
+
+// A taker is a kvstore.Atomic whose Take is its Update with kvstore.OpTake,
+// with the result's OK and Remaining returned as two values (memstore's
+// Scope): Allow's Atomic path calls it, and receives them in registers
+// rather than through an OpResult in memory.
+type taker interface {
+	Take(ctx context.Context, key string, r kvstore.Refill, n int64) (ok bool, remaining int64, err error)
+}
 
 // configErr returns an error matching ratekit.ErrInvalidConfig that reads
 // "tokenbucket: invalid config: " and format's text: every configuration
@@ -234,6 +247,7 @@ func New(cfg Config) (*Limiter, error) {
 			return nil, invalid("Atomic mode needs a kvstore.Atomic store; %T is not one", cfg.Store)
 		}
 		l.atomic = a
+		l.taker, _ = a.(taker)
 		l.step = clockStep(cfg.Store)
 		if problem := stepProblem(window(cfg.Burst, r), l.step); problem != "" {
 			return nil, invalid("Burst %d refilled at %d per %v %s", cfg.Burst, r.Tokens, r.Per, problem)
@@ -246,6 +260,7 @@ func New(cfg Config) (*Limiter, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
+	l.perMicro = refill.Rate == 1 && l.step == 0
 	if cfg.DeniedCacheSize < 0 {
 		return nil, invalid("DeniedCacheSize %d is negative", cfg.DeniedCacheSize)
 	}
@@ -364,16 +379,30 @@ func (l *Limiter) Allow(ctx context.Context, req ratekit.Request) (d ratekit.Dec
 	if l.denied != nil {
 		return l.allowCached(ctx, req.Key, n)
 	}
-	var res kvstore.OpResult
-	if l.atomic != nil {
-		// apply's Atomic path, one call less.
-		res, err = l.atomic.Update(ctx, l.storeKey(req.Key), l.refill, kvstore.OpTake, n)
-		if err != nil {
-			err = storeErr(err)
-		}
-	} else {
-		res, err = l.apply(ctx, req.Key, kvstore.OpTake, n)
+	if l.atomic == nil {
+		return l.allowEventual(ctx, req.Key, n)
 	}
+	// apply's Atomic path, one call less.
+	if l.taker != nil {
+		ok, level, err := l.taker.Take(ctx, l.storeKey(req.Key), l.refill, n)
+		if err != nil {
+			return ratekit.Decision{}, storeErr(err)
+		}
+		l.decide(&d, ok, level, n)
+		return d, nil
+	}
+	res, err := l.atomic.Update(ctx, l.storeKey(req.Key), l.refill, kvstore.OpTake, n)
+	if err != nil {
+		return ratekit.Decision{}, storeErr(err)
+	}
+	l.decide(&d, res.OK, res.Remaining, n)
+	return d, nil
+}
+
+// allowEventual is Allow of n units for key in Eventual mode without the
+// denied-key cache.
+func (l *Limiter) allowEventual(ctx context.Context, key string, n int64) (d ratekit.Decision, err error) {
+	res, err := l.apply(ctx, key, kvstore.OpTake, n)
 	if err != nil {
 		return ratekit.Decision{}, err
 	}
@@ -515,8 +544,13 @@ func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Allowed = allowed
 	d.Quota = l.burst
 	d.Remaining = l.perUnit.quo(level)
-	d.ResetAfter = l.wait(level, l.refill.Burst)
 	d.Policy = l.policy
+	if allowed && l.perMicro && level >= 0 && level <= l.refill.Burst {
+		// The common decision: wait's arithmetic, without its call.
+		d.ResetAfter = time.Duration(l.refill.Burst-level) * time.Microsecond
+		return
+	}
+	d.ResetAfter = l.wait(level, l.refill.Burst)
 	if !allowed {
 		d.RetryAfter = l.wait(level, n)
 	}
@@ -542,6 +576,14 @@ func (l *Limiter) wait(level, target int64) time.Duration {
 	// The gap and Rate are at most Burst, 2^52: the quotient is at most
 	// 2^52 microseconds, which a Duration holds in nanoseconds.
 	gap := target - max(level, 0)
+	if l.perMicro {
+		return time.Duration(gap) * time.Microsecond
+	}
+	return l.stepped(gap)
+}
+
+// stepped is wait for a gap of units (from 1 to Burst) to refill.
+func (l *Limiter) stepped(gap int64) time.Duration {
 	d := time.Duration(l.perRate.quo(gap+l.refill.Rate-1)) * time.Microsecond
 	if l.step > 0 {
 		if rem := d % l.step; rem != 0 && d <= math.MaxInt64-l.step {

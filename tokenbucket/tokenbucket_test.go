@@ -303,3 +303,32 @@ func hammer(t *testing.T, l ratekit.Limiter, workers, perWorker int) int64 {
 	}
 	return n
 }
+
+// atomicOnly hides every method of a store but kvstore.Atomic's, such as
+// memstore's Take and Prefixed.
+type atomicOnly struct{ kvstore.Atomic }
+
+// TestTakeMatchesUpdate checks that Allow over memstore, which calls the
+// store's Take, decides as over the same store seen as a plain
+// kvstore.Atomic, which Allow calls Update on, for random costs and times.
+func TestTakeMatchesUpdate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(42, 7))
+	for _, r := range []tokenbucket.Rate{tokenbucket.PerSecond(10), tokenbucket.PerSecond(7)} {
+		c := newClock()
+		cfg := tokenbucket.Config{Name: "t", Burst: 20, RefillRate: r, Mode: tokenbucket.Atomic, Now: c.Now}
+		cfg.Store = memStore(t, c.Now)
+		take := newLimiter(t, cfg)
+		cfg.Store = atomicOnly{memStore(t, c.Now)}
+		update := newLimiter(t, cfg)
+		ctx := context.Background()
+		for i := range 2000 {
+			c.Add(time.Duration(rng.Int64N(int64(150 * time.Millisecond))))
+			req := ratekit.Request{Key: string(rune('a' + rng.IntN(3))), Cost: 1 + rng.Int64N(25)}
+			got, gotErr := take.Allow(ctx, req)
+			want, wantErr := update.Allow(ctx, req)
+			if !reflect.DeepEqual(got, want) || (gotErr == nil) != (wantErr == nil) {
+				t.Fatalf("%v, step %d, %+v: over Take %+v, %v; over Update %+v, %v", r, i, req, got, gotErr, want, wantErr)
+			}
+		}
+	}
+}

@@ -59,7 +59,12 @@ type Config struct {
 // lock and hashes the key once, and operations on keys of different shards
 // do not wait for each other (those of one shard wait for a few table and
 // arithmetic steps, never for another lock). [Store.Len] takes the shards in turn;
-// [Scope.UpdateMulti] takes its keys' shards in ascending order.
+// [Scope.UpdateMulti] takes its keys' shards in ascending order. A key that
+// Update writes twice in a row in its shard keeps its record on the
+// mutex's cache line until an operation on another key of the shard:
+// callers of one hot key on several processors then pass one cache line
+// between them rather than two (go-limiter's buckets, each holding its own
+// mutex, are the model).
 //
 // Bound and eviction: the store never holds more than MaxKeys keys (each
 // shard holds at most its share). When a new key arrives at a full shard,
@@ -109,13 +114,63 @@ type Scope struct {
 
 // A shard guards its keys' index and records, and keeps the bound for them:
 // it lists their entries, so that eviction can sample them.
+//
+// A key that Update finds twice in a row in its shard is hot: its record
+// moves to the shard's first cache line, beside the mutex (hotRec and
+// hotExp stand for hot.rec and hot.expires), so that callers of a hot key
+// on several processors pass one cache line between them, the mutex's,
+// where they would pass two, the mutex's and the entry's. Every other
+// operation that holds the lock writes the record back first (flush).
 type shard struct {
-	mu      sync.Mutex
+	// The first cache line: what every Update writes or reads.
+	mu     sync.Mutex
+	hot    *entry         // the hot entry, or nil
+	hotRec kvstore.Record // hot's record, while hot is not nil
+	hotExp int64          // hot's expiry, while hot is not nil
+	last   *entry         // the entry Update last wrote, or nil
+	id     int            // the shard's position in Store.shards
+	max    int            // the most entries the shard holds
+
+	// The second: written only when a key comes or goes.
 	table   []slot   // the index of entries; see find
 	entries []*entry // in no order; entries[e.pos] == e
-	id      int      // the shard's position in Store.shards
-	max     int      // the most entries the shard holds
-	_       [56]byte // 72 bytes of fields: shards on separate cache lines
+	_       [16]byte // shards on separate cache lines
+}
+
+// lookup returns the entry of key, whose hash is h, in sh (nil when the
+// scope c does not hold key), whether it is the hot entry, and its record
+// and expiry (the smallest time for no entry). Missing the hot entry, it
+// writes the hot record back first. The caller holds sh.mu.
+func (sh *shard) lookup(c *Scope, key string, h uint64) (e *entry, hot bool, rec kvstore.Record, expires int64) {
+	if e = sh.hot; e != nil && e.hash == h && e.scope == c && e.key == key {
+		return e, true, sh.hotRec, sh.hotExp
+	}
+	sh.flush()
+	if e = sh.find(c, key, h); e == nil {
+		return nil, false, kvstore.Record{}, math.MinInt64
+	}
+	return e, false, e.rec, e.expires
+}
+
+// rewrite gives e, an entry of sh that lookup returned (hot when it is the
+// hot entry), the record rec expiring at expires. An entry written twice in
+// a row becomes (or stays) the hot entry. The caller holds sh.mu.
+func (sh *shard) rewrite(e *entry, hot bool, rec kvstore.Record, expires int64) {
+	if hot || e == sh.last {
+		sh.hot, sh.hotRec, sh.hotExp = e, rec, expires
+		return
+	}
+	e.rec, e.expires = rec, expires
+	sh.last = e
+}
+
+// flush writes the hot entry's record back into it, and leaves the shard
+// with no hot entry. The caller holds sh.mu.
+func (sh *shard) flush() {
+	if e := sh.hot; e != nil {
+		e.rec, e.expires = sh.hotRec, sh.hotExp
+		sh.hot = nil
+	}
 }
 
 // A slot of a shard's table holds an entry and its key's hash, or nothing.
@@ -223,11 +278,13 @@ func (s *Store) scope(prefix string) *Scope {
 // shard returns the shard of the key whose hash is h.
 func (s *Store) shard(h uint64) *shard { return &s.shards[h&s.mask] }
 
-// lockShard returns the hash of key and its shard, locked.
+// lockShard returns the hash of key and its shard, locked, with no hot
+// entry.
 func (s *Store) lockShard(key string) (uint64, *shard) {
 	h := maphash.String(s.seed, key)
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
+	sh.flush()
 	return h, sh
 }
 
@@ -359,8 +416,25 @@ func (c *Scope) Delete(ctx context.Context, key string) error {
 // store's clock (Config.Now). It returns the errors of [kvstore.Refill.Apply]
 // and ctx.Err() when ctx is done.
 func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (kvstore.OpResult, error) {
+	ok, remaining, err := c.update(ctx, key, r, op, n)
+	return kvstore.OpResult{OK: ok, Remaining: remaining}, err
+}
+
+// Take is [Scope.Update] with [kvstore.OpTake]: it takes n units from the
+// bucket of key when it holds that many, and returns the OK and Remaining
+// of Update's result (the only fields a bucket's update sets) as two
+// values. A caller receives them in registers, where a [kvstore.OpResult],
+// five words, goes through memory: tokenbucket's Limiter calls Take on its
+// hot path when its store has it. It returns Update's errors.
+func (c *Scope) Take(ctx context.Context, key string, r kvstore.Refill, n int64) (ok bool, remaining int64, err error) {
+	return c.update(ctx, key, r, kvstore.OpTake, n)
+}
+
+// update is Update, with the result's two fields that a bucket sets (OK
+// and Remaining) returned in registers.
+func (c *Scope) update(ctx context.Context, key string, r kvstore.Refill, op kvstore.Op, n int64) (ok bool, remaining int64, err error) {
 	if err := ctx.Err(); err != nil {
-		return kvstore.OpResult{}, err
+		return false, 0, err
 	}
 	s := c.s
 	var nowNano int64 // s.clock()
@@ -372,28 +446,27 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	h := maphash.String(s.seed, key) // s.lockShard(key), inline
 	sh := &s.shards[h&s.mask]
 	sh.mu.Lock()
-	e := sh.find(c, key, h)
-	live := e != nil && nowNano < e.expires
-	var rec kvstore.Record
-	if live {
-		rec = e.rec
+	e, hot, rec, expires := sh.lookup(c, key, h)
+	live := nowNano < expires
+	if !live {
+		rec = kvstore.Record{}
 	}
 	var (
-		res   kvstore.OpResult
 		next  kvstore.Record
 		write bool
-		err   error
 	)
 	if op == kvstore.OpTake && r.Rate >= 1 && r.Rate <= r.Burst && r.Burst <= kvstore.MaxValue && n >= 1 && n <= r.Burst {
 		// The common update, a valid take, as Refill.Apply takes.
 		level, at := r.Level(rec, live, micros(nowNano))
 		if level >= n {
-			res, next, write = kvstore.OpResult{OK: true, Remaining: level - n}, kvstore.Record{Value: level - n, Time: at}, true
+			ok, remaining, next, write = true, level-n, kvstore.Record{Value: level - n, Time: at}, true
 		} else {
-			res = kvstore.OpResult{Remaining: level}
+			remaining = level
 		}
 	} else {
+		var res kvstore.OpResult
 		res, next, write, err = r.Apply(rec, live, micros(nowNano), op, n)
+		ok, remaining = res.OK, res.Remaining
 	}
 	switch {
 	case err == nil && write && next.Value < r.Burst:
@@ -407,15 +480,18 @@ func (c *Scope) Update(ctx context.Context, key string, r kvstore.Refill, op kvs
 			// inserting the key afresh, without the allocations (a
 			// bucket that refills within microseconds expires between
 			// most visits).
-			e.rec, e.expires = next, expiry(r, next)
+			sh.rewrite(e, hot, next, expiry(r, next))
 		}
 	case e != nil && (!live || err == nil && write):
 		// An expired record that is not rewritten goes, and so does
 		// a full one: an absent key reads as full.
+		if hot {
+			sh.hot = nil
+		}
 		sh.drop(e)
 	}
 	sh.mu.Unlock()
-	return res, err
+	return ok, remaining, err
 }
 
 // expiry returns when the record next, written by an update with r, is full
@@ -428,9 +504,16 @@ func expiry(r kvstore.Refill, next kvstore.Record) int64 {
 		return next.Time * 1000
 	}
 	// r.TimeToFull(next.Value): the gap and Rate are at most Burst, 2^52,
-	// so quo's n is below 2^53 and the time at most 2^52 microseconds.
+	// so quo's n is below 2^53 and the time at most 2^52 microseconds. A
+	// Rate of 1 unit per microsecond (tokenbucket's whenever the refill
+	// period in microseconds is a multiple of the tokens per period) needs
+	// no division.
 	gap := r.Burst - max(next.Value, 0)
-	return addNanos(next.Time*1000, quo(gap+r.Rate-1, r.Rate)*1000)
+	fill := gap // microseconds to refill gap at the usual Rate of 1
+	if r.Rate > 1 {
+		fill = quo(gap+r.Rate-1, r.Rate)
+	}
+	return addNanos(next.Time*1000, fill*1000)
 }
 
 // quo returns n / d rounded down, for n from 0 to 2^53−1 and d from 1 to
@@ -484,6 +567,9 @@ func (c *Scope) insert(sh *shard, key string, h uint64, rec kvstore.Record, expi
 func (sh *shard) drop(e *entry) {
 	sh.unindex(e)
 	e.dead = true
+	if sh.last == e {
+		sh.last = nil
+	}
 	last := len(sh.entries) - 1
 	moved := sh.entries[last]
 	sh.entries[e.pos], moved.pos = moved, e.pos

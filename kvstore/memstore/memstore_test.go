@@ -330,3 +330,49 @@ func BenchmarkUpdateChurn(b *testing.B) {
 		i++
 	}
 }
+
+// TestTakeIsUpdateWithOpTake runs the same takes through Take on one key
+// and through Update with OpTake on another, in lock step on an injected
+// clock, and through both on scopes: the results, the records left behind
+// and the errors (an invalid refill, a cost out of range, a done context)
+// agree.
+func TestTakeIsUpdateWithOpTake(t *testing.T) {
+	c := newClock()
+	s := newStore(t, memstore.Config{Now: c.Now})
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	r := kvstore.Refill{Burst: 1000, Rate: 3}
+	steps := []struct {
+		ctx     context.Context
+		r       kvstore.Refill
+		n       int64
+		advance time.Duration
+	}{
+		{ctx, r, 400, 0}, {ctx, r, 400, 0}, {ctx, r, 400, 0}, // the third is refused
+		{ctx, r, 1, 10 * time.Microsecond}, {ctx, r, 1000, 0}, {ctx, r, 200, time.Millisecond},
+		{ctx, r, 0, 0}, {ctx, r, 1001, 0}, {ctx, kvstore.Refill{Burst: 10, Rate: 20}, 1, 0},
+		{done, r, 1, 0}, {ctx, r, 5, -time.Second}, {ctx, r, 1, time.Hour}, // full: the record goes
+	}
+	for _, scope := range []kvstore.Atomic{s, s.Prefixed("p:").(kvstore.Atomic)} {
+		take := scope.(interface {
+			Take(context.Context, string, kvstore.Refill, int64) (bool, int64, error)
+		})
+		for i, st := range steps {
+			c.Add(st.advance)
+			want, wantErr := scope.Update(st.ctx, "update", st.r, kvstore.OpTake, st.n)
+			ok, remaining, err := take.Take(st.ctx, "take", st.r, st.n)
+			if ok != want.OK || remaining != want.Remaining || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+				t.Fatalf("step %d: Take = %v, %d, %v; Update = %+v, %v", i, ok, remaining, err, want, wantErr)
+			}
+			if errors.Is(err, context.Canceled) != errors.Is(wantErr, context.Canceled) {
+				t.Fatalf("step %d: Take's error %v, Update's %v", i, err, wantErr)
+			}
+			recU, okU, _ := scope.Get(ctx, "update")
+			recT, okT, _ := scope.Get(ctx, "take")
+			if recU != recT || okU != okT {
+				t.Fatalf("step %d: Take left %+v, %v; Update %+v, %v", i, recT, okT, recU, okU)
+			}
+		}
+	}
+}

@@ -141,7 +141,7 @@ func checkDistinct(keys []string, updates []kvstore.Update) error {
 }
 
 // lockShards locks each distinct shard of shards once, in ascending order,
-// and returns them in that order, appended to locked (empty, with room for
+// with no hot entry, and returns them in that order, appended to locked (empty, with room for
 // every shard). It reorders no element of shards.
 func lockShards(shards, locked []*shard) []*shard {
 	locked = append(locked, shards...)
@@ -149,6 +149,7 @@ func lockShards(shards, locked []*shard) []*shard {
 	locked = slices.Compact(locked)
 	for _, sh := range locked {
 		sh.mu.Lock()
+		sh.flush()
 	}
 	return locked
 }
