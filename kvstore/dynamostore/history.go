@@ -110,6 +110,10 @@ func parseHistory(m map[string]types.AttributeValue) (historyItem, error) {
 // unit per 4 KB read, about 262,144 units (about $0.033 on an on-demand
 // table) per GB, filtered items included. An ended period found only in a
 // group item (its history item not written yet) costs one more GetItem.
+// Scan pages, being reads, go through the client's retryer (the SDK's
+// standard one unless the client was given another), so a long billing
+// Scan survives a transient network error; every write of the Store is
+// sent at most once.
 //
 // A counter that moves to a later period during the call is reported once:
 // the call remembers, for the rest of the Scan, each period it reported
@@ -133,7 +137,8 @@ func (s *Store) PeriodUsage(ctx context.Context, keyPrefix string, from, to int6
 		in.Limit = aws.Int32(s.scanLimit)
 	}
 	for {
-		out, err := s.client.Scan(ctx, in, noRetries)
+		// A page is a read: the client's retryer may send it again.
+		out, err := s.client.Scan(ctx, in)
 		if err != nil {
 			return wrap(ctx, "Scan", err)
 		}
