@@ -55,6 +55,19 @@ func BenchOneCaller(b *testing.B, decide func(context.Context) error) {
 	}
 }
 
+// BenchOneCallerAllow runs BenchOneCaller on a tokenbucket decision in
+// Atomic mode on s, a limit far above what b.N takes.
+func BenchOneCallerAllow(b *testing.B, s kvstore.Store) {
+	l, err := tokenbucket.New(tokenbucket.Config{Name: "onecaller", Burst: 1e9, RefillRate: tokenbucket.Rate{Tokens: 1e9, Per: time.Minute}, Mode: tokenbucket.Atomic, Store: s})
+	if err != nil {
+		b.Fatal(err)
+	}
+	BenchOneCaller(b, func(ctx context.Context) error {
+		_, err := l.Allow(ctx, ratekit.Request{Key: "allow", Cost: 1})
+		return err
+	})
+}
+
 // IOCalls returns the read and write system calls the process has made
 // (syscr and syscw of /proc/self/io, which count every read and write,
 // those that found no data included), and false where the file is

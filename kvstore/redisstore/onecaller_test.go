@@ -7,12 +7,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisstore"
-	"github.com/ratekit/ratekit/tokenbucket"
 )
 
 // BenchmarkOneCaller measures a lone caller's decision through a go-redis
@@ -43,7 +41,7 @@ func BenchmarkOneCaller(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("Allow", func(b *testing.B) { benchAllow(b, s) })
+	b.Run("Allow", func(b *testing.B) { redistest.BenchOneCallerAllow(b, s) })
 	b.Run("ServerlessAllow", func(b *testing.B) {
 		sc := redis.NewUniversalClient(redisstore.ServerlessOptions(&redis.UniversalOptions{Addrs: []string{testenv.RedisAddr(b)}}, time.Second))
 		b.Cleanup(func() { sc.Close() })
@@ -51,20 +49,7 @@ func BenchmarkOneCaller(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		benchAllow(b, ss)
-	})
-}
-
-// benchAllow runs redistest.BenchOneCaller on a tokenbucket decision in
-// Atomic mode on s.
-func benchAllow(b *testing.B, s *redisstore.Store) {
-	l, err := tokenbucket.New(tokenbucket.Config{Name: "onecaller", Burst: 1e9, RefillRate: tokenbucket.Rate{Tokens: 1e9, Per: time.Minute}, Mode: tokenbucket.Atomic, Store: s})
-	if err != nil {
-		b.Fatal(err)
-	}
-	redistest.BenchOneCaller(b, func(ctx context.Context) error {
-		_, err := l.Allow(ctx, ratekit.Request{Key: "allow", Cost: 1})
-		return err
+		redistest.BenchOneCallerAllow(b, ss)
 	})
 }
 

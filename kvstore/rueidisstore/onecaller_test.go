@@ -7,12 +7,10 @@ import (
 
 	"github.com/redis/rueidis"
 
-	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/internal/redistest"
 	"github.com/ratekit/ratekit/internal/testenv"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/rueidisstore"
-	"github.com/ratekit/ratekit/tokenbucket"
 )
 
 // BenchmarkOneCaller measures a lone caller's decision through a rueidis
@@ -64,16 +62,7 @@ func BenchmarkOneCaller(b *testing.B) {
 			return err
 		})
 	})
-	b.Run("Allow", func(b *testing.B) {
-		l, err := tokenbucket.New(tokenbucket.Config{Name: "onecaller", Burst: 1e9, RefillRate: tokenbucket.Rate{Tokens: 1e9, Per: time.Minute}, Mode: tokenbucket.Atomic, Store: s})
-		if err != nil {
-			b.Fatal(err)
-		}
-		redistest.BenchOneCaller(b, func(ctx context.Context) error {
-			_, err := l.Allow(ctx, ratekit.Request{Key: "allow", Cost: 1})
-			return err
-		})
-	})
+	b.Run("Allow", func(b *testing.B) { redistest.BenchOneCallerAllow(b, s) })
 }
 
 // TestOneCallerAllocs pins what a lone caller's decisions allocate on a

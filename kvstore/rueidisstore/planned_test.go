@@ -31,20 +31,19 @@ func TestPlannedExtremes(t *testing.T) {
 // shared test Redis through rueidis, from parallel goroutines over 1,024
 // keys.
 func BenchmarkPlannedAllow(b *testing.B) {
-	p := redistest.Prefix(b)
-	c := newClient(b, testenv.RedisAddr(b))
-	cleanKeys(b, c, p)
-	s, err := rueidisstore.New(c, rueidisstore.Config{Prefix: p})
-	if err != nil {
-		b.Fatal(err)
-	}
-	plannedtest.Bench(b, s)
+	plannedtest.Bench(b, benchStore(b))
 }
 
 // BenchmarkPlannedRatio measures BenchmarkPlannedAllow's two limiters in
 // alternating rounds in one process (redistest.BenchPlannedRatio) and
 // reports the median of planned ÷ composite time.
 func BenchmarkPlannedRatio(b *testing.B) {
+	redistest.BenchPlannedRatio(b, benchStore(b))
+}
+
+// benchStore returns a Store on the shared test Redis through a client of
+// its own, under a prefix whose keys are deleted when b ends.
+func benchStore(b *testing.B) *rueidisstore.Store {
 	p := redistest.Prefix(b)
 	c := newClient(b, testenv.RedisAddr(b))
 	cleanKeys(b, c, p)
@@ -52,5 +51,5 @@ func BenchmarkPlannedRatio(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	redistest.BenchPlannedRatio(b, s)
+	return s
 }
