@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -94,6 +95,9 @@ func Event() events.APIGatewayV2HTTPRequest {
 	}
 }
 
+// invokeMu makes concurrent calls of CallWith invoke one at a time.
+var invokeMu sync.Mutex
+
 // CallWith invokes h through aws-lambda-go's JSON path with Event changed
 // by patch, within an invocation deadline of 10 s.
 func CallWith(t testing.TB, h awslambda.Handler, patch func(*events.APIGatewayV2HTTPRequest)) Result {
@@ -103,7 +107,14 @@ func CallWith(t testing.TB, h awslambda.Handler, patch func(*events.APIGatewayV2
 	payload, _ := json.Marshal(ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // the invocation's deadline
 	defer cancel()
+	// aws-lambda-go's handler encodes replies into one buffer, which the
+	// reply it returns shares, as the Lambda runtime (an instance invoked
+	// once at a time) allows: callers from several goroutines take turns
+	// and copy the reply before the next.
+	invokeMu.Lock()
 	out, err := h.Invoke(ctx, payload)
+	out = append([]byte(nil), out...)
+	invokeMu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
