@@ -16,7 +16,7 @@ import (
 // pool connects lazily, so nothing here touches the network until Allow.
 func ExampleNew() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app?default_query_exec_mode=exec&pool_max_conns=2&pool_ping_timeout=1s")
+	pool, err := pgxpool.New(ctx, "postgres://app@db.internal/app?pool_max_conns=2&pool_ping_timeout=1s")
 	if err != nil {
 		log.Fatal(err)
 	}

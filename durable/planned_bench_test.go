@@ -84,9 +84,10 @@ func BenchmarkPlannedAllow(b *testing.B) {
 
 // BenchmarkCoalescing runs a logged fixed window with synchronous commit
 // from 8 and 64 callers (a pool of as many connections) on 10,000 keys and
-// on one hot key: with the Store's default coalescing; with at most 2
-// decisions in flight (coalescing from the third caller on, whatever the
-// keys); with as many in flight as callers (coalescing only on a hot key);
+// on one hot key: with the Store's default coalescing (at most 2 decisions
+// in flight, so coalescing from the third caller on, whatever the keys);
+// with at most 8 in flight; with as many in flight as callers (coalescing
+// only on a hot key);
 // and a bare upsert per decision on the same pool.
 //
 //	go test -run '^$' -bench Coalescing -cpu 1 -benchtime 2s ./durable
@@ -109,7 +110,7 @@ func BenchmarkCoalescing(b *testing.B) {
 			for _, mode := range []struct {
 				name        string
 				maxInFlight int
-			}{{"default", 0}, {"maxinflight=2", 2}, {"maxinflight=callers", callers}} {
+			}{{"default", 0}, {"maxinflight=8", 8}, {"maxinflight=callers", callers}} {
 				b.Run(name+"/"+mode.name, func(b *testing.B) {
 					s, err := pgstore.New(pool, pgstore.Config{Schema: pgstoretest.Schema(), MaxInFlight: mode.maxInFlight})
 					if err != nil {

@@ -5,8 +5,9 @@
 // for serverless functions ([ServerlessPoolConfig]). Package pglock, beside
 // it, takes PostgreSQL advisory locks.
 //
-// Each decision is one SELECT of a PL/pgSQL function: one round trip and one
-// implicit transaction, on the database's clock. A key's row lock (an
+// Each decision is one SELECT of a PL/pgSQL function: one round trip (one
+// more where a connection first prepares it) and one implicit transaction,
+// on the database's clock. A key's row lock (an
 // advisory lock for a sliding log) serialises the decisions on that key, so
 // counts are exact however many processes share the database. A composite
 // locks its keys in one fixed order, so composites never deadlock, and it
@@ -14,7 +15,7 @@
 //
 // A decision goes alone, at once, unless its key is hot (a statement in
 // flight holds it), [Config.MaxInFlight] statements are in flight
-// ([DefaultMaxInFlight], 8, at most the pool's size) or decisions already
+// ([DefaultMaxInFlight], 2, at most the pool's size) or decisions already
 // wait; waiting decisions travel together in one statement and one commit,
 // each decided exactly as if alone. No goroutine runs in the background.
 //
@@ -28,10 +29,10 @@
 // failover, give the pool every server in one connection string with
 // target_session_attrs=read-write.
 //
-// A Store keeps no session state and prepares no statements, so it works
-// through PgBouncer in transaction mode and through RDS Proxy; add
-// default_query_exec_mode=exec to the connection string so that your own
-// queries on the pool do too. Build pools for serverless functions with
+// A Store keeps no session state and sends its statements in the pool's
+// query exec mode: pgx's default prepares each statement once per
+// connection. Behind PgBouncer in transaction mode or RDS Proxy, add
+// default_query_exec_mode=exec to the connection string (see [New]). Build pools for serverless functions with
 // [ServerlessPoolConfig], and give every decision a context deadline.
 //
 // A Store retries a statement only when nothing was applied. After any

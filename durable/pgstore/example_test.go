@@ -15,7 +15,7 @@ import (
 // does not contact the database: the schema is created by the first
 // decision, or by Migrate at start-up.
 func ExampleNew() {
-	cfg, err := pgxpool.ParseConfig("postgres://app@db.internal/app?default_query_exec_mode=exec&pool_max_conns=2")
+	cfg, err := pgxpool.ParseConfig("postgres://app@db.internal/app?pool_max_conns=2")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -18,7 +18,7 @@ type DB interface {
 }
 
 // Config configures a [Store]. The zero value is valid: schema "ratekit",
-// created on first use, queries in pgx's exec mode.
+// created on first use, queries in the pool's query exec mode (see [New]).
 type Config struct {
 	// Schema is the PostgreSQL schema that holds the tables and functions
 	// (see [ValidateSchemaName]). Empty means [DefaultSchema].
@@ -32,11 +32,9 @@ type Config struct {
 	DisableAutoMigrate bool
 
 	// SimpleProtocol makes the Store send its statements with pgx's simple
-	// protocol (client-side parameter interpolation by pgx) instead of the
-	// default pgx.QueryExecModeExec (extended protocol with the unnamed
-	// statement). Neither creates server-side prepared statements, so both
-	// work through PgBouncer in transaction mode and RDS Proxy; use simple
-	// protocol for poolers that also refuse the extended protocol.
+	// protocol (client-side parameter interpolation by pgx) whatever the
+	// pool's query exec mode: for poolers that refuse the extended
+	// protocol.
 	SimpleProtocol bool
 
 	// MaxInFlight bounds the statements the Store has in flight at once,
@@ -44,8 +42,7 @@ type Config struct {
 	// on its caller's goroutine, when fewer than MaxInFlight statements
 	// are in flight, none of them holds one of its keys, and no decision
 	// waits: decisions on distinct keys run side by side, one connection
-	// each, where PostgreSQL's group commit shares their WAL flushes.
-	// Otherwise (a hot key, every place taken, or a queue already) it
+	// each. Otherwise (a hot key, every place taken, or a queue already) it
 	// waits, and when a statement in flight ends, the goroutine of one
 	// waiting caller sends a share of those that wait as one statement
 	// (coalescing), with at most two such batches in flight: one round
@@ -54,16 +51,17 @@ type Config struct {
 	// a negative value turns coalescing off. When the DB is a
 	// *pgxpool.Pool, MaxInFlight is at most its MaxConns: a decision
 	// that finds every connection taken waits in the queue, to go with
-	// others, rather than for a connection. On a server whose
-	// processors are busy, a lower MaxInFlight (2) batches sooner.
+	// others, rather than for a connection. A higher MaxInFlight lets more
+	// decisions on distinct keys overlap, which pays only where the
+	// server's processors are idle while they wait for their commits.
 	// docs/postgres.md states the rule and why.
 	MaxInFlight int
 }
 
 // DefaultMaxInFlight is the bound on a Store's statements in flight used
-// when [Config.MaxInFlight] is zero: up to 8 callers on distinct keys go
-// side by side, each with its own statement; beyond, decisions queue and go
-// to PostgreSQL together, where one statement and one commit for many
+// when [Config.MaxInFlight] is zero: two callers on distinct keys go side
+// by side, each with its own statement; beyond, decisions queue and go to
+// PostgreSQL together, where one statement and one commit for many
 // decisions cost the server less than one each.
 const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 
@@ -89,7 +87,18 @@ const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 // be applied.
 type Store pgengine.Store
 
-// New returns a Store that runs its statements on db. It returns an error
+// New returns a Store that runs its statements on db in the query exec mode
+// of db's connections when db is a *pgxpool.Pool or a *pgx.Conn, and in
+// pgx.QueryExecModeExec for any other DB (a pgx.Tx). In pgx's default mode,
+// QueryExecModeCacheStatement, each connection prepares a statement the
+// first time it sends it (one more round trip), and PostgreSQL then neither
+// parses nor plans it again. Prepared statements tie a session to its
+// server connection: behind PgBouncer in transaction mode or RDS Proxy, add
+// default_query_exec_mode=exec to the connection string. A Store whose
+// prepared statement PgBouncer refuses (no statement of that name on the
+// server connection, or one already) sends it again in exec mode, which is
+// safe because it never ran, and sends every later statement in exec mode.
+// It returns an error
 // matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
 // New does not contact the database: with automatic migration the schema is
 // created by the first decision (or by [Store.Migrate]).

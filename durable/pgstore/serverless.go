@@ -22,10 +22,10 @@ const pingIdle = time.Second
 // ServerlessPoolConfig sets cfg for a function instance that may be frozen
 // between invocations and must answer within its own deadline, and returns
 // cfg. timeout is the longest one decision may take (the Guard's Timeout);
-// 0 means 250ms. Use it with the connection string the package
-// documentation recommends:
+// 0 means 250ms. Use it with a small pool (add default_query_exec_mode=exec
+// behind RDS Proxy or PgBouncer, see [New]):
 //
-//	cfg, err := pgxpool.ParseConfig("postgres://…?default_query_exec_mode=exec&pool_max_conns=2")
+//	cfg, err := pgxpool.ParseConfig("postgres://…?pool_max_conns=2")
 //	…
 //	pool, err := pgxpool.NewWithConfig(ctx, pgstore.ServerlessPoolConfig(cfg, 0))
 //

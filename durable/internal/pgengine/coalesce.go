@@ -18,13 +18,14 @@ import (
 // DefaultMaxInFlight is the bound on a Store's statements in flight used
 // when [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
 // decision on keys that no statement in flight holds goes at once, alone,
-// on its caller's connection while no decision waits: PostgreSQL's
-// group commit already shares one WAL flush among concurrent commits, and a
-// batch would serialise decisions that could run side by side. Beyond it,
-// decisions queue and go to PostgreSQL together, where one statement and
-// one commit for many decisions cost the server less than one each
-// (docs/postgres.md states the rule).
-const DefaultMaxInFlight = 8
+// on its caller's connection while no decision waits, so one or two
+// callers never wait for each other. Beyond it, decisions queue and go to
+// PostgreSQL together, where one statement and one commit for many
+// decisions cost the server less than one each: with prepared statements
+// that wins over a statement per decision from the third caller on, even
+// on distinct keys whose commits group commit would share
+// (docs/postgres.md states the rule and the measurements).
+const DefaultMaxInFlight = 2
 
 // keyInFlight is how many statements in flight may hold one key before a
 // decision on it queues. With one, a hot key's decisions go in batches, each
@@ -628,7 +629,7 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error)
 	for i, c := range cleaners {
 		a.single(c, opPeek, string(cleanupKeys[i]), 1, 0, nil, cleanups[i], c.keepUS, true)
 	}
-	raw, err := s.query(ctx, s.batchSQL, s.mode,
+	raw, err := s.query(ctx, s.batchSQL, textResult, s.queryMode(),
 		a.fn, a.op, a.prefix, a.key, a.cost, a.quota, a.window, a.lock, a.idem, a.ttl, a.cleanup, a.sync,
 		a.parts, a.cAlgs, a.cPrefixes, a.cKeys, a.cCosts, a.cQuotas, a.cWindows, a.cTTLs, a.cLocks, a.cBounds)
 	if err != nil {

@@ -126,8 +126,15 @@ func TestBatchFunctionRefusesBadArrays(t *testing.T) {
 // of conns connections, and a context that ends with the test.
 func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Pool, context.Context) {
 	t.Helper()
+	return migratedStoreWith(t, conns, Config{SimpleProtocol: simple})
+}
+
+// migratedStoreWith is migratedStore with cfg (its Schema set here).
+func migratedStoreWith(t *testing.T, conns int32, cfg Config) (*Store, *pgxpool.Pool, context.Context) {
+	t.Helper()
 	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), conns, "")
-	s, err := New(pool, Config{Schema: pgstoretest.Schema(), SimpleProtocol: simple})
+	cfg.Schema = pgstoretest.Schema()
+	s, err := New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,24 +146,28 @@ func migratedStore(t *testing.T, conns int32, simple bool) (*Store, *pgxpool.Poo
 	return s, pool, ctx
 }
 
-// TestCoalesceRule: decisions on distinct keys go alone, side by side, as
-// long as the pool has a connection for each; decisions on one hot key, or
-// beyond the pool's connections, queue and go in batches. The coalescer's
-// counters show which.
+// TestCoalesceRule: 8 callers' decisions on distinct keys go alone, side
+// by side, while fewer than MaxInFlight statements are in flight and the
+// pool has a connection for each; decisions on one hot key, beyond
+// MaxInFlight (by default 2) or beyond the pool's connections, queue and go
+// in batches. The coalescer's counters show which.
 func TestCoalesceRule(t *testing.T) {
 	tests := []struct {
-		name    string
-		conns   int32
-		hot     bool
-		batched bool
+		name        string
+		conns       int32
+		maxInFlight int
+		hot         bool
+		batched     bool
 	}{
-		{"distinct keys", 8, false, false},
-		{"hot key", 8, true, true},
-		{"pool exhausted", 2, false, true},
+		{"distinct keys, MaxInFlight 8", 8, 8, false, false},
+		{"distinct keys, no coalescing", 8, -1, false, false},
+		{"distinct keys, default MaxInFlight", 8, 0, false, true},
+		{"hot key", 8, 8, true, true},
+		{"pool exhausted", 2, 8, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _, ctx := migratedStore(t, tt.conns, false)
+			s, _, ctx := migratedStoreWith(t, tt.conns, Config{MaxInFlight: tt.maxInFlight})
 			c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 1 << 40, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
 			if err != nil {
 				t.Fatal(err)

@@ -309,7 +309,7 @@ func (m *Composite) send(ctx context.Context, op int64, key string, cost int64, 
 
 // sendOne decides the composite decision d alone, in one statement.
 func (m *Composite) sendOne(ctx context.Context, d *decision) (result, error) {
-	raw, err := m.store.query(ctx, m.query, m.store.mode, d.op, d.keys, d.costs, d.locks, []byte(d.key), d.idem, d.cleanup, d.bounds)
+	raw, err := m.store.query(ctx, m.query, textResult, m.store.queryMode(), d.op, d.keys, d.costs, d.locks, []byte(d.key), d.idem, d.cleanup, d.bounds)
 	if err != nil {
 		return result{}, wrapErr(ctx, "composite", err)
 	}

@@ -29,12 +29,12 @@ type DB interface {
 
 // Config configures a [Store]: pgstore.Config, field for field, converted
 // by pgstore.New (its documentation is the one users read). The zero value
-// is valid: schema "ratekit", created on first use, queries in pgx's exec
-// mode.
+// is valid: schema "ratekit", created on first use, queries in the DB's
+// default query exec mode (see [New]).
 type Config struct {
 	Schema             string // empty means DefaultSchema
 	DisableAutoMigrate bool   // no schema creation on first use
-	SimpleProtocol     bool   // pgx's simple protocol instead of exec mode
+	SimpleProtocol     bool   // pgx's simple protocol whatever the DB's mode
 	MaxInFlight        int    // 0 means DefaultMaxInFlight, < 0 no coalescing
 }
 
@@ -44,12 +44,16 @@ type Config struct {
 // applied). It is safe for concurrent use, holds no connection of its own and
 // starts no goroutine.
 type Store struct {
-	db       DB
-	schema   string
-	quoted   string
-	mode     pgx.QueryExecMode
-	co       coalescer
-	batchSQL string
+	db     DB
+	schema string
+	quoted string
+	mode   pgx.QueryExecMode
+	co     coalescer
+
+	// unprepared is set when a pooler refused a prepared statement (see
+	// preparedRefused): from then on s sends statements in exec mode.
+	unprepared atomic.Bool
+	batchSQL   string
 
 	// clock is the client clock that period bounds are computed from and
 	// shift is added to the bounds sent (see SetPeriodClock).
@@ -62,7 +66,13 @@ type Store struct {
 	migrateSQL  string
 }
 
-// New returns a Store that runs its statements on db. It returns an error
+// New returns a Store that runs its statements on db, in db's default query
+// exec mode when db is a *pgxpool.Pool or a *pgx.Conn (pgx's default,
+// QueryExecModeCacheStatement, prepares each statement once per
+// connection), in exec mode for any other db, and in the simple protocol
+// when cfg.SimpleProtocol is set. A Store whose prepared statement a
+// pooler refuses (PgBouncer in transaction mode before 1.21) sends the
+// statement again, and every later one, in exec mode. It returns an error
 // matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
 // New does not contact the database: with automatic migration the schema is
 // created by the first decision (or by [Store.Migrate]).
@@ -82,7 +92,7 @@ func New(db DB, cfg Config) (*Store, error) {
 		db:          db,
 		schema:      schema,
 		quoted:      `"` + schema + `"`,
-		mode:        pgx.QueryExecModeExec,
+		mode:        defaultMode(db),
 		autoMigrate: !cfg.DisableAutoMigrate,
 		migrateSQL:  msql,
 	}
@@ -108,6 +118,47 @@ func New(db DB, cfg Config) (*Store, error) {
 	s.co.streams = min(batchesInFlight, s.co.max)
 	return s, nil
 }
+
+// defaultMode returns the default query exec mode of db's connections when
+// db tells it (a pool or a connection), and exec mode otherwise (a
+// transaction, or a DB of the caller's making).
+func defaultMode(db DB) pgx.QueryExecMode {
+	switch db := db.(type) {
+	case interface{ Config() *pgxpool.Config }:
+		return db.Config().ConnConfig.DefaultQueryExecMode
+	case interface{ Config() *pgx.ConnConfig }:
+		return db.Config().DefaultQueryExecMode
+	}
+	return pgx.QueryExecModeExec
+}
+
+// queryMode returns the query exec mode of s's next statement.
+func (s *Store) queryMode() pgx.QueryExecMode {
+	if s.mode == pgx.QueryExecModeCacheStatement && s.unprepared.Load() {
+		return pgx.QueryExecModeExec
+	}
+	return s.mode
+}
+
+// preparedRefused reports whether err, from a statement sent in mode, says
+// that a pooler in transaction mode refused its prepared statement: the
+// connection behind it had none of that name (26000), or already had one
+// (42P05). Either is an error of the Parse or Bind message, so the
+// statement never ran and may be sent again. When it returns true, s sends
+// its statements in exec mode from then on.
+func (s *Store) preparedRefused(mode pgx.QueryExecMode, err error) bool {
+	var pgErr *pgconn.PgError
+	if mode != pgx.QueryExecModeCacheStatement || !errors.As(err, &pgErr) ||
+		pgErr.Code != "26000" && pgErr.Code != "42P05" {
+		return false
+	}
+	s.unprepared.Store(true)
+	return true
+}
+
+// textResult asks PostgreSQL for results in text form in every query exec
+// mode: query parses the decision functions' bigint arrays from it.
+var textResult = pgx.QueryResultFormats{pgx.TextFormatCode}
 
 // Made reports whether s was made by [New]: false for a zero Store (a
 // pgstore.Store{} literal).
@@ -142,7 +193,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	// concurrently updated") when another migration that does not use the
 	// lock runs at the same time. The DO block is idempotent, so retry.
 	for attempt := 0; attempt < 5; attempt++ {
-		_, err = s.db.Exec(ctx, s.migrateSQL, s.mode)
+		_, err = s.db.Exec(ctx, s.migrateSQL, pgx.QueryExecModeSimpleProtocol)
 		if err == nil || !isCatalogRace(err) || ctx.Err() != nil {
 			break
 		}
@@ -318,7 +369,7 @@ type CounterConfig struct {
 // Counter is one limiter's view of a [Store]: a prefix, an algorithm, a
 // quota and a durability. It is safe for concurrent use. Every method makes
 // one round trip (plus one the first time, when the Store creates its
-// schema), which Take, Peek and Refund share with other decisions when the
+// schema, and one where a connection first prepares the statement), which Take, Peek and Refund share with other decisions when the
 // Store coalesces (see [Store]). A statement that may have been applied is
 // never retried.
 type Counter struct {
@@ -619,7 +670,7 @@ func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
 // sendSingle decides the single-key decision d alone, in one statement.
 func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
-	raw, err := s.query(ctx, c.query, s.mode,
+	raw, err := s.query(ctx, c.query, textResult, s.queryMode(),
 		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
 		d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit)
 	var out [5]int64
@@ -632,21 +683,39 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	return out, nil
 }
 
-// query runs sql with args (the first is s.mode, the query exec mode), a
-// statement that returns one bigint array, and returns
-// the array's text form: both query modes the Store uses (exec and simple
-// protocol) return results as text, which is parsed here rather than by
-// pgx's generic array codec, which costs most of a decision's allocations.
-// It retries once what never reached the server (a dead pooled connection
-// found while sending): anything else may have been applied, and retrying
-// it could count a request twice.
+// query runs sql with args, a statement that returns one bigint array, and
+// returns the array's text form, which is parsed here rather than by pgx's
+// generic array codec, which costs most of a decision's allocations. args
+// start with textResult and s.queryMode(). It retries once what never ran:
+// a statement that never reached the server (a dead pooled connection found
+// while sending), and one whose prepared statement a pooler refused (see
+// preparedRefused), then in exec mode. Anything else may have been applied,
+// and retrying it could count a request twice.
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]byte, error) {
 	var raw []byte
 	err := s.db.QueryRow(ctx, sql, args...).Scan(&raw)
-	if err != nil && pgconn.SafeToRetry(err) && ctx.Err() == nil {
-		err = s.db.QueryRow(ctx, sql, args...).Scan(&raw)
+	if err == nil || ctx.Err() != nil {
+		return raw, err
 	}
+	if mode, _ := args[1].(pgx.QueryExecMode); s.preparedRefused(mode, err) {
+		args[1] = pgx.QueryExecModeExec
+	} else if !pgconn.SafeToRetry(err) {
+		return raw, err
+	}
+	err = s.db.QueryRow(ctx, sql, args...).Scan(&raw)
 	return raw, err
+}
+
+// exec runs f, which sends one statement in the query exec mode it is
+// given, in s's mode, and once more in exec mode when a pooler refused its
+// prepared statement.
+func (s *Store) exec(f func(mode pgx.QueryExecMode) error) error {
+	mode := s.queryMode()
+	err := f(mode)
+	if err != nil && s.preparedRefused(mode, err) {
+		err = f(pgx.QueryExecModeExec)
+	}
+	return err
 }
 
 // microseconds converts us to a Duration, saturating at the longest one: a
@@ -696,7 +765,11 @@ func resetKey(ctx context.Context, cs []*Counter, extra []string, key, op string
 		locks = append(locks, 0)
 	}
 	q := "SELECT " + s.quoted + "." + cs[0].cfg.Durability.table("reset") + "($1, $2, $3, $4)"
-	if _, err := s.db.Exec(ctx, q, s.mode, prefixes, []byte(key), algs, locks); err != nil {
+	err := s.exec(func(mode pgx.QueryExecMode) error {
+		_, err := s.db.Exec(ctx, q, mode, prefixes, []byte(key), algs, locks)
+		return err
+	})
+	if err != nil {
 		return wrapErr(ctx, op, err)
 	}
 	return nil
@@ -724,7 +797,10 @@ func (c *Counter) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var a, b, cc int64
-		if err := c.store.db.QueryRow(ctx, q, c.store.mode, c.cfg.Prefix, c.batch).Scan(&a, &b, &cc); err != nil {
+		err := c.store.exec(func(mode pgx.QueryExecMode) error {
+			return c.store.db.QueryRow(ctx, q, mode, c.cfg.Prefix, c.batch).Scan(&a, &b, &cc)
+		})
+		if err != nil {
 			return total, wrapErr(ctx, "cleanup", err)
 		}
 		total += a + b + cc

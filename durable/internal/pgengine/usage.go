@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ratekit/ratekit"
 )
 
@@ -80,8 +81,10 @@ func (s *Store) PeriodUsage(ctx context.Context, d Durability, prefix string, fr
 			starts, ends []int64
 			used         []int64
 		)
-		err := s.db.QueryRow(ctx, q, s.mode, prefix, lo, hi, first, lastKey, lastStart, periodUsagePage).
-			Scan(&keys, &starts, &ends, &used)
+		err := s.exec(func(mode pgx.QueryExecMode) error {
+			return s.db.QueryRow(ctx, q, mode, prefix, lo, hi, first, lastKey, lastStart, periodUsagePage).
+				Scan(&keys, &starts, &ends, &used)
+		})
 		if err != nil {
 			return wrapErr(ctx, "period usage", err)
 		}
