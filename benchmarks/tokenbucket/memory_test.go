@@ -36,11 +36,15 @@ var keys = func() []string {
 	return k
 }()
 
+// key returns the key of decision i: "hot", or one of the 10,000 keys in an
+// order that jumps across them (7919 is prime to 10,000), so that, as in
+// the side-by-side comparison's uniform draw, consecutive decisions do not
+// find their keys in neighbouring memory.
 func key(spread string, i int) string {
 	if spread == "hot" {
 		return "hot"
 	}
-	return keys[i%len(keys)]
+	return keys[(i*7919)%len(keys)]
 }
 
 // xrate is the usual way to limit per key with x/time/rate: one Limiter per

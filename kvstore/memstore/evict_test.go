@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -218,12 +219,31 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 	}
 }
 
-// TestCacheLines keeps an entry in a 64-byte allocation (a lookup of a key
-// that is not in the cache misses once for the entry) and shards on cache
-// lines of their own (two shards' locks never share one).
+// heldEntry keeps TestCacheLines' entries on the heap.
+var heldEntry *entry
+
+// TestCacheLines keeps an entry on one cache line and a short key on the
+// next, in one allocation (a lookup of a key that is not in the cache reads
+// two adjacent lines), and shards on cache lines of their own (two shards'
+// locks never share one).
 func TestCacheLines(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 64 {
 		t.Fatalf("an entry takes %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(entryKey{}); n != 128 {
+		t.Fatalf("an entry with its key takes %d bytes, want 128", n)
+	}
+	for _, key := range []string{"k", strings.Repeat("k", 64), strings.Repeat("k", 65)} {
+		e := newEntry(key)
+		heldEntry = e // on the heap, as a store's entries are
+		if e.key != key {
+			t.Fatalf("newEntry(%d bytes) holds %q", len(key), e.key)
+		}
+		at := uintptr(unsafe.Pointer(e))
+		inline := uintptr(unsafe.Pointer(unsafe.StringData(e.key))) == at+64
+		if inline != (len(key) <= 64) || at%64 != 0 {
+			t.Fatalf("newEntry(%d bytes): entry at %#x, key inline %v", len(key), at, inline)
+		}
 	}
 	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
 		t.Fatalf("a shard takes %d bytes, not a whole number of cache lines", n)

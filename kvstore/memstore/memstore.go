@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
@@ -181,7 +182,8 @@ type slot struct {
 
 // An entry holds one key's record; its shard's mutex guards it. An entry
 // that is removed is marked dead and never written again. Its 61 bytes of
-// fields fill one 64-byte allocation, on one cache line.
+// fields fill one cache line; a key of up to 64 bytes fills the next one,
+// in the same allocation (see entryKey).
 type entry struct {
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
@@ -190,6 +192,29 @@ type entry struct {
 	scope   *Scope // immutable: the scope that holds the entry
 	pos     int32  // index in the shard's entries (at most maxShardKeys)
 	dead    bool
+}
+
+// entryKey is an entry and, right after it, room for a short key, in one
+// 128-byte allocation (aligned to 128 bytes, as Go aligns its size class):
+// looking a key up reads the entry's two cache lines, which sit side by
+// side, rather than a line elsewhere for the key's bytes. A longer key has
+// an allocation of its own.
+type entryKey struct {
+	entry
+	buf [inlineKey]byte
+}
+
+const inlineKey = 128 - unsafe.Sizeof(entry{})
+
+// newEntry returns an entry whose key is a copy of key.
+func newEntry(key string) *entry {
+	if len(key) > int(inlineKey) {
+		return &entry{key: strings.Clone(key)}
+	}
+	ek := new(entryKey)
+	n := copy(ek.buf[:], key)
+	ek.key = unsafe.String(&ek.buf[0], n)
+	return &ek.entry
 }
 
 // maxShardKeys is the most entries a shard holds, whatever MaxKeys is: the
@@ -557,7 +582,8 @@ func (c *Scope) insert(sh *shard, key string, h uint64, rec kvstore.Record, expi
 	for len(sh.entries) >= sh.max {
 		sh.evict(now)
 	}
-	e := &entry{rec: rec, expires: expires, key: strings.Clone(key), hash: h, scope: c, pos: int32(len(sh.entries))}
+	e := newEntry(key)
+	e.rec, e.expires, e.hash, e.scope, e.pos = rec, expires, h, c, int32(len(sh.entries))
 	sh.index(e)
 	sh.entries = append(sh.entries, e)
 }
