@@ -453,10 +453,12 @@ ON CONFLICT (prefix, key) DO UPDATE SET count = f.count + 1 RETURNING count`, x.
 // planPolicies returns the policies of the plan rows: a burst and a
 // monthly quota from a billing anchor, as one plan, and the month as a
 // bucket of its quota filled in 30 days for tokenbucket.Composite, which
-// counts no calendar periods. Both never deny in a cell.
+// counts no calendar periods. Neither denies in a cell: the burst holds
+// 36M units (the most an hour's durable bucket holds, one unit per 100µs),
+// beyond what a cell's rounds decide on its key.
 func planPolicies() (ratekit.Plan, ratekit.Policy) {
 	plan := ratekit.Plan{Name: "pro", Policies: []ratekit.Policy{
-		{Name: "burst", Quota: 1_000_000, Window: time.Hour, Algorithm: ratekit.TokenBucket},
+		{Name: "burst", Quota: 36_000_000, Window: time.Hour, Algorithm: ratekit.TokenBucket},
 		{Name: "monthly", Quota: 1_000_000_000, Algorithm: ratekit.FixedWindow,
 			Period: ratekit.Period{Unit: ratekit.Month, Anchor: time.Date(2026, 1, 14, 9, 0, 0, 0, time.UTC)}},
 	}}
