@@ -32,8 +32,9 @@
 // A Store keeps no session state and sends its statements in the pool's
 // query exec mode: pgx's default prepares each statement once per
 // connection. Behind PgBouncer in transaction mode or RDS Proxy, add
-// default_query_exec_mode=exec to the connection string (see [New]). Build pools for serverless functions with
-// [ServerlessPoolConfig], and give every decision a context deadline.
+// default_query_exec_mode=exec to the connection string (see [New]).
+// Build pools for serverless functions with [ServerlessPoolConfig], and
+// give every decision a context deadline.
 //
 // A Store retries a statement only when nothing was applied. After any
 // other error the request may or may not have been counted: retry with the

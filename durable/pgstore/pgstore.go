@@ -98,10 +98,11 @@ type Store pgengine.Store
 // prepared statement PgBouncer refuses (no statement of that name on the
 // server connection, or one already) sends it again in exec mode, which is
 // safe because it never ran, and sends every later statement in exec mode.
-// It returns an error
-// matching [ratekit.ErrInvalidConfig] for a nil db or an invalid schema name.
-// New does not contact the database: with automatic migration the schema is
-// created by the first decision (or by [Store.Migrate]).
+//
+// New returns an error matching [ratekit.ErrInvalidConfig] for a nil db or
+// an invalid schema name. It does not contact the database: with automatic
+// migration the schema is created by the first decision (or by
+// [Store.Migrate]).
 func New(db DB, cfg Config) (*Store, error) {
 	s, err := pgengine.New(db, pgengine.Config(cfg))
 	if err != nil {
