@@ -386,6 +386,11 @@ func (x *issue42) pool(conc int) (*pgxpool.Pool, error) {
 	return p, nil
 }
 
+// pgMaxInFlight is the pgstore.Config.MaxInFlight of the issue-42 table's
+// ratekit PostgreSQL contenders (the -pg-max-in-flight flag; 0 is the
+// default).
+var pgMaxInFlight int
+
 // pgContenders returns the PostgreSQL contenders on tables of durability
 // dur: ratekit durable (token bucket and fixed window; synchronous commit
 // on Logged tables), rate-limiter-flexible's RateLimiterPostgres, and the
@@ -399,7 +404,7 @@ func (x *issue42) pgContenders(dur durable.Durability) []turnContender {
 			if err != nil {
 				return nil, err
 			}
-			store, err := pgstore.New(p, pgstore.Config{Schema: x.pg.schema})
+			store, err := pgstore.New(p, pgstore.Config{Schema: x.pg.schema, MaxInFlight: pgMaxInFlight})
 			if err != nil {
 				return nil, err
 			}

@@ -204,6 +204,7 @@ func main() {
 	sequential := flag.Bool("sequential", true, "measure the tables of every backend and concurrency (false: only the in-turn table)")
 	table := flag.String("table", "", "issue42: measure only the table of issue #42 (its -rows at each -concurrency, contenders in turn: -runs rounds of a -blocks warm-up and -duration measured per contender, by default 500ms and 2s) and print its ratios")
 	rows := flag.String("rows", issue42Rows, "with -table issue42, the rows to measure")
+	flag.IntVar(&pgMaxInFlight, "pg-max-in-flight", 0, "with -table issue42, the pgstore.Config.MaxInFlight of ratekit's PostgreSQL contenders (0: the default)")
 	flag.Parse()
 	concs, err := harness.ParseCounts(*concFlag)
 	if err != nil {
