@@ -6,24 +6,28 @@ import (
 )
 
 // TestLeadCell: the ratio is the fastest ratekit contender over the fastest
-// peer, floors and references aside; below 1 it is bold, and a cell
-// without a peer or without a measurement has none.
+// peer, floors and references aside; below the row's bound (1 unless
+// given) it is bold, and a cell without a peer or without a measurement
+// has none.
 func TestLeadCell(t *testing.T) {
 	cs := []turnContender{{name: "a", role: ours}, {name: "b", role: ours}, {name: "p", role: peer}, {name: "q", role: peer},
 		{name: "floor", role: floor}, {name: "ref", role: reference}}
 	for _, tc := range []struct {
-		name string
-		tp   []float64
-		want string
+		name  string
+		bound float64
+		tp    []float64
+		want  string
 	}{
-		{"ahead", []float64{100, 300, 200, 150, 900, 900}, "1.50"},
-		{"behind", []float64{100, 150, 200, 190, 900, 900}, "**0.75**"},
-		{"level", []float64{200, 150, 200, 190, 1, 1}, "1.00"},
-		{"no peer measured", []float64{100, 150, 0, 0, 900, 900}, "—"},
-		{"no ratekit measured", []float64{0, 0, 200, 190, 900, 900}, "—"},
-		{"not a number", []float64{math.NaN(), 0, 200, 190, 900, 900}, "—"},
+		{"ahead", 0, []float64{100, 300, 200, 150, 900, 900}, "1.50"},
+		{"behind", 0, []float64{100, 150, 200, 190, 900, 900}, "**0.75**"},
+		{"level", 0, []float64{200, 150, 200, 190, 1, 1}, "1.00"},
+		{"no peer measured", 0, []float64{100, 150, 0, 0, 900, 900}, "—"},
+		{"no ratekit measured", 0, []float64{0, 0, 200, 190, 900, 900}, "—"},
+		{"not a number", 0, []float64{math.NaN(), 0, 200, 190, 900, 900}, "—"},
+		{"above a plan's bound", planBound, []float64{100, 170, 200, 190, 900, 900}, "0.85"},
+		{"below a plan's bound", planBound, []float64{100, 160, 200, 190, 900, 900}, "**0.80**"},
 	} {
-		if got := leadCell(cs, func(ci int) float64 { return tc.tp[ci] }); got != tc.want {
+		if got := leadCell(cs, tc.bound, func(ci int) float64 { return tc.tp[ci] }); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
