@@ -176,13 +176,30 @@ type planned interface {
 	ratekit.Limiter
 	ratekit.Refunder
 	Usage(ctx context.Context, key string) ([]ratekit.Usage, error)
-	// Periods lists key's usage of the quota policy in the periods that
-	// start in [from, to), or returns errNoPeriods.
-	Periods(ctx context.Context, key string, from, to time.Time) ([]periodLine, error)
+	PeriodUsage(ctx context.Context, policy string, from, to time.Time, fn func(ratekit.PeriodUsage) error) error
 }
 
 // errNoPeriods is returned by a backend that keeps no billing records.
 var errNoPeriods = errors.New("this backend lists no periods")
+
+// periods lists key's usage of the quota policy in the periods that start
+// in [from, to), by start (dynamodb reports them in the order of its Scan),
+// or returns errNoPeriods for a backend that keeps no billing records
+// (PeriodUsage's errors.ErrUnsupported).
+func periods(ctx context.Context, l planned, key string, from, to time.Time) ([]periodLine, error) {
+	var out []periodLine
+	err := l.PeriodUsage(ctx, quotaName, from, to, func(u ratekit.PeriodUsage) error {
+		if u.Key == key {
+			out = append(out, periodLine{u.Start.UnixMicro(), u.End.UnixMicro(), u.Used})
+		}
+		return nil
+	})
+	if errors.Is(err, errors.ErrUnsupported) {
+		return nil, errNoPeriods
+	}
+	slices.SortFunc(out, func(a, b periodLine) int { return cmp.Compare(a.StartUS, b.StartUS) })
+	return out, err
+}
 
 var backends = []backend{
 	{name: "postgres", setup: setupPostgres, open: openPostgres},
@@ -257,24 +274,7 @@ func openDynamo(_ context.Context, plan func(ctx context.Context, key string) (r
 	if err != nil {
 		return nil, nil, err
 	}
-	return kvPlanned{p}, func() {}, nil
-}
-
-// kvPlanned lists the billing records of tokenbucket.Planned.
-type kvPlanned struct{ *tokenbucket.Planned }
-
-// Periods sorts the periods by start: dynamostore reports them in the
-// order of its Scan.
-func (p kvPlanned) Periods(ctx context.Context, key string, from, to time.Time) ([]periodLine, error) {
-	var out []periodLine
-	err := p.PeriodUsage(ctx, quotaName, from, to, func(u ratekit.PeriodUsage) error {
-		if u.Key == key {
-			out = append(out, periodLine{u.Start.UnixMicro(), u.End.UnixMicro(), u.Used})
-		}
-		return nil
-	})
-	slices.SortFunc(out, func(a, b periodLine) int { return cmp.Compare(a.StartUS, b.StartUS) })
-	return out, err
+	return p, func() {}, nil
 }
 
 // openPostgres is the PostgreSQL backend: durable.Planned on the parent's
@@ -301,20 +301,7 @@ func openPostgres(ctx context.Context, plan func(ctx context.Context, key string
 		pool.Close()
 		return nil, nil, err
 	}
-	return pgPlanned{p}, pool.Close, nil
-}
-
-type pgPlanned struct{ *durable.Planned }
-
-func (p pgPlanned) Periods(ctx context.Context, key string, from, to time.Time) ([]periodLine, error) {
-	var out []periodLine
-	err := p.PeriodUsage(ctx, quotaName, from, to, func(u durable.PeriodUsage) error {
-		if u.Key == key {
-			out = append(out, periodLine{u.Start.UnixMicro(), u.End.UnixMicro(), u.Used})
-		}
-		return nil
-	})
-	return out, err
+	return p, pool.Close, nil
 }
 
 // openRedis is the Redis backend: tokenbucket.Planned over redisstore on
@@ -332,14 +319,7 @@ func openRedis(_ context.Context, plan func(ctx context.Context, key string) (ra
 		client.Close()
 		return nil, nil, err
 	}
-	return redisPlanned{p}, func() { client.Close() }, nil
-}
-
-// redisPlanned keeps no billing records.
-type redisPlanned struct{ *tokenbucket.Planned }
-
-func (redisPlanned) Periods(context.Context, string, time.Time, time.Time) ([]periodLine, error) {
-	return nil, errNoPeriods
+	return p, func() { client.Close() }, nil
 }
 
 // runWorker is a worker process's main: it decides the commands it reads
@@ -456,7 +436,7 @@ func execute(ctx context.Context, l planned, c command) reply {
 			}
 		}
 	case opPeriods:
-		r.Periods, err = l.Periods(ctx, c.Key, time.UnixMicro(c.FromUS), time.UnixMicro(c.ToUS))
+		r.Periods, err = periods(ctx, l, c.Key, time.UnixMicro(c.FromUS), time.UnixMicro(c.ToUS))
 	default:
 		err = fmt.Errorf("unknown op %q", c.Op)
 	}
