@@ -510,9 +510,6 @@ func (c *Scope) update(ctx context.Context, key string, r kvstore.Refill, op kvs
 	case e != nil && (!live || err == nil && write):
 		// An expired record that is not rewritten goes, and so does
 		// a full one: an absent key reads as full.
-		if hot {
-			sh.hot = nil
-		}
 		sh.drop(e)
 	}
 	sh.mu.Unlock()
@@ -589,10 +586,14 @@ func (c *Scope) insert(sh *shard, key string, h uint64, rec kvstore.Record, expi
 }
 
 // drop marks e, an entry of sh, dead and takes it out of sh's index and
-// list. The caller holds sh.mu.
+// list (and out of the shard's hot and last entries). The caller holds
+// sh.mu.
 func (sh *shard) drop(e *entry) {
 	sh.unindex(e)
 	e.dead = true
+	if sh.hot == e {
+		sh.hot = nil
+	}
 	if sh.last == e {
 		sh.last = nil
 	}
