@@ -545,11 +545,6 @@ func (l *Limiter) decide(d *ratekit.Decision, allowed bool, level, n int64) {
 	d.Quota = l.burst
 	d.Remaining = l.perUnit.quo(level)
 	d.Policy = l.policy
-	if allowed && l.perMicro && level >= 0 && level <= l.refill.Burst {
-		// The common decision: wait's arithmetic, without its call.
-		d.ResetAfter = time.Duration(l.refill.Burst-level) * time.Microsecond
-		return
-	}
 	d.ResetAfter = l.wait(level, l.refill.Burst)
 	if !allowed {
 		d.RetryAfter = l.wait(level, n)
@@ -568,22 +563,24 @@ func clockStep(store kvstore.Store) time.Duration {
 
 // wait returns how long the bucket at level takes to hold target units (at
 // most Burst): Refill.TimeUntil, rounded up to whole steps of the store's
-// clock, as stepWait computes it, with perRate's division.
+// clock, as stepWait computes it, with perRate's division. It is small
+// enough to inline, so that the usual refill, one unit a microsecond,
+// costs no call.
 func (l *Limiter) wait(level, target int64) time.Duration {
+	if l.perMicro && level < target {
+		return time.Duration(target-max(level, 0)) * time.Microsecond
+	}
+	return l.stepped(level, target)
+}
+
+// stepped is wait for any refill and clock step.
+func (l *Limiter) stepped(level, target int64) time.Duration {
 	if level >= target {
 		return 0
 	}
 	// The gap and Rate are at most Burst, 2^52: the quotient is at most
 	// 2^52 microseconds, which a Duration holds in nanoseconds.
 	gap := target - max(level, 0)
-	if l.perMicro {
-		return time.Duration(gap) * time.Microsecond
-	}
-	return l.stepped(gap)
-}
-
-// stepped is wait for a gap of units (from 1 to Burst) to refill.
-func (l *Limiter) stepped(gap int64) time.Duration {
 	d := time.Duration(l.perRate.quo(gap+l.refill.Rate-1)) * time.Microsecond
 	if l.step > 0 {
 		if rem := d % l.step; rem != 0 && d <= math.MaxInt64-l.step {
