@@ -24,7 +24,9 @@ import (
 // (Clock), and takes it off the store's Now in the results, so that a
 // limiter whose period clock is Clock decides, on the store's real clock,
 // in the periods of Clock's date. Token buckets are passed on unchanged and
-// refill on the real clock.
+// refill on the real clock. The shift is whole milliseconds, rounded down, so that bounds
+// on whole milliseconds stay so for a store that reads its clock in
+// milliseconds (Redis).
 //
 // The shift changes from call to call (the fake clock jumps, the real one
 // runs), and the period records already written hold starts shifted by the
@@ -48,7 +50,12 @@ func NewShifted(store kvstore.PeriodCounter, clock func() time.Time, rebase func
 
 // UpdateMulti implements kvstore.MultiAtomic with the shift.
 func (s Shifted) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
-	shift := time.Now().UnixMicro() - s.Clock().UnixMicro()
+	d := time.Since(s.Clock())
+	shift := d.Milliseconds() // rounded down below, since d is usually negative (the fake clock runs ahead)
+	if d < 0 && d%time.Millisecond != 0 {
+		shift--
+	}
+	shift *= 1000
 	if *s.last != 0 && shift != *s.last {
 		if err := s.Rebase(ctx, shift-*s.last); err != nil {
 			return err

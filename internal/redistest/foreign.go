@@ -140,8 +140,9 @@ func CheckForeignValues(t *testing.T, addr string, s KeyedStore) {
 			check(op.name, s.Key(key), v, func() error { return op.run(key) })
 		}
 	}
-	// A period counter's record is "<count> <start>", both decimal
-	// integers.
+	// A period counter's record is a hash of one field, which a foreign
+	// hash is not; a string "<count> <start>", both decimal integers, is
+	// an older release's record, which a foreign value is not either.
 	for _, v := range ForeignValues {
 		recs := []string{v + " " + strconv.FormatInt(now, 10), "1 " + v}
 		if v == "hash" {

@@ -259,7 +259,7 @@ func TestUpdatePeriods(t *testing.T) {
 	if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
 		t.Fatal(err)
 	}
-	if want := "period p:{a},p:{m} T,b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+	if want := "period p:{a},p:{m} T,b,10,10,1,p,0,100 200,300,60001,5,1"; f.evals[0] != want {
 		t.Errorf("sent %q, want %q", f.evals[0], want)
 	}
 	if res[0] != (kvstore.OpResult{OK: true, Remaining: 9}) || res[1] != (kvstore.OpResult{OK: true, Remaining: 2, Used: 3, Now: 150, Period: 2}) {
@@ -281,7 +281,7 @@ func TestUpdatePeriods(t *testing.T) {
 		if err := e.UpdateMulti(ctx, "", kvstore.OpTake, ups, res); err != nil {
 			t.Fatal(err)
 		}
-		if want := "period p:{a},p:{m} " + step.want + ",b,10,10,1,p,0,100,200,300,5,1"; f.evals[0] != want {
+		if want := "period p:{a},p:{m} " + step.want + ",b,10,10,1,p,0,100 200,300,60001,5,1"; f.evals[0] != want {
 			t.Errorf("take %d: sent %q, want %q", i, f.evals[0], want)
 		}
 	}

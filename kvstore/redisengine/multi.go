@@ -22,10 +22,12 @@ func (e *Engine) CountsPeriods() bool { return true }
 // fits them all.
 //
 // A call that holds a period counter ([kvstore.Update].Period) runs another
-// script, which also reads Redis's TIME once (in microseconds) and picks
-// each counter's period with it; a call of buckets alone reads no clock.
-// A counter's record is one key, "<count> <period start>", expiring a
-// minute after the end of its period.
+// script, which counts in the period that contains Redis's clock, in whole
+// milliseconds; a call of buckets alone reads no clock. A counter's record
+// is a hash of one field, "<period start> <period end>", holding the
+// count and expiring a minute after the end of its period; a take on the
+// record of the period the client's clock is in reads the clock from the
+// record's expiry, and any other call reads TIME once.
 //
 // It returns the errors of [kvstore.CheckMultiPeriods] and
 // kvstore.ErrDuplicateKey before contacting Redis, and, on a partitioned

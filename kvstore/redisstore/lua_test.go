@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -221,7 +222,9 @@ func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstor
 	script, keys := multiLua, rkeys
 	if counter != "" {
 		now := time.Now().UnixMicro()
-		args = append(args, "p", now-3600e6, now-60e6, now+3600e6, now+7200e6, kvstore.MaxValue, 1)
+		b := [4]int64{now - 3600e6, now - 60e6, now + 3600e6, now + 7200e6}
+		span := (b[2]+999)/1000 + 60_000 - (b[0]+999)/1000
+		args = append(args, "p", b[0], fmt.Sprintf("%d %d", b[1], b[2]), b[3], span, kvstore.MaxValue, 1)
 		script, keys = periodLua, append(slices.Clip(rkeys), counter)
 	}
 	vals, err := c.Eval(ctx, script, keys, args...).Int64Slice()
@@ -229,7 +232,12 @@ func multiWith(ctx context.Context, c *redis.Client, rkeys []string, rs []kvstor
 		return nil, err
 	}
 	if counter != "" {
-		vals = vals[1 : 1+len(rkeys)]
+		// The reply of a take done on the script's first pass has no
+		// clock before the keys' results.
+		if len(vals) == len(rkeys)+3 {
+			vals = vals[1:]
+		}
+		vals = vals[:len(rkeys)]
 	}
 	res := make([]kvstore.OpResult, len(vals))
 	for i, v := range vals {

@@ -61,8 +61,9 @@ func TestPlannedConcurrent(t *testing.T) {
 	})
 }
 
-// rebase moves every period record under prefix by delta µs: its start and
-// its expiry (see plannedtest.Shifted).
+// rebase moves every period record under prefix by delta µs: the period
+// its field names and its expiry, a minute after the period's end (see
+// plannedtest.Shifted).
 func rebase(ctx context.Context, c *redis.Client, prefix string, delta int64) error {
 	keys, err := c.Keys(ctx, prefix+"*").Result()
 	if err != nil {
@@ -70,25 +71,28 @@ func rebase(ctx context.Context, c *redis.Client, prefix string, delta int64) er
 	}
 	now := time.Now().UnixMilli()
 	for _, k := range keys {
-		v, err := c.Get(ctx, k).Result()
-		count, start, ok := strings.Cut(v, " ")
-		if err != nil || !ok {
+		h, err := c.HGetAll(ctx, k).Result()
+		if err != nil || len(h) != 1 {
 			continue // a bucket's record: buckets run on the real clock
 		}
-		s, err := strconv.ParseInt(start, 10, 64)
-		if err != nil {
-			return err
-		}
-		exp := c.PExpireTime(ctx, k).Val().Milliseconds() + delta/1000
-		if exp <= now {
-			c.Del(ctx, k)
-			continue
-		}
-		if err := c.Set(ctx, k, count+" "+strconv.FormatInt(s+delta, 10), 0).Err(); err != nil {
-			return err
-		}
-		if err := c.PExpireAt(ctx, k, time.UnixMilli(exp)).Err(); err != nil {
-			return err
+		for field, count := range h {
+			start, end, _ := strings.Cut(field, " ")
+			s, err1 := strconv.ParseInt(start, 10, 64)
+			e, err2 := strconv.ParseInt(end, 10, 64)
+			if err1 != nil || err2 != nil {
+				return fmt.Errorf("record %q of %s: %v, %v", field, k, err1, err2)
+			}
+			exp := (e+delta+999)/1000 + 60_000
+			if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				p.Del(ctx, k)
+				if exp > now {
+					p.HSet(ctx, k, strconv.FormatInt(s+delta, 10)+" "+strconv.FormatInt(e+delta, 10), count)
+					p.PExpireAt(ctx, k, time.UnixMilli(exp))
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -369,7 +369,7 @@ func fitAll(levels []int64, updates []kvstore.Update) bool {
 // decrementLua is a T take's first step on bucket i (key, its arguments at
 // ARGV[at]), inside a loop over the keys, as Update's T does it: DECRBY n,
 // and when the reply shows the take admitted and the expiry covering it,
-// the level in took[i] (with, in fix[i], the INCRBY that a bucket which
+// appends the level to took (with, in fix[i], the INCRBY that a bucket which
 // had refilled to full needs); otherwise it puts the units back and breaks
 // out of the loop, leaving the keys before i for the caller to restore.
 const decrementLua = `
@@ -380,9 +380,9 @@ local value = redis.pcall('DECRBY', key, n_arg)
 if type(value) ~= 'number' then break end
 local new_debt = ttl * rate - value
 if ` + decrementedLua + ` then
-  took[i] = max - new_debt
+  took[#took + 1] = max - new_debt
 elseif ` + refilledLua + ` then
-  took[i] = max - n
+  took[#took + 1] = max - n
   fix = fix or {}
   fix[i] = new_debt - n
 else
@@ -454,54 +454,121 @@ return out
 // ratekit.ErrClockSkew.
 const ClockSkew = "kvstore: clock skew"
 
+// The period counter's record. A counter is a hash of one field, named by
+// its period, "<start µs> <end µs>" (each number digits alone, no leading
+// zero), whose value is the count (an integer HINCRBY can change), with
+// the key's expiry at the period's end plus a minute: ceil(end/1000) +
+// 60,000 ms, set exactly. The field's end is the record's clock: while
+// the key lives, Redis's clock in milliseconds is that expiry less the
+// key's PTTL, so that a take on the record of the period the client's
+// clock is in needs neither TIME nor parsing: HINCRBY of the field the
+// client names, which returns the count, and PTTL, which places Redis's
+// clock in the period. A record of an ended period lives its minute on
+// and counts zero; the minute lets the expiry tell its clock after the
+// period's end, and it is never read by a later period as its own, since
+// its field names its period.
+//
+// What a record counts in the period picked (kvstore.PeriodBounds.Apply):
+// its count when it started at or after the period's start (its own
+// period, or a later one's: the client's periods moved back, as when a
+// billing anchor changes), and zero when it started before. A record kept
+// for a later start is rewritten as "<its start> <the later end>", so that
+// its expiry covers the period picked as well as its own. A record of an
+// older release, "<count> <start>" in a string whose expiry is its
+// period's end plus a minute, is read with those rules, its end taken from
+// its expiry (to the millisecond: the end of the period picked when they
+// agree), and rewritten as a hash when a call writes it; an older release
+// fails on a hash with Malformed. Every number is below 2^53, so exact in Lua's doubles.
+
 // MultiPeriod is kvstore.PeriodCounter's UpdateMulti in Lua: Multi's token
 // buckets, with the same arithmetic on the same records, and period
-// counters (kvstore.PeriodBounds.Apply), decided together on one reading
-// of Redis's TIME, in microseconds. The stores run it only for calls that
-// hold a period counter, so that Multi, and calls of buckets alone, read no
-// clock.
+// counters (kvstore.PeriodBounds.Apply, on the records described above),
+// decided together on Redis's clock in whole milliseconds. The stores run
+// it only for calls that hold a period counter, so that Multi, and calls of
+// buckets alone, read no clock.
 //
-// ARGV[1] is the op (T or t: take, p or r); then, key by key in KEYS order, a bucket
-// is "b", max, rate (units per millisecond), n, and a period counter is
-// "p", b0, b1, b2, b3 (microseconds since the epoch), quota, n. A period
-// counter's record is "<count> <period start µs>" (FormatRecord's form:
-// Value the count, Time the start, each digits alone with no leading zero
-// and below 2^53, as getValueLua reads a bucket's value), written with its
-// expiry at the end of the period picked plus a minute, never shortened; a refund to zero
-// deletes it. The record's start decides which period it counts (an ended
-// period's record counts zero), so the minute changes no decision: it keeps
-// the record from expiring within a script that read TIME just before the
-// period's end, since Redis before 7.2 checks expiry against a fresh
-// clock. Every counter is read, and the clock checked against its
-// bounds, before anything is written: a clock outside a counter's [b0,
-// b3) fails the call with ClockSkew, a record of the other kind (or
-// anything else) with Malformed, and nothing changes.
+// ARGV[1] is the op (T or t: take, p or r); then, key by key in KEYS order,
+// a bucket is "b", max, rate (units per millisecond), n, and a period
+// counter is "p", b0, "<b1> <b2>" (the field of the period the client's
+// clock is in), b3 (bounds in microseconds since the epoch), span, quota,
+// n, where span is the largest PTTL a record of [b1, b2) has while Redis's
+// clock is at or after b0: ceil(b2/1000) + 60000 - ceil(b0/1000).
 //
-// The takes differ as Multi's do. T, once every counter can take its n,
-// decrements the buckets first, as Multi's T, and when every bucket's
-// DECRBY admitted its take, writes the counters and is done: a TIME, a
-// GET, a SET and a PEXPIREAT a counter and a PTTL and a DECRBY a bucket.
-// Otherwise it puts back what it took and goes on as t, which reads every
-// bucket (PTTL and GET) and writes only when the take applies to every
-// key.
+// T (decrement first) takes from the keys in order and is done when every
+// key admitted its take: for a counter, HINCRBY of n on the client's
+// field, whose count must have been at least 1 before (the record of that
+// period) and must fit the quota, and a PTTL placing Redis's clock in [b0,
+// b2); for a bucket, Multi's PTTL and DECRBY. It then replies, key by key,
+// a bucket's level and a counter's count and PTTL, with no clock and no
+// period: the stores place the clock from the PTTL (see
+// ParsePeriodReply). A key that did not admit its take this way (a
+// counter's first take in a period among them) ends the loop: what was
+// taken is put back and the call goes on as t.
 //
-// The reply is an array: TIME in microseconds, then, key by key, one
-// integer for a bucket, encoded as Multi's, and two for a period counter:
-// the count after the op (before it, for a take that was refused) and the
-// period picked (1, 2 or 3), negated when n units did not fit. Counts and
-// quotas are at most kvstore.MaxValue and bounds at most
-// kvstore.MaxPeriodBound, so every number is exact in Lua's doubles.
+// t, p and r read TIME once and every key before anything is written: a
+// clock outside a counter's [b0, b3) fails the call with ClockSkew, a
+// record of the other kind (or anything else) with Malformed, and nothing
+// changes. t writes only when the take applies to every key, and r, a
+// refund, lowers a counter's count in the period picked only, deleting a
+// record it brings to zero. The reply is an array: the clock in
+// microseconds (a whole millisecond), then, key by key, one integer for a
+// bucket, encoded as Multi's, and two for a period counter: the count
+// after the op (before it, for a take that was refused) and the period
+// picked (1, 2 or 3), negated when n units did not fit.
 //
 // In the script, kind_at[i] is the index in ARGV of key i's "b" or "p";
-// a period counter's record, when it counts the period picked, is kept as
-// its count in counts and its start in starts (false when it counts
-// another period, or there is none, so that the count is 0 and the record
-// is written with the period's start).
+// for a counter, counts[i] is what its record counts in the period picked,
+// periods[i] the period, fields[i] the record's field when a write keeps
+// it (false when the record is rewritten), and ids[i] and ends[i] the field
+// and the end of a rewritten record.
 const MultiPeriod = `
 local op, nk = ARGV[1], #KEYS
+if op == 'T' then
+  local took, fix, done, base = {}, nil, 0, 2
+  for i = 1, nk do
+    local key = KEYS[i]
+    if ARGV[base] == 'p' then
+      local field, n_arg = ARGV[base + 2], ARGV[base + 6]
+      local count = redis.pcall('HINCRBY', key, field, n_arg)
+      if type(count) ~= 'number' then break end
+      local n, ttl = n_arg + 0, redis.call('PTTL', key)
+      if count <= n or ttl <= 60000 or ttl > ARGV[base + 4] + 0 or count > ARGV[base + 5] + 0 then
+        if count == n then
+          redis.call('HDEL', key, field)
+        elseif ttl ~= -2 then
+          redis.call('HINCRBY', key, field, '-' .. n_arg)
+        end
+        break
+      end
+      took[#took + 1] = count
+      took[#took + 1] = ttl
+      base = base + 7
+    else
+      local at = base + 1
+` + decrementLua + `
+      base = base + 4
+    end
+    done = i
+  end
+  if done == nk then
+` + fixLua + `
+    return took
+  end
+  base = 2
+  for i = 1, done do
+    if ARGV[base] == 'p' then
+      redis.call('HINCRBY', KEYS[i], ARGV[base + 2], '-' .. ARGV[base + 6])
+      base = base + 7
+    else
+      redis.call('INCRBY', KEYS[i], ARGV[base + 3])
+      base = base + 4
+    end
+  end
+  op = 't'
+end
 local time = redis.call('TIME')
-local now = time[1] * 1000000 + time[2]
-local kind_at, counts, starts, periods, all_fit = {}, {}, {}, {}, true
+local now = (time[1] * 1000 + (time[2] - time[2] % 1000) / 1000) * 1000
+local kind_at, counts, periods, fields, ids, ends, all_fit = {}, {}, {}, {}, {}, {}, true
 local next_at = 2
 for i = 1, nk do
   local key, base = KEYS[i], next_at
@@ -512,41 +579,6 @@ for i = 1, nk do
 ` + readCounterLua + `
     next_at = base + 7
   end
-end
-if op == 'T' then
-  if all_fit then
-    local took, fix, done = {}, nil, 0
-    for i = 1, nk do
-      local base = kind_at[i]
-      if ARGV[base] == 'b' then
-        local key, at = KEYS[i], base + 1
-` + decrementLua + `
-      end
-      done = i
-    end
-    if done == nk then
-` + fixLua + `
-      local out = {now}
-      for i = 1, nk do
-        local key, base = KEYS[i], kind_at[i]
-        if ARGV[base] == 'b' then
-          out[#out + 1] = took[i]
-        else
-          local period, start = periods[i], starts[i]
-          local count = counts[i] + ARGV[base + 6]
-` + writeCounterLua + `
-          out[#out + 1] = count
-          out[#out + 1] = period
-        end
-      end
-      return out
-    end
-    for i = 1, done do
-      local base = kind_at[i]
-      if ARGV[base] == 'b' then redis.call('INCRBY', KEYS[i], ARGV[base + 3]) end
-    end
-  end
-  op = 't'
 end
 local ttls, raw_debts, debts, values = {}, {}, {}, {}
 for i = 1, nk do
@@ -567,7 +599,7 @@ for i = 1, nk do
     out[#out + 1] = reply
   else
     local quota, n, period = ARGV[base + 5] + 0, ARGV[base + 6] + 0, periods[i]
-    local count, start = counts[i], starts[i]
+    local count = counts[i]
     local fits = count + n <= quota
     local write = false
     if op == 't' and all_fit then
@@ -579,11 +611,7 @@ for i = 1, nk do
       write = true
     end
     if write then
-      if count == 0 then
-        redis.call('DEL', key)
-      else
 ` + writeCounterLua + `
-      end
     end
     out[#out + 1] = count
     if op ~= 'r' and not fits then out[#out + 1] = -period else out[#out + 1] = period end
@@ -594,68 +622,76 @@ return out
 
 // readCounterLua reads the record of a period counter of MultiPeriod, key
 // i under the locals key and base (the index of its "p" in ARGV), and
-// keeps in counts, starts and periods its count in the period picked by
-// now, its record's start and the period; all_fit becomes false when the
-// count cannot take its n. A start is false for no record of that period
-// (the count is 0), true for a record of the period picked, whose start is
-// then its text in ARGV as FormatRecord writes it (which spares parsing
-// and formatting it), and otherwise the record's later start. A clock
-// outside the bounds fails the script with ClockSkew, a record that is not
-// a counter's with Malformed, before anything is written. The clock is
-// compared with the bounds of the period the client's own clock picked
-// (b1, b2) first, and with b0 or b3 only when it is outside, so that a
-// call converts the bounds it needs.
+// keeps in counts, periods, fields, ids and ends what it counts in the
+// period picked by now and how a write must store it; all_fit becomes
+// false when the count cannot take its n. A clock outside the bounds fails
+// the script with ClockSkew, a key that holds anything but a counter's
+// record (of this release or an older one) with Malformed, before
+// anything is written.
 const readCounterLua = `
-local quota, n = ARGV[base + 5] + 0, ARGV[base + 6] + 0
-local b1, b2 = ARGV[base + 2] + 0, ARGV[base + 3] + 0
-local period, period_start
+local quota, n, field = ARGV[base + 5] + 0, ARGV[base + 6] + 0, ARGV[base + 2]
+local space = string.find(field, ' ', 1, true)
+local b1, b2 = string.sub(field, 1, space - 1) + 0, string.sub(field, space + 1) + 0
+local period, period_start, period_end
 if now >= b1 then
-  if now < b2 then period, period_start = 2, b1
-  elseif now < ARGV[base + 4] + 0 then period, period_start = 3, b2 end
-elseif now >= ARGV[base + 1] + 0 then period, period_start = 1, ARGV[base + 1] + 0 end
-if not period then return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 4] .. ')') end
-local count, start = 0, false
-local record = redis.pcall('GET', key)
-if record then
-  local space, count_raw, record_count, record_start = nil, nil, nil, nil
-  if type(record) == 'string' then space = string.find(record, ' ', 1, true) end
-  if space then
-    count_raw = string.sub(record, 1, space - 1)
-    record_count = tonumber(count_raw)
-    local start_raw = string.sub(record, space + 1)
-    if start_raw == ARGV[base + period] then
-      record_start = true
-    else
-      record_start = tonumber(start_raw)
-      if record_start and not (record_start >= 0 and record_start < 9007199254740992 and record_start % 1 == 0 and string.format('%d', record_start) == start_raw) then record_start = nil end
-    end
-  end
-  if not (record_start and record_count and record_count >= 0 and record_count < 9007199254740992 and record_count % 1 == 0 and string.format('%d', record_count) == count_raw) then
+  if now < b2 then period, period_start, period_end = 2, b1, b2
+  elseif now < ARGV[base + 3] + 0 then period, period_start, period_end = 3, b2, ARGV[base + 3] + 0 end
+elseif now >= ARGV[base + 1] + 0 then period, period_start, period_end = 1, ARGV[base + 1] + 0, b1 end
+if not period then return redis.error_reply('` + ClockSkew + `: Redis TIME ' .. string.format('%d', now) .. ' us is outside [' .. ARGV[base + 1] .. ', ' .. ARGV[base + 3] .. ')') end
+local count, kept, start, stop = 0, nil, nil, nil
+local hash = redis.pcall('HGETALL', key)
+if hash.err then
+  local record = redis.pcall('GET', key)
+  local space = type(record) == 'string' and string.find(record, ' ', 1, true)
+  if not space then return redis.error_reply('` + Malformed + `') end
+  count, start = string.sub(record, 1, space - 1), string.sub(record, space + 1)
+  local expiry = redis.call('PEXPIRETIME', key) - 60000
+  if expiry < 0 then return redis.error_reply('` + Malformed + `') end
+  stop = string.format('%d', expiry * 1000)
+  local period_end_ms = period_end + 999
+  if (period_end_ms - period_end_ms % 1000) / 1000 == expiry then stop = string.format('%d', period_end) end
+elseif #hash == 2 then
+  kept = hash[1]
+  local space = string.find(kept, ' ', 1, true)
+  if not space then return redis.error_reply('` + Malformed + `') end
+  count, start, stop = hash[2], string.sub(kept, 1, space - 1), string.sub(kept, space + 1)
+elseif #hash ~= 0 then
+  return redis.error_reply('` + Malformed + `')
+end
+if start then
+  local c, s, e = tonumber(count), tonumber(start), tonumber(stop)
+  if not (c and s and e and c >= 0 and c < 9007199254740992 and s >= 0 and s < e and e < 9007199254740992 and c % 1 == 0 and s % 1 == 0 and e % 1 == 0 and string.format('%d', c) == count and string.format('%d', s) == start and string.format('%d', e) == stop) then
     return redis.error_reply('` + Malformed + `')
   end
-  if record_start == true or record_start >= period_start then count, start = record_count, record_start end
+  count = c
+  if s < period_start then
+    count, kept, s, e = 0, nil, period_start, period_end
+  elseif e < period_end then
+    kept, e = nil, period_end
+  end
+  ids[i], ends[i] = string.format('%d %d', s, e), e
+else
+  ids[i], ends[i] = string.format('%d %d', period_start, period_end), period_end
 end
-counts[i], starts[i], periods[i] = count, start, period
+counts[i], periods[i], fields[i] = count, period, kept or false
 if count + n > quota then all_fit = false end
 `
 
 // writeCounterLua writes the record of a period counter of MultiPeriod,
-// key under the locals key and base, as count (> 0) in period, the period
-// picked, with start as readCounterLua keeps it (false or true: the
-// period's own start, its text in ARGV; otherwise the record's later
-// start): expiring a minute after the end of the period, and never sooner
-// than it did.
+// key i under the local key, as count: it deletes a record brought to
+// zero, changes the count of a record whose field stays, and otherwise
+// writes the record anew (in place of whatever the key held), its field
+// ids[i] and its expiry a minute after ends[i].
 const writeCounterLua = `
-local expire_at = ARGV[base + 1 + period] + 999
-expire_at = string.format('%d', (expire_at - expire_at % 1000) / 1000 + 60000)
-local start_text = ARGV[base + period]
-if start and start ~= true then start_text = string.format('%d', start) end
-local record = string.format('%d %s', count, start_text)
-if start then
-  redis.call('SET', key, record, 'KEEPTTL')
-  redis.call('PEXPIREAT', key, expire_at, 'GT')
+if count == 0 then
+  redis.call('DEL', key)
+elseif fields[i] then
+  redis.call('HSET', key, fields[i], string.format('%d', count))
 else
-  redis.call('SET', key, record, 'PXAT', expire_at)
+  redis.call('DEL', key)
+  local expire_at = ends[i] + 999
+  redis.call('HSET', key, ids[i], string.format('%d', count))
+  redis.call('PEXPIREAT', key, string.format('%d', (expire_at - expire_at % 1000) / 1000 + 60000))
 end
 `
 
@@ -870,7 +906,8 @@ func PeriodArgs(dst []string, t *Text, op string, updates []kvstore.Update) []st
 	for i := range updates {
 		u := &updates[i]
 		if p := u.Period; p != nil {
-			dst = append(dst, "p", t.Int(p.Bounds[0]), t.Int(p.Bounds[1]), t.Int(p.Bounds[2]), t.Int(p.Bounds[3]), t.Int(p.Quota), t.Int(u.N))
+			b := &p.Bounds
+			dst = append(dst, "p", t.Int(b[0]), t.Field(b[1], b[2]), t.Int(b[3]), t.Int(span(b)), t.Int(p.Quota), t.Int(u.N))
 			continue
 		}
 		dst = append(dst, "b", t.Int(u.Refill.Burst), t.Int(RateArg(u.Refill)), t.Int(u.N))
@@ -878,7 +915,22 @@ func PeriodArgs(dst []string, t *Text, op string, updates []kvstore.Update) []st
 	return dst
 }
 
-// PeriodReplyLen returns the length of MultiPeriod's reply for updates.
+// ceilMilli returns the microseconds us (at least 0) in whole
+// milliseconds, rounded up.
+func ceilMilli(us int64) int64 { return (us + 999) / 1000 }
+
+// counterExpiry returns the expiry, in milliseconds since the epoch, of
+// the record of a period that ends at end (microseconds): a minute after
+// the end.
+func counterExpiry(end int64) int64 { return ceilMilli(end) + 60_000 }
+
+// span returns MultiPeriod's span argument for bounds b: the largest PTTL
+// the record of [b1, b2) has while Redis's clock is at or after b0.
+func span(b *[4]int64) int64 { return counterExpiry(b[2]) - ceilMilli(b[0]) }
+
+// PeriodReplyLen returns the length of MultiPeriod's reply for updates in
+// the form of t, p, r and a T that went on as t; a T done on its first
+// pass replies one integer fewer (see ParsePeriodReply).
 func PeriodReplyLen(updates []kvstore.Update) int {
 	n := 1 + len(updates)
 	for i := range updates {
@@ -890,9 +942,18 @@ func PeriodReplyLen(updates []kvstore.Update) int {
 }
 
 // ParsePeriodReply writes into results what MultiPeriod's reply vals says
-// of updates, and reports false when vals is not such a reply.
+// of updates, and reports false when vals is not such a reply. A reply one
+// shorter than PeriodReplyLen is a T take every key admitted on its first
+// pass: a bucket's level, and a counter's count and PTTL, the key's expiry
+// (a minute after b2) less Redis's clock in milliseconds, which places the
+// clock in [b0, b2); a clock before b1 counts in period 1, where the
+// record of [b1, b2) keeps its count (a record of a later period).
 func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.OpResult) bool {
-	if len(vals) != PeriodReplyLen(updates) {
+	full := PeriodReplyLen(updates)
+	if len(vals) == full-1 {
+		return parseTaken(vals, updates, results)
+	}
+	if len(vals) != full {
 		return false
 	}
 	now, j := vals[0], 1
@@ -901,11 +962,7 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		j++
 		p := updates[i].Period
 		if p == nil {
-			if v < 0 {
-				results[i] = kvstore.OpResult{OK: false, Remaining: -v - 1}
-			} else {
-				results[i] = kvstore.OpResult{OK: true, Remaining: v}
-			}
+			results[i] = decodeLevel(v)
 			continue
 		}
 		period := vals[j]
@@ -921,4 +978,44 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		results[i] = r
 	}
 	return true
+}
+
+// parseTaken is ParsePeriodReply for the reply of a T take done on its
+// first pass.
+func parseTaken(vals []int64, updates []kvstore.Update, results []kvstore.OpResult) bool {
+	j := 0
+	for i := range updates {
+		v := vals[j]
+		j++
+		p := updates[i].Period
+		if p == nil {
+			if v < 0 {
+				return false
+			}
+			results[i] = kvstore.OpResult{OK: true, Remaining: v}
+			continue
+		}
+		ttl := vals[j]
+		j++
+		b := &p.Bounds
+		if v < 1 || v > p.Quota || ttl <= 60_000 || ttl > span(b) {
+			return false
+		}
+		r := kvstore.OpResult{OK: true, Used: v, Remaining: p.Quota - v, Now: (counterExpiry(b[2]) - ttl) * 1000, Period: 2}
+		if r.Now < b[1] {
+			r.Period = 1
+		}
+		results[i] = r
+	}
+	return true
+}
+
+// decodeLevel returns the result a bucket's integer in a script's reply
+// encodes: the level after the op when its units were available, and
+// -(level+1) when they were not.
+func decodeLevel(v int64) kvstore.OpResult {
+	if v < 0 {
+		return kvstore.OpResult{OK: false, Remaining: -v - 1}
+	}
+	return kvstore.OpResult{OK: true, Remaining: v}
 }

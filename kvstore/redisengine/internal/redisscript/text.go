@@ -44,6 +44,16 @@ func (t *Text) Int(v int64) string {
 	return t.since(at)
 }
 
+// Field appends to t the field of a period counter's record for the
+// period [start, end), "<start> <end>", and returns it.
+func (t *Text) Field(start, end int64) string {
+	at := len(t.buf)
+	t.buf = strconv.AppendInt(t.buf, start, 10)
+	t.buf = append(t.buf, ' ')
+	t.buf = strconv.AppendInt(t.buf, end, 10)
+	return t.since(at)
+}
+
 // since returns the bytes of t from at on as a string that refers to
 // them.
 func (t *Text) since(at int) string {
