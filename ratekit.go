@@ -388,7 +388,7 @@ var (
 	// in the one that contains the store's clock, read once per call, so
 	// that decisions follow one clock. A store clock outside all three
 	// fails the call. The store's clock is the server's for Redis
-	// (kvstore/redisstore, kvstore/rueidisstore: TIME) and PostgreSQL
+	// (kvstore/redisstore, kvstore/rueidisstore: in milliseconds) and PostgreSQL
 	// (durable: the database clock); for kvstore/memstore it is its
 	// Config.Now, which is this process's clock unless a test injects
 	// another. Nothing was decided: no count changed, nothing was recorded.

@@ -648,8 +648,9 @@ if hash.err then
   local expiry = redis.call('PEXPIRETIME', key) - 60000
   if expiry < 0 then return redis.error_reply('` + Malformed + `') end
   stop = string.format('%d', expiry * 1000)
-  local period_end_ms = period_end + 999
-  if (period_end_ms - period_end_ms % 1000) / 1000 == expiry then stop = string.format('%d', period_end) end
+  local up, rest = period_end + 999, (period_end + 999) % 1000
+  if rest < 0 then rest = rest + 1000 end
+  if (up - rest) / 1000 == expiry then stop = string.format('%d', period_end) end
 elseif #hash == 2 then
   kept = hash[1]
   local space = string.find(kept, ' ', 1, true)
@@ -681,7 +682,9 @@ if count + n > quota then all_fit = false end
 // key i under the local key, as count: it deletes a record brought to
 // zero, changes the count of a record whose field stays, and otherwise
 // writes the record anew (in place of whatever the key held), its field
-// ids[i] and its expiry a minute after ends[i].
+// ids[i] and its expiry a minute after ends[i], ceil(ends[i]/1000) + 60000
+// ms (Lua's % of a double can land one 1000 below, which it corrects, as
+// rewriteLua does).
 const writeCounterLua = `
 if count == 0 then
   redis.call('DEL', key)
@@ -689,9 +692,10 @@ elseif fields[i] then
   redis.call('HSET', key, fields[i], string.format('%d', count))
 else
   redis.call('DEL', key)
-  local expire_at = ends[i] + 999
+  local up, rest = ends[i] + 999, (ends[i] + 999) % 1000
+  if rest < 0 then rest = rest + 1000 end
   redis.call('HSET', key, ids[i], string.format('%d', count))
-  redis.call('PEXPIREAT', key, string.format('%d', (expire_at - expire_at % 1000) / 1000 + 60000))
+  redis.call('PEXPIREAT', key, string.format('%d', (up - rest) / 1000 + 60000))
 end
 `
 
