@@ -1,6 +1,7 @@
 package redisscript
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/ratekit/ratekit/kvstore"
@@ -66,13 +67,8 @@ func TestPeriodArgs(t *testing.T) {
 	}
 	got := PeriodArgs(nil, &text, "T", ups)
 	want := []string{"T", "p", "1500", "2000000 3000001", "4000000", "62999", "500", "2", "b", "10", "10", "1"}
-	if len(got) != len(want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("args %q, want %q", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("args %q, want %q", got, want)
-		}
 	}
 }
 
