@@ -191,17 +191,7 @@ func (e *Engine) Update(ctx context.Context, key string, r kvstore.Refill, op kv
 	v := vals[0]
 	putCall(c)
 	e.refusals.Took(opArg, hash, v >= 0)
-	return decodeLevel(v), nil
-}
-
-// decodeLevel returns the result a bucket's integer in a script's reply
-// encodes: the level after the op when its units were available, and
-// -(level+1) when they were not.
-func decodeLevel(v int64) kvstore.OpResult {
-	if v < 0 {
-		return kvstore.OpResult{OK: false, Remaining: -v - 1}
-	}
-	return kvstore.OpResult{OK: true, Remaining: v}
+	return redisscript.DecodeLevel(v), nil
 }
 
 // eval runs script through the Conn and turns a script's error reply into

@@ -80,7 +80,7 @@ func (e *Engine) UpdateMulti(ctx context.Context, group string, op kvstore.Op, u
 	}
 	admitted := true
 	for i, v := range vals {
-		results[i] = decodeLevel(v)
+		results[i] = redisscript.DecodeLevel(v)
 		admitted = admitted && v >= 0
 	}
 	putCall(c)

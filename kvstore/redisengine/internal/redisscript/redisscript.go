@@ -966,7 +966,7 @@ func ParsePeriodReply(vals []int64, updates []kvstore.Update, results []kvstore.
 		j++
 		p := updates[i].Period
 		if p == nil {
-			results[i] = decodeLevel(v)
+			results[i] = DecodeLevel(v)
 			continue
 		}
 		period := vals[j]
@@ -1014,10 +1014,10 @@ func parseTaken(vals []int64, updates []kvstore.Update, results []kvstore.OpResu
 	return true
 }
 
-// decodeLevel returns the result a bucket's integer in a script's reply
+// DecodeLevel returns the result a bucket's integer in a script's reply
 // encodes: the level after the op when its units were available, and
 // -(level+1) when they were not.
-func decodeLevel(v int64) kvstore.OpResult {
+func DecodeLevel(v int64) kvstore.OpResult {
 	if v < 0 {
 		return kvstore.OpResult{OK: false, Remaining: -v - 1}
 	}
