@@ -183,8 +183,9 @@ func TestPeriodRecordOfAnotherPeriod(t *testing.T) {
 		{"the same start, an earlier end", func(k string) { put(k, b[1], b[1]+hour/2, 40) }, 41, b[1], b[2], 41},
 		{"an older release's record of the period", func(k string) { putOld(k, b[1], b[2], 40) }, 41, b[1], b[2], 41},
 		{"an older release's record of an earlier period", func(k string) { putOld(k, b[0], b[1], 40) }, 1, b[1], b[2], 1},
-		// An older release's record gives its end to the millisecond.
-		{"an older release's record of a later start", func(k string) { putOld(k, b[1]+hour/2, b[2]+hour/2, 40) }, 41, b[1] + hour/2, (b[2] + hour/2 + 999) / 1000 * 1000, 41},
+		// An older release's record gives its end to the millisecond:
+		// the earliest end its expiry allows.
+		{"an older release's record of a later start", func(k string) { putOld(k, b[1]+hour/2, b[2]+hour/2, 40) }, 41, b[1] + hour/2, (b[2]+hour/2+999)/1000*1000 - 999, 41},
 	} {
 		c2.set(c2.name)
 		r, err := take(c2.name, p)

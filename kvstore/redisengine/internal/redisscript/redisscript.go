@@ -475,9 +475,10 @@ const ClockSkew = "kvstore: clock skew"
 // for a later start is rewritten as "<its start> <the later end>", so that
 // its expiry covers the period picked as well as its own. A record of an
 // older release, "<count> <start>" in a string whose expiry is its
-// period's end plus a minute, is read with those rules, its end taken from
-// its expiry (to the millisecond: the end of the period picked when they
-// agree), and rewritten as a hash when a call writes it; an older release
+// period's end plus a minute, is read with those rules, its end the
+// earliest its expiry allows (an expiry is whole milliseconds, so that the
+// end of the period picked is taken when they agree), and rewritten as a
+// hash when a call writes it; an older release
 // fails on a hash with Malformed. Every number is below 2^53, so exact in Lua's doubles.
 
 // MultiPeriod is kvstore.PeriodCounter's UpdateMulti in Lua: Multi's token
@@ -647,10 +648,7 @@ if hash.err then
   count, start = string.sub(record, 1, space - 1), string.sub(record, space + 1)
   local expiry = redis.call('PEXPIRETIME', key) - 60000
   if expiry < 0 then return redis.error_reply('` + Malformed + `') end
-  stop = string.format('%d', expiry * 1000)
-  local up, rest = period_end + 999, (period_end + 999) % 1000
-  if rest < 0 then rest = rest + 1000 end
-  if (up - rest) / 1000 == expiry then stop = string.format('%d', period_end) end
+  stop = string.format('%d', expiry * 1000 - 999)
 elseif #hash == 2 then
   kept = hash[1]
   local space = string.find(kept, ' ', 1, true)
