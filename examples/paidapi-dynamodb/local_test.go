@@ -280,6 +280,22 @@ func TestSilentDynamoDB(t *testing.T) {
 	const timeout = time.Second
 	a := testAPI(t, client, planstest.Default(known), func(c *config) { c.timeout = timeout })
 	h := awslambda.NewHandler(a.Route)
+	// silence makes a call that succeeds, which leaves a connection in
+	// the pool, and then silences every connection the relay holds.
+	silence := func(name string) {
+		for i := 0; ; i++ {
+			r := planstest.Request(t, h, "GET", "/usage", known, "")
+			if r.Status == 200 {
+				break
+			}
+			if i == 4 {
+				t.Fatalf("%s: before the silence: %d %s", name, r.Status, r.Body)
+			}
+		}
+		if relay.Silence() == 0 {
+			t.Fatalf("%s: no connection to silence", name)
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		call func() planstest.Result
@@ -288,25 +304,12 @@ func TestSilentDynamoDB(t *testing.T) {
 		{"usage", func() planstest.Result { return planstest.Request(t, h, "GET", "/usage", known, "") }},
 		{"customer lookup", func() planstest.Result { return planstest.Call(t, h, unknown, "ACME", "") }},
 	} {
-		// A call that succeeds leaves a connection in the pool, which
-		// then goes silent. The relay relays a connection it accepts
-		// after the silence, and the transport dials one when the pooled
-		// connection is not back in its pool yet (or dynalite closed it,
-		// idle for 5 s): a call that answered on a new connection did not
-		// meet a silent one, and the round runs again.
+		// The relay relays a connection it accepts after the silence,
+		// and the transport dials one when the pooled connection is not
+		// back in its pool yet: a call that answered on a new connection
+		// did not meet a silent one, and the round runs again.
 		for attempt := 1; ; attempt++ {
-			for i := 0; ; i++ {
-				r := planstest.Request(t, h, "GET", "/usage", known, "")
-				if r.Status == 200 {
-					break
-				}
-				if i == 4 {
-					t.Fatalf("%s: before the silence: %d %s", tc.name, r.Status, r.Body)
-				}
-			}
-			if relay.Silence() == 0 {
-				t.Fatalf("%s: no connection to silence", tc.name)
-			}
+			silence(tc.name)
 			accepted := relay.Accepted()
 			start := time.Now()
 			r := tc.call()
