@@ -51,8 +51,8 @@ func NewShifted(store kvstore.PeriodCounter, clock func() time.Time, rebase func
 // UpdateMulti implements kvstore.MultiAtomic with the shift.
 func (s Shifted) UpdateMulti(ctx context.Context, group string, op kvstore.Op, updates []kvstore.Update, results []kvstore.OpResult) error {
 	d := time.Since(s.Clock())
-	shift := d.Milliseconds() // rounded down below, since d is usually negative (the fake clock runs ahead)
-	if d < 0 && d%time.Millisecond != 0 {
+	shift := d.Milliseconds() // toward zero; down below, since d is usually negative (the fake clock runs ahead)
+	if d%time.Millisecond < 0 {
 		shift--
 	}
 	shift *= 1000

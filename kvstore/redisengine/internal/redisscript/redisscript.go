@@ -994,7 +994,7 @@ func parseTaken(vals []int64, updates []kvstore.Update, results []kvstore.OpResu
 			if v < 0 {
 				return false
 			}
-			results[i] = kvstore.OpResult{OK: true, Remaining: v}
+			results[i] = DecodeLevel(v)
 			continue
 		}
 		ttl := vals[j]
