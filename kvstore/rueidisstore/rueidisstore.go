@@ -168,8 +168,11 @@ type Config struct {
 // silent, after timeout (on a connection that has run pipelined, up to
 // twice timeout: the PING's wait and its answer's), and the next ones go on
 // new connections. timeout is the longest one command may take; 0 means
-// 250ms. Keep it below half the decisions' deadlines, so that rueidis gives
-// up on a silent connection before the caller does. Use it as
+// 250ms. Keep twice timeout below the decisions' deadlines, with a margin
+// for scheduling (say 100ms), so that rueidis gives up on a silent
+// connection before the caller does: a decision that meets its own deadline
+// first leaves the connection in use, and the next decision fails on it
+// too. Use it as
 //
 //	client, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{
 //		InitAddress: []string{addr},

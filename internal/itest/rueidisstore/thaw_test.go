@@ -52,8 +52,14 @@ func client(t *testing.T, o rueidis.ClientOption) rueidis.Client {
 }
 
 func testThaw(t *testing.T, burst, peek bool) {
-	// timeout is each decision's deadline, and command the options' timeout.
-	const timeout, command = 500 * time.Millisecond, 250 * time.Millisecond
+	// timeout is each decision's deadline, and command the options' timeout:
+	// twice command and a margin, as ServerlessOptions asks. (With no
+	// margin, a decision queued behind rueidis's PING on a connection that
+	// turned pipelined just before the silence meets its deadline a few
+	// milliseconds before the PING's, and the next decision fails on the
+	// same connection.)
+	const command = 250 * time.Millisecond
+	const timeout = 2*command + 100*time.Millisecond
 	srv := redistest.Start(t)
 	relay := faultproxy.StartRelay(t, srv.Addr)
 	c := client(t, *rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{relay.Addr}, DisableCache: true}, command))
