@@ -19,7 +19,7 @@ import (
 // dropped its connections without a FIN or RST: they swallow what they are
 // sent and never answer, while new connections work. The client is set up
 // with rueidisstore.ServerlessOptions. Decisions made one after another,
-// each with a deadline longer than the options' timeout, must see at most
+// each with a deadline longer than twice the options' timeout, must see at most
 // one failure per silenced connection, each within twice the timeout, and then
 // succeed; no take may count twice. The connections are in either of
 // rueidis's states: writing and reading on the caller's goroutine (only lone
