@@ -257,6 +257,23 @@ func schemaTemplate() (*template.Template, error) {
 				tabs := strings.Repeat("\t", n)
 				return tabs + strings.ReplaceAll(s, "\n", "\n"+tabs)
 			},
+			// locals returns the names an algorithm's rule expressions
+			// read (see schema.sql) as a decision function's locals,
+			// with the names and values of extra added.
+			"locals": func(alg string, extra ...string) (map[string]string, error) {
+				span := "window_us"
+				if alg == "token_bucket" {
+					span = "interval_us"
+				}
+				return ruleNames(extra, "Tat", "tat", "Now", "now_us", "Start", "window_start", "Used", "used",
+					"Aligned", "aligned_start", "Cost", "cost", "Quota", "quota", "Span", span)
+			},
+			// statement returns the names the rule expressions read in
+			// the take statement: its parameters, and the names and
+			// values of extra.
+			"statement": func(_ string, extra ...string) (map[string]string, error) {
+				return ruleNames(extra, "Cost", "$3::bigint", "Quota", "$4::bigint", "Span", "$5::bigint")
+			},
 			// phase returns f for the phase's "arms".
 			"phase": func(phase string, f flowData) flowData {
 				f.Phase = phase
@@ -267,4 +284,42 @@ func schemaTemplate() (*template.Template, error) {
 		schemaTmpl = t
 	})
 	return schemaTmpl, schemaTmplErr
+}
+
+// ruleNames returns the names and values of base, then those of extra
+// (which replace base's), as a map.
+func ruleNames(extra []string, base ...string) (map[string]string, error) {
+	if len(extra)%2 != 0 {
+		return nil, fmt.Errorf("odd number of names and values %q", extra)
+	}
+	m := make(map[string]string, (len(base)+len(extra))/2)
+	for _, kv := range [][]string{base, extra} {
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+	}
+	return m, nil
+}
+
+// takeSQL returns the take statement of schema.sql ("take") for a counter
+// of algorithm alg (its name in sqlCodes) on the tables of d in the schema
+// quoted (a quoted identifier), or "" when alg has none. sync false turns
+// synchronous_commit off for the statement's transaction.
+func takeSQL(quoted string, d Durability, alg string, sync bool) (string, error) {
+	if alg != "token_bucket" && alg != "fixed_window" {
+		return "", nil
+	}
+	tmpl, err := schemaTemplate()
+	if err != nil {
+		return "", fmt.Errorf("pgstore: schema template: %w", err)
+	}
+	var b strings.Builder
+	data := struct {
+		Alg, Counters string
+		Sync          bool
+	}{alg, quoted + "." + d.table("counters"), sync}
+	if err := tmpl.ExecuteTemplate(&b, "take", data); err != nil {
+		return "", fmt.Errorf("pgstore: schema template: %w", err)
+	}
+	return b.String(), nil
 }

@@ -577,25 +577,53 @@ a duplicate. */ -}}
 	END IF;{{end}}
 
 {{- /* Fixed window: windows aligned to the epoch. */ -}}
-{{define "fixed_window.roll"}}	aligned_start := now_us - now_us % window_us;
+{{define "fixed_window.roll"}}	aligned_start := {{template "fixed_window.aligned" (locals "fixed_window")}};
 {{template "fixed_window.count"}}{{end}}
-{{define "fixed_window.count"}}	-- A row of an earlier window counts from zero.
-	IF window_start < aligned_start THEN
-		window_start := aligned_start;
-		used := 0;
-	END IF;
-	admits := used + cost <= quota;{{end}}
+{{define "fixed_window.count"}}{{$s := locals "fixed_window"}}	-- A row of an earlier window counts from zero.
+	admits := {{template "fixed_window.admits" $s}};
+	used := {{template "fixed_window.used" $s}};
+	window_start := {{template "fixed_window.start" $s}};{{end}}
 {{define "fixed_window.take"}}	used := used + cost;
 	UPDATE {{.Counters}} AS c SET window_start_us = window_start, count = used,
-		expires_at_us = GREATEST(c.expires_at_us, window_start + window_us)
+		expires_at_us = {{template "fixed_window.expiry" (locals "fixed_window" "Expiry" "c.expires_at_us")}}
 	WHERE c.ctid = row_id;{{end}}
 {{define "fixed_window.refund"}}	IF used > 0 THEN
 		used := GREATEST(used - cost, 0);
 		UPDATE {{.Counters}} AS c SET count = used WHERE c.ctid = row_id;
 	END IF;{{end}}
-{{define "fixed_window.report"}}	remaining := GREATEST(quota - used, 0);
-	reset_after_us := GREATEST(window_start + window_us - now_us, 0);
+{{define "fixed_window.report"}}{{$s := locals "fixed_window"}}	remaining := {{template "fixed_window.remaining" $s}};
+	reset_after_us := {{template "fixed_window.reset" $s}};
 	retry_after_us := CASE WHEN allowed THEN 0 ELSE reset_after_us END;{{end}}
+{{- /* The fixed window's rules as expressions of a state (Start, Used,
+Expiry: a row's window_start_us, count and expires_at_us), the clock (Now,
+and Aligned, the start of the window that holds it) and the policy (Cost,
+Quota, Span: the window), which the blocks above run on a decision's
+locals and the take statement on a row. */}}
+{{- define "fixed_window.aligned"}}{{.Now}} - {{.Now}} % {{.Span}}{{end}}
+{{- define "fixed_window.used"}}CASE WHEN {{.Start}} < {{.Aligned}} THEN 0 ELSE {{.Used}} END{{end}}
+{{- define "fixed_window.admits"}}{{template "fixed_window.used" .}} + {{.Cost}} <= {{.Quota}}{{end}}
+{{- define "fixed_window.start"}}GREATEST({{.Start}}, {{.Aligned}}){{end}}
+{{- define "fixed_window.expiry"}}GREATEST({{.Expiry}}, {{.Start}} + {{.Span}}){{end}}
+{{- define "fixed_window.remaining"}}GREATEST({{.Quota}} - {{.Used}}, 0){{end}}
+{{- define "fixed_window.reset"}}GREATEST({{.Start}} + {{.Span}} - {{.Now}}, 0){{end}}
+{{- /* The take statement's parts: the state a take leaves, for the row a
+missing key gets (fresh: no state, the clock read before the insert) and
+for the row found (row: the clock read after its lock), and what it
+returns. */}}
+{{- define "fixed_window.fresh"}}
+{{- $a := include "fixed_window.aligned" (statement "fixed_window" "Now" "f.now_us")}}window_start_us, count, expires_at_us)
+	SELECT $1, $2, {{$a}}, $3::bigint, {{$a}} + $5::bigint{{end}}
+{{- define "fixed_window.row"}}
+{{- $a := "(SELECT k.aligned_start FROM lock_clock AS k)"}}
+{{- $s := statement "fixed_window" "Start" "c.window_start_us" "Used" "c.count" "Aligned" $a}}
+{{- $t := statement "fixed_window" "Start" (include "fixed_window.start" $s) "Expiry" "c.expires_at_us"}}window_start_us = {{template "fixed_window.start" $s}},
+		count = {{template "fixed_window.used" $s}} + $3::bigint,
+		expires_at_us = {{template "fixed_window.expiry" $t}}
+	WHERE {{template "fixed_window.admits" $s}}{{end}}
+{{- define "fixed_window.result"}}
+{{- $s := statement "fixed_window" "Start" "c.window_start_us" "Used" "c.count" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.window_start_us + $5::bigint - 1)"}}{{template "fixed_window.remaining" $s}}, 0, {{template "fixed_window.reset" $s}}{{end}}
+{{- define "fixed_window.lock_clock"}}SELECT r.now_us, {{template "fixed_window.aligned" (statement "fixed_window" "Now" "r.now_us")}} AS aligned_start
+		FROM (SELECT {{template "clock"}} AS now_us) AS r{{end}}
 
 {{- /* Period: a fixed window over the calendar periods the client sent
 (composite only; see the composite function). */ -}}
@@ -682,21 +710,68 @@ part of the rolling window that still overlaps it. */ -}}
 
 {{- /* Token bucket (GCRA): quota * interval_us is the burst offset, the
 furthest the theoretical arrival time may run ahead of now. */ -}}
-{{define "token_bucket.roll"}}	tat := GREATEST(tat, now_us);
-	admits := tat + cost * interval_us - now_us <= quota * interval_us;{{end}}
-{{define "token_bucket.take"}}	-- expires_at_us is tat rounded up to a multiple of the burst offset, so
-	-- that it changes about once per burst offset and most updates stay HOT.
-	tat := tat + cost * interval_us;
+{{define "token_bucket.roll"}}{{$s := locals "token_bucket"}}	admits := {{template "token_bucket.admits" $s}};
+	tat := {{template "token_bucket.due" $s}};{{end}}
+{{define "token_bucket.take"}}	tat := {{template "token_bucket.next" (locals "token_bucket")}};
 	UPDATE {{.Counters}} AS c SET tat_us = tat,
-		expires_at_us = GREATEST(c.expires_at_us, (tat / (quota * interval_us) + 1) * (quota * interval_us))
+		expires_at_us = {{template "token_bucket.expiry" (locals "token_bucket" "Expiry" "c.expires_at_us")}}
 	WHERE c.ctid = row_id;{{end}}
 {{define "token_bucket.refund"}}	IF tat > now_us THEN
 		tat := GREATEST(tat - cost * interval_us, now_us);
 		UPDATE {{.Counters}} AS c SET tat_us = tat WHERE c.ctid = row_id;
 	END IF;{{end}}
-{{define "token_bucket.report"}}	remaining := GREATEST((quota * interval_us - (tat - now_us)) / interval_us, 0);
-	reset_after_us := tat - now_us;
+{{define "token_bucket.report"}}{{$s := locals "token_bucket"}}	remaining := {{template "token_bucket.remaining" $s}};
+	reset_after_us := {{template "token_bucket.reset" $s}};
 	retry_after_us := CASE WHEN allowed THEN 0 ELSE GREATEST(tat + cost * interval_us - quota * interval_us - now_us, 1) END;{{end}}
+{{- /* The token bucket's rules as expressions of a state (Tat, Expiry: a
+row's tat_us and expires_at_us), the clock (Now) and the policy (Cost,
+Quota, Span: the emission interval), which the blocks above run on a
+decision's locals and the take statement on a row. */}}
+{{- define "token_bucket.due"}}GREATEST({{.Tat}}, {{.Now}}){{end}}
+{{- define "token_bucket.admits"}}{{template "token_bucket.due" .}} + {{.Cost}} * {{.Span}} - {{.Now}} <= {{.Quota}} * {{.Span}}{{end}}
+{{- define "token_bucket.next"}}{{template "token_bucket.due" .}} + {{.Cost}} * {{.Span}}{{end}}
+{{- /* The expiry is the new tat (Tat) rounded up to a multiple of the burst
+offset, so that it changes about once per burst offset and most updates
+stay HOT. */}}
+{{- define "token_bucket.expiry"}}GREATEST({{.Expiry}}, ({{.Tat}} / ({{.Quota}} * {{.Span}}) + 1) * ({{.Quota}} * {{.Span}})){{end}}
+{{- define "token_bucket.remaining"}}GREATEST(({{.Quota}} * {{.Span}} - ({{.Tat}} - {{.Now}})) / {{.Span}}, 0){{end}}
+{{- define "token_bucket.reset"}}{{.Tat}} - {{.Now}}{{end}}
+{{- define "token_bucket.fresh"}}
+{{- $next := "(f.now_us + $3::bigint * $5::bigint)"}}tat_us, expires_at_us)
+	SELECT $1, $2, {{$next}}, {{template "token_bucket.expiry" (statement "token_bucket" "Tat" $next "Expiry" "0")}}{{end}}
+{{- define "token_bucket.row"}}
+{{- $s := statement "token_bucket" "Tat" "c.tat_us" "Now" "(SELECT k.now_us FROM lock_clock AS k)"}}
+{{- $next := print "(" (include "token_bucket.next" $s) ")"}}tat_us = {{$next}},
+		expires_at_us = {{template "token_bucket.expiry" (statement "token_bucket" "Tat" $next "Expiry" "c.expires_at_us")}}
+	WHERE {{template "token_bucket.admits" $s}}{{end}}
+{{- define "token_bucket.result"}}
+{{- $s := statement "token_bucket" "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
+{{- define "token_bucket.lock_clock"}}SELECT {{template "clock"}} AS now_us{{end}}
+
+{{- /* The take statement of a counter of an algorithm on a table: a lone
+take without an idempotency key or cleanup, in one upsert instead of a
+function call, which saves the server a good part of a decision's work.
+A missing row is inserted as a take on a fresh key leaves it, on the
+clock read before the insert (fresh): there is no lock to wait for and no
+state to be late for. A row found is locked first (ON CONFLICT DO UPDATE
+locks it even when its WHERE refuses), and lock_clock reads the clock
+where an expression first reads it, in the WHERE, after the lock; SET
+reads that reading. An admitted take returns the function's result array
+as of the clock it was decided on: RETURNING reads lock_clock (for an
+inserted row, only then) bounded by what the row shows (a bucket's tat
+less the cost is that clock for a fresh key and no earlier than it for a
+row found; a window ends after it). A refused take returns no row and
+has written nothing; the client decides it afresh with the function. $1
+prefix, $2 key, $3 cost, $4 quota, $5 window or emission interval (µs);
+Sync false turns synchronous_commit off for the transaction, as the
+function's p_sync does. */}}
+{{- define "take"}}WITH fresh AS MATERIALIZED (SELECT {{template "clock"}} AS now_us),
+	lock_clock AS MATERIALIZED ({{include (print .Alg ".lock_clock") .}}){{if not .Sync}},
+	sync_off AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)){{end}}
+INSERT INTO {{.Counters}} AS c (prefix, key, {{include (print .Alg ".fresh") .}}
+	FROM fresh AS f{{if not .Sync}}, sync_off{{end}}
+ON CONFLICT (prefix, key) DO UPDATE SET {{include (print .Alg ".row") .}}
+RETURNING ARRAY[1, {{include (print .Alg ".result") .}}, 0]::text{{end}}
 
 {{- /* Sliding log: the units of the log entries that have not expired.
 Per-key conditions on expires_at_us are written "+ 0" so that the planner

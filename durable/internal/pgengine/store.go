@@ -388,6 +388,9 @@ type Counter struct {
 	keepSyncCommit bool
 	batch          int64
 	query          string
+	// take is the counter's take statement (schema.sql's "take"), or ""
+	// when its algorithm has none or it has a Period.
+	take string
 }
 
 // MaxRefillSlowdown bounds how much slower than advertised a token bucket
@@ -437,6 +440,13 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 		c.batch = DefaultCleanupBatch
 	}
 	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+	if !periodic {
+		take, err := takeSQL(s.quoted, cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit)
+		if err != nil {
+			return nil, err
+		}
+		c.take = take
+	}
 	if periodic {
 		single, err := NewComposite(c)
 		if err != nil {
@@ -667,13 +677,29 @@ func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
 	return result{one: out}, err
 }
 
-// sendSingle decides the single-key decision d alone, in one statement.
+// sendSingle decides the single-key decision d alone, in one statement: a
+// take without an idempotency key or cleanup with the counter's take
+// statement, when it has one, and otherwise, or when that statement
+// refused the take (writing nothing), with its function.
 func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
+	var out [5]int64
+	if c.take != "" && d.op == opTake && d.idem == nil && d.cleanup == 0 {
+		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
+		switch {
+		case err == nil && parseResult(raw, &out):
+			return out, nil
+		case err == nil:
+			err = fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
+			return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
+		case !errors.Is(err, pgx.ErrNoRows):
+			return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
+		}
+		// Refused, and nothing written: the function decides afresh.
+	}
 	raw, err := s.query(ctx, c.query, textResult, s.queryMode(),
 		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
 		d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit)
-	var out [5]int64
 	if err == nil && !parseResult(raw, &out) {
 		err = fmt.Errorf("function returned %q, want a bigint[5] in text form (schema version mismatch?)", raw)
 	}

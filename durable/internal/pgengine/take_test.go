@@ -1,0 +1,260 @@
+package pgengine_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratekit/ratekit"
+	"github.com/ratekit/ratekit/durable/internal/pgengine"
+	"github.com/ratekit/ratekit/durable/pgstore/pgstoretest"
+)
+
+// statementLog is a pgx tracer that keeps the text of every statement a
+// pool sends. It is safe for concurrent use.
+type statementLog struct {
+	mu  sync.Mutex
+	sql []string
+}
+
+func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	l.sql = append(l.sql, data.SQL)
+	l.mu.Unlock()
+	return ctx
+}
+
+func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// since returns what each statement after the first n of the log sends:
+// "take" for a take statement, "function" for a call of a decision
+// function, and the text of any other.
+func (l *statementLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kinds []string
+	for _, q := range l.sql[n:] {
+		switch {
+		case strings.HasPrefix(q, "WITH fresh AS"):
+			kinds = append(kinds, "take")
+		case strings.HasPrefix(q, "SELECT "):
+			kinds = append(kinds, "function")
+		case strings.HasPrefix(q, "DO $ratekit_migrate$"):
+			kinds = append(kinds, "migrate")
+		default:
+			kinds = append(kinds, q[:min(len(q), 40)])
+		}
+	}
+	return kinds
+}
+
+func (l *statementLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.sql)
+}
+
+// TestTakeStatement: a lone take without an idempotency key goes in the
+// counter's take statement, one statement, for a fresh key and a known one
+// alike; a refused one then goes to the function, which decides it; any
+// other decision goes to the function. Both give the same results, on
+// every kind of table (unlogged, logged with and without synchronous
+// commit, which the statement turns off as the function does).
+func TestTakeStatement(t *testing.T) {
+	var log statementLog
+	pool := pgstoretest.TracedPool(t, pgstoretest.PostgresURL(t), 2, &log)
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow} {
+		for _, tc := range []struct {
+			dur  pgengine.Durability
+			sync bool
+		}{{pgengine.Unlogged, false}, {pgengine.Logged, true}, {pgengine.Logged, false}} {
+			t.Run(fmt.Sprintf("%v/%v/sync=%v", alg, tc.dur, tc.sync), func(t *testing.T) {
+				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: time.Hour,
+					Durability: tc.dur, SynchronousCommit: tc.sync})
+				if _, err := c.Peek(ctx, "k", 1); err != nil { // the schema is there
+					t.Fatal(err)
+				}
+				// The same takes on two keys: without idempotency keys
+				// (the take statement) and with (the function).
+				for i, step := range []struct {
+					cost      int64
+					allowed   bool
+					remaining int64
+					sent      string
+				}{
+					{2, true, 1, "take"},
+					{1, true, 0, "take"},
+					{1, false, 0, "take function"},
+				} {
+					n := log.len()
+					got, err := c.Take(ctx, "k", step.cost, "")
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sent := strings.Join(log.since(n), " "); sent != step.sent {
+						t.Errorf("take %d sent %q, want %q", i, sent, step.sent)
+					}
+					n = log.len()
+					want, err := c.Take(ctx, "k-idem", step.cost, fmt.Sprint("idem-", i))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sent := strings.Join(log.since(n), " "); sent != "function" {
+						t.Errorf("take %d with an idempotency key sent %q, want one function call", i, sent)
+					}
+					if got.Allowed != step.allowed || got.Remaining != step.remaining ||
+						want.Allowed != step.allowed || want.Remaining != step.remaining {
+						t.Fatalf("take %d of %d: %+v without an idempotency key, %+v with; want allowed %v, remaining %d",
+							i, step.cost, got, want, step.allowed, step.remaining)
+					}
+					// The keys' takes were a few milliseconds apart.
+					if d := got.ResetAfter - want.ResetAfter; d < -time.Second || d > time.Second ||
+						(got.RetryAfter == 0) != (want.RetryAfter == 0) {
+						t.Errorf("take %d: %+v without an idempotency key, %+v with", i, got, want)
+					}
+				}
+				n := log.len()
+				if _, err := c.Peek(ctx, "k", 1); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.Refund(ctx, "k", 1, ""); err != nil {
+					t.Fatal(err)
+				}
+				if sent := strings.Join(log.since(n), " "); sent != "function function" {
+					t.Errorf("a peek and a refund sent %q, want two function calls", sent)
+				}
+			})
+		}
+	}
+}
+
+// TestTakeReadsTheClockAfterTheLock: a take that waits for the key's row
+// lock reads the clock once it holds it. Another transaction holds the row
+// while the take waits, then writes a state and commits; the take must
+// decide and report as of a clock no earlier than that transaction's. A
+// take that read its clock before it waited would report a reset later
+// than the truth by the wait. It holds for the take statement and for the
+// function (a take with an idempotency key).
+func TestTakeReadsTheClockAfterTheLock(t *testing.T) {
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 4, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	table := fmt.Sprintf(`"%s".counters_unlogged`, pgstoretest.Schema())
+	const window = time.Hour
+	for _, alg := range []ratekit.Algorithm{ratekit.TokenBucket, ratekit.FixedWindow} {
+		for _, idem := range []string{"", "idem"} {
+			t.Run(fmt.Sprintf("%v/idempotency key %q", alg, idem), func(t *testing.T) {
+				prefix := pgstoretest.Prefix(t)
+				c := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix, Algorithm: alg, Quota: 2, Window: window, Durability: pgengine.Unlogged})
+				if _, err := c.Take(ctx, "k", 1, ""); err != nil {
+					t.Fatal(err)
+				}
+				tx, err := pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE prefix = $1 AND key = $2 FOR UPDATE`, prefix, []byte("k")); err != nil {
+					t.Fatal(err)
+				}
+				type outcome struct {
+					o   pgengine.Outcome
+					err error
+				}
+				done := make(chan outcome, 1)
+				go func() {
+					o, err := c.Take(ctx, "k", 1, idem)
+					done <- outcome{o, err}
+				}()
+				waitForLockWait(ctx, t, pool, prefix)
+				time.Sleep(100 * time.Millisecond)
+				// The row as it is after nothing was taken, at the
+				// transaction's clock.
+				set := `tat_us = r.now_us`
+				if alg == ratekit.FixedWindow {
+					set = fmt.Sprintf(`window_start_us = r.now_us - r.now_us %% %d, count = 0`, window.Microseconds())
+				}
+				var nowUS, startUS int64
+				if err := tx.QueryRow(ctx, `UPDATE `+table+` AS c SET `+set+`
+FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint AS now_us) AS r
+WHERE c.prefix = $1 AND c.key = $2 RETURNING r.now_us, c.window_start_us`, prefix, []byte("k")).Scan(&nowUS, &startUS); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				got := <-done
+				if got.err != nil {
+					t.Fatal(got.err)
+				}
+				// The latest the reset can be: the take's clock is no
+				// earlier than the transaction's.
+				latest := window / 2 // one unit's emission interval
+				if alg == ratekit.FixedWindow {
+					latest = time.Duration(startUS+window.Microseconds()-nowUS) * time.Microsecond
+				}
+				if !got.o.Allowed || got.o.Remaining != 1 || got.o.ResetAfter > latest {
+					t.Errorf("take after the wait = %+v, want allowed, remaining 1, reset at most %v", got.o, latest)
+				}
+			})
+		}
+	}
+}
+
+// waitForLockWait waits until a statement waits for a lock (the take that
+// waits for the key's row) and fails the test after ten seconds.
+func waitForLockWait(ctx context.Context, t *testing.T, pool interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, prefix string) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
+		var waiting bool
+		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+	}
+	t.Fatalf("the take on prefix %s never waited for the row lock", prefix)
+}
+
+// TestTakeStatementOnFreshKeys: the first take of a key reports the state
+// it left as of the clock it was decided on, even where a microsecond
+// counts: a bucket that refills one unit a microsecond has quota − cost
+// remaining and is full again after cost microseconds, and a window of a
+// millisecond resets within it.
+func TestTakeStatementOnFreshKeys(t *testing.T) {
+	pool := pgstoretest.Pool(t, pgstoretest.PostgresURL(t), 2, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	const quota = 1_000_000_000_000
+	bucket := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.TokenBucket, Quota: quota,
+		Window: quota * time.Microsecond, Durability: pgengine.Unlogged})
+	window := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: quota,
+		Window: time.Millisecond, Durability: pgengine.Unlogged})
+	for i := range 200 {
+		key := fmt.Sprint("fresh-", i)
+		o, err := bucket.Take(ctx, key, 3, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.Allowed || o.Remaining != quota-3 || o.ResetAfter != 3*time.Microsecond {
+			t.Fatalf("bucket: first take of 3 = %+v, want allowed, %d remaining, reset after 3µs", o, int64(quota-3))
+		}
+		o, err = window.Take(ctx, key, 3, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !o.Allowed || o.Remaining != quota-3 || o.ResetAfter <= 0 || o.ResetAfter > time.Millisecond {
+			t.Fatalf("window: first take of 3 = %+v, want allowed, %d remaining, reset within (0, 1ms]", o, int64(quota-3))
+		}
+	}
+}
