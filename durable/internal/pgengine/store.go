@@ -391,6 +391,29 @@ type Counter struct {
 	// take is the counter's take statement (schema.sql's "take"), or ""
 	// when its algorithm has none or it has a Period.
 	take string
+	// refused is the share of the counter's recent lone takes that were
+	// refused, in 1/1024ths: an exponentially weighted average, each take
+	// weighing 1/16. Updates may be lost between concurrent takes; it is
+	// an estimate.
+	refused atomic.Int64
+}
+
+// refusedShareBound is the share of refused takes, in 1/1024ths of
+// Counter.refused, above which lone takes go to the function rather than
+// the take statement. A refused take costs one statement more by the take
+// statement (it refuses, then the function decides), an admitted one about
+// a third less: above about 30% refusals, as in a flood, the function
+// alone costs the server less.
+const refusedShareBound = 300
+
+// noteTake counts a lone take's outcome in c.refused.
+func (c *Counter) noteTake(admitted bool) {
+	var x int64
+	if !admitted {
+		x = 1024
+	}
+	est := c.refused.Load()
+	c.refused.Store(est + (x-est)/16)
 }
 
 // MaxRefillSlowdown bounds how much slower than advertised a token bucket
@@ -677,17 +700,19 @@ func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
 	return result{one: out}, err
 }
 
-// sendSingle decides the single-key decision d alone, in one statement: a
-// take without an idempotency key or cleanup with the counter's take
-// statement, when it has one, and otherwise, or when that statement
-// refused the take (writing nothing), with its function.
+// sendSingle decides the single-key decision d alone: a take without an
+// idempotency key or cleanup with the counter's take statement, when it
+// has one and few of its recent takes were refused, and otherwise, or when
+// that statement refused the take (writing nothing), with its function.
 func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
 	var out [5]int64
-	if c.take != "" && d.op == opTake && d.idem == nil && d.cleanup == 0 {
+	plain := d.op == opTake && d.idem == nil && d.cleanup == 0
+	if plain && c.take != "" && c.refused.Load() <= refusedShareBound {
 		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
 		switch {
 		case err == nil && parseResult(raw, &out):
+			c.noteTake(true)
 			return out, nil
 		case err == nil:
 			err = fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
@@ -705,6 +730,9 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	}
 	if err != nil {
 		return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
+	}
+	if plain && c.take != "" {
+		c.noteTake(out[0] == 1)
 	}
 	return out, nil
 }

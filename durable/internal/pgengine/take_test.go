@@ -258,3 +258,52 @@ func TestTakeStatementOnFreshKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeStatementUnderAFlood: while most of a counter's lone takes are
+// refused, as in a flood, they go to the function alone rather than pay for
+// the take statement first; once takes are admitted again, they go back to
+// the take statement.
+func TestTakeStatementUnderAFlood(t *testing.T) {
+	var log statementLog
+	pool := pgstoretest.TracedPool(t, pgstoretest.PostgresURL(t), 2, &log)
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Hour, Durability: pgengine.Unlogged})
+	take := func(key string) (bool, string) {
+		t.Helper()
+		n := log.len()
+		o, err := c.Take(ctx, key, 1, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.Allowed, strings.Join(log.since(n), " ")
+	}
+	if _, err := c.Peek(ctx, "flood", 1); err != nil { // the schema is there
+		t.Fatal(err)
+	}
+	if ok, sent := take("flood"); !ok || sent != "take" {
+		t.Fatalf("first take: allowed %v, sent %q; want allowed, one take statement", ok, sent)
+	}
+	var sends []string
+	for range 20 {
+		ok, sent := take("flood")
+		if ok {
+			t.Fatal("a take beyond the quota was admitted")
+		}
+		sends = append(sends, sent)
+	}
+	if sends[0] != "take function" || sends[len(sends)-1] != "function" {
+		t.Fatalf("refused takes sent %q; want the take statement and the function at first, the function alone at last", sends)
+	}
+	for i := range 100 {
+		ok, sent := take(fmt.Sprint("calm-", i))
+		if !ok {
+			t.Fatalf("first take of key calm-%d refused", i)
+		}
+		if sent == "take" {
+			t.Logf("admitted takes went back to the take statement after %d", i)
+			return
+		}
+	}
+	t.Fatal("admitted takes never went back to the take statement")
+}
