@@ -5,9 +5,13 @@
 // for serverless functions ([ServerlessPoolConfig]). Package pglock, beside
 // it, takes PostgreSQL advisory locks.
 //
-// Each decision is one SELECT of a PL/pgSQL function: one round trip (one
-// more where a connection first prepares it) and one implicit transaction,
-// on the database's clock. A key's row lock (an
+// A decision is one statement, one round trip (one more where a
+// connection first prepares it) and one implicit transaction, on the
+// database's clock: for a take of a fixed window or token bucket that goes
+// alone without an idempotency key, an upsert; otherwise a SELECT of the
+// algorithm's PL/pgSQL function. A refused upsert writes nothing, and the
+// function then decides the take: a second statement, which lone takes
+// skip while most of a limiter's takes are refused. A key's row lock (an
 // advisory lock for a sliding log) serialises the decisions on that key, so
 // counts are exact however many processes share the database. A composite
 // locks its keys in one fixed order, so composites never deadlock, and it
