@@ -217,7 +217,10 @@ type flowData struct {
 // "<algorithm>.roll", ".take", ".refund" and ".report", which both the
 // algorithm's single-key function and the composite function run; they
 // are templates rather than functions of their own so that a decision
-// makes no extra function call.
+// makes no extra function call. The fixed window's and the token bucket's
+// rules are expressions of a state and a clock (named by [ruleNames]'s
+// maps: "locals" for the functions, "statement" for the take statement),
+// which these blocks and the take statement ([takeSQL]) share.
 //
 //go:embed schema.sql
 var schemaSource string
