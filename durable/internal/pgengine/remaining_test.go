@@ -84,7 +84,7 @@ func TestRemainingExact(t *testing.T) {
 						})
 						var first pgengine.Outcome
 						remaining, denied := burst(ctx, t, counters, "stalled", func() {
-							waitForLockWaiters(ctx, t, admin)
+							waitForLockWaiters(ctx, t, admin, 8)
 							if first, err = inTx.Take(ctx, "stalled", 1, ""); err != nil {
 								t.Error(err)
 							}
@@ -187,8 +187,8 @@ func checkRemaining(t *testing.T, remaining []int64, denied, wantDenied int) {
 }
 
 // waitForLockWaiters returns once decisions on this test binary's schema
-// wait for a lock: at least 8 of them, or at least one after 3 s.
-func waitForLockWaiters(ctx context.Context, t *testing.T, admin *pgxpool.Pool) {
+// wait for a lock: at least want of them, or at least one after 3 s.
+func waitForLockWaiters(ctx context.Context, t *testing.T, admin *pgxpool.Pool, want int) {
 	t.Helper()
 	started := time.Now()
 	for {
@@ -199,7 +199,7 @@ func waitForLockWaiters(ctx context.Context, t *testing.T, admin *pgxpool.Pool) 
 			t.Error(err)
 			return
 		}
-		if n >= 8 || (n > 0 && time.Since(started) > 3*time.Second) {
+		if n >= want || (n > 0 && time.Since(started) > 3*time.Second) {
 			return
 		}
 		if ctx.Err() != nil {

@@ -274,7 +274,7 @@ func schemaTemplate() (*template.Template, error) {
 			// statement returns the names the rule expressions read in
 			// the take statement: its parameters, and the names and
 			// values of extra.
-			"statement": func(_ string, extra ...string) (map[string]string, error) {
+			"statement": func(extra ...string) (map[string]string, error) {
 				return ruleNames(extra, "Cost", "$3::bigint", "Quota", "$4::bigint", "Span", "$5::bigint")
 			},
 			// phase returns f for the phase's "arms".
@@ -306,15 +306,16 @@ func ruleNames(extra []string, base ...string) (map[string]string, error) {
 
 // takeSQL returns the take statement of schema.sql ("take") for a counter
 // of algorithm alg (its name in sqlCodes) on the tables of d in the schema
-// quoted (a quoted identifier), or "" when alg has none. sync false turns
-// synchronous_commit off for the statement's transaction.
+// quoted (a quoted identifier), or "" when alg has none (no "<alg>.row"
+// block). sync false turns synchronous_commit off for the statement's
+// transaction.
 func takeSQL(quoted string, d Durability, alg string, sync bool) (string, error) {
-	if alg != "token_bucket" && alg != "fixed_window" {
-		return "", nil
-	}
 	tmpl, err := schemaTemplate()
 	if err != nil {
 		return "", fmt.Errorf("pgstore: schema template: %w", err)
+	}
+	if tmpl.Lookup(alg+".row") == nil {
+		return "", nil
 	}
 	var b strings.Builder
 	data := struct {

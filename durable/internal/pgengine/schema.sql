@@ -611,18 +611,18 @@ missing key gets (fresh: no state, the clock read before the insert) and
 for the row found (row: the clock read after its lock), and what it
 returns. */}}
 {{- define "fixed_window.fresh"}}
-{{- $a := include "fixed_window.aligned" (statement "fixed_window" "Now" "f.now_us")}}window_start_us, count, expires_at_us)
+{{- $a := include "fixed_window.aligned" (statement "Now" "f.now_us")}}window_start_us, count, expires_at_us)
 	SELECT $1, $2, {{$a}}, $3::bigint, {{$a}} + $5::bigint{{end}}
 {{- define "fixed_window.row"}}
 {{- $a := "(SELECT k.aligned_start FROM lock_clock AS k)"}}
-{{- $s := statement "fixed_window" "Start" "c.window_start_us" "Used" "c.count" "Aligned" $a}}
-{{- $t := statement "fixed_window" "Start" (include "fixed_window.start" $s) "Expiry" "c.expires_at_us"}}window_start_us = {{template "fixed_window.start" $s}},
+{{- $s := statement "Start" "c.window_start_us" "Used" "c.count" "Aligned" $a}}
+{{- $t := statement "Start" (include "fixed_window.start" $s) "Expiry" "c.expires_at_us"}}window_start_us = {{template "fixed_window.start" $s}},
 		count = {{template "fixed_window.used" $s}} + $3::bigint,
 		expires_at_us = {{template "fixed_window.expiry" $t}}
 	WHERE {{template "fixed_window.admits" $s}}{{end}}
 {{- define "fixed_window.result"}}
-{{- $s := statement "fixed_window" "Start" "c.window_start_us" "Used" "c.count" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.window_start_us + $5::bigint - 1)"}}{{template "fixed_window.remaining" $s}}, 0, {{template "fixed_window.reset" $s}}{{end}}
-{{- define "fixed_window.lock_clock"}}SELECT r.now_us, {{template "fixed_window.aligned" (statement "fixed_window" "Now" "r.now_us")}} AS aligned_start
+{{- $s := statement "Start" "c.window_start_us" "Used" "c.count" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.window_start_us + $5::bigint - 1)"}}{{template "fixed_window.remaining" $s}}, 0, {{template "fixed_window.reset" $s}}{{end}}
+{{- define "fixed_window.lock_clock"}}SELECT r.now_us, {{template "fixed_window.aligned" (statement "Now" "r.now_us")}} AS aligned_start
 		FROM (SELECT {{template "clock"}} AS now_us) AS r{{end}}
 
 {{- /* Period: a fixed window over the calendar periods the client sent
@@ -738,14 +738,14 @@ stay HOT. */}}
 {{- define "token_bucket.reset"}}{{.Tat}} - {{.Now}}{{end}}
 {{- define "token_bucket.fresh"}}
 {{- $next := "(f.now_us + $3::bigint * $5::bigint)"}}tat_us, expires_at_us)
-	SELECT $1, $2, {{$next}}, {{template "token_bucket.expiry" (statement "token_bucket" "Tat" $next "Expiry" "0")}}{{end}}
+	SELECT $1, $2, {{$next}}, {{template "token_bucket.expiry" (statement "Tat" $next "Expiry" "0")}}{{end}}
 {{- define "token_bucket.row"}}
-{{- $s := statement "token_bucket" "Tat" "c.tat_us" "Now" "(SELECT k.now_us FROM lock_clock AS k)"}}
+{{- $s := statement "Tat" "c.tat_us" "Now" "(SELECT k.now_us FROM lock_clock AS k)"}}
 {{- $next := print "(" (include "token_bucket.next" $s) ")"}}tat_us = {{$next}},
-		expires_at_us = {{template "token_bucket.expiry" (statement "token_bucket" "Tat" $next "Expiry" "c.expires_at_us")}}
+		expires_at_us = {{template "token_bucket.expiry" (statement "Tat" $next "Expiry" "c.expires_at_us")}}
 	WHERE {{template "token_bucket.admits" $s}}{{end}}
 {{- define "token_bucket.result"}}
-{{- $s := statement "token_bucket" "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
+{{- $s := statement "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
 {{- define "token_bucket.lock_clock"}}SELECT {{template "clock"}} AS now_us{{end}}
 
 {{- /* The take statement of a counter of an algorithm on a table: a lone

@@ -64,6 +64,39 @@ type Store struct {
 	migrateMu   sync.Mutex
 	migrated    atomic.Bool
 	migrateSQL  string
+
+	// takes holds the take statements rendered so far (see
+	// Store.takeStatement), at most one per table and algorithm and
+	// commit setting.
+	takesMu sync.Mutex
+	takes   map[takeKind]string
+}
+
+// takeKind names a take statement: the table, the algorithm (its name in
+// sqlCodes) and whether it leaves synchronous_commit alone.
+type takeKind struct {
+	d    Durability
+	alg  string
+	sync bool
+}
+
+// takeStatement returns the take statement of k (see takeSQL), rendered
+// once per Store, or "" when k's algorithm has none.
+func (s *Store) takeStatement(k takeKind) (string, error) {
+	s.takesMu.Lock()
+	defer s.takesMu.Unlock()
+	if q, ok := s.takes[k]; ok {
+		return q, nil
+	}
+	q, err := takeSQL(s.quoted, k.d, k.alg, k.sync)
+	if err != nil {
+		return "", err
+	}
+	if s.takes == nil {
+		s.takes = make(map[takeKind]string)
+	}
+	s.takes[k] = q
+	return q, nil
 }
 
 // New returns a Store that runs its statements on db, in db's default query
@@ -464,7 +497,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	}
 	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 	if !periodic {
-		take, err := takeSQL(s.quoted, cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit)
+		take, err := s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit})
 		if err != nil {
 			return nil, err
 		}
@@ -707,8 +740,8 @@ func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
 func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
 	var out [5]int64
-	plain := d.op == opTake && d.idem == nil && d.cleanup == 0
-	if plain && c.take != "" && c.refused.Load() <= refusedShareBound {
+	upsert := c.take != "" && d.op == opTake && d.idem == nil && d.cleanup == 0
+	if upsert && c.refused.Load() <= refusedShareBound {
 		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
 		switch {
 		case err == nil && parseResult(raw, &out):
@@ -731,7 +764,7 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	if err != nil {
 		return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 	}
-	if plain && c.take != "" {
+	if upsert {
 		c.noteTake(out[0] == 1)
 	}
 	return out, nil

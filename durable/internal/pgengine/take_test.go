@@ -173,7 +173,7 @@ func TestTakeReadsTheClockAfterTheLock(t *testing.T) {
 					o, err := c.Take(ctx, "k", 1, idem)
 					done <- outcome{o, err}
 				}()
-				waitForLockWait(ctx, t, pool, prefix)
+				waitForLockWaiters(ctx, t, pool, 1)
 				time.Sleep(100 * time.Millisecond)
 				// The row as it is after nothing was taken, at the
 				// transaction's clock.
@@ -206,24 +206,6 @@ WHERE c.prefix = $1 AND c.key = $2 RETURNING r.now_us, c.window_start_us`, prefi
 			})
 		}
 	}
-}
-
-// waitForLockWait waits until a statement waits for a lock (the take that
-// waits for the key's row) and fails the test after ten seconds.
-func waitForLockWait(ctx context.Context, t *testing.T, pool interface {
-	QueryRow(context.Context, string, ...any) pgx.Row
-}, prefix string) {
-	t.Helper()
-	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(5 * time.Millisecond) {
-		var waiting bool
-		if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database())`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			return
-		}
-	}
-	t.Fatalf("the take on prefix %s never waited for the row lock", prefix)
 }
 
 // TestTakeStatementOnFreshKeys: the first take of a key reports the state
