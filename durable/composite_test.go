@@ -52,8 +52,8 @@ func TestCompositeContract(t *testing.T) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			p := pgstoretest.Prefix(t)
-			small := newLimiter(t, s, alg, "burst", p+"-b", 3, time.Hour)
-			large := newLimiter(t, s, ratekit.FixedWindow, "daily", p+"-d", 5, 24*time.Hour)
+			small := newLimiter(t, s, alg, "burst", p+"-b", 3, farWindow)
+			large := newLimiter(t, s, ratekit.FixedWindow, "long", p+"-l", 5, farWindow)
 			c := newComposite(t, small, large)
 			req := ratekit.Request{Key: "customer-7", Cost: 1}
 			for i := int64(0); i < 3; i++ {
@@ -100,8 +100,8 @@ func TestCompositeValidation(t *testing.T) {
 	s := newStore(t, pgstoretest.PostgresURL(t), 2)
 	ctx := ctxT(t)
 	p := pgstoretest.Prefix(t)
-	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, time.Hour)
-	b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 5, time.Hour)
+	a := newLimiter(t, s, ratekit.FixedWindow, "a", p+"-a", 3, farWindow)
+	b := newLimiter(t, s, ratekit.TokenBucket, "b", p+"-b", 5, farWindow)
 	c := newComposite(t, a, b)
 	for _, tc := range []struct {
 		req  ratekit.Request
@@ -122,15 +122,15 @@ func TestCompositeValidation(t *testing.T) {
 			t.Errorf("Peek(%+v) = %v, want %v", tc.req, err, tc.want)
 		}
 	}
-	unlogged, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: p + "-u", Durability: durable.Unlogged})
+	unlogged, err := durable.New(durable.Config{Store: s, Policy: ratekit.Policy{Name: "u", Quota: 1, Window: farWindow, Algorithm: ratekit.FixedWindow}, Prefix: p + "-u", Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
 	other := newStore(t, pgstoretest.PostgresURL(t), 1)
-	elsewhere := newLimiter(t, other, ratekit.FixedWindow, "e", p+"-e", 1, time.Hour)
+	elsewhere := newLimiter(t, other, ratekit.FixedWindow, "e", p+"-e", 1, farWindow)
 	many := make([]*durable.Limiter, 17)
 	for i := range many {
-		many[i] = newLimiter(t, s, ratekit.FixedWindow, "m", fmt.Sprintf("%s-m%d", p, i), 1, time.Hour)
+		many[i] = newLimiter(t, s, ratekit.FixedWindow, "m", fmt.Sprintf("%s-m%d", p, i), 1, farWindow)
 	}
 	for name, ls := range map[string][]*durable.Limiter{
 		"none": nil, "nil": {a, nil}, "same prefix": {a, a}, "mixed durability": {a, unlogged},
@@ -153,8 +153,8 @@ func TestCompositeSimpleProtocol(t *testing.T) {
 	ctx := ctxT(t)
 	p := pgstoretest.Prefix(t)
 	c := newComposite(t,
-		newLimiter(t, s, ratekit.SlidingWindow, "a", p+"-a", 2, time.Hour),
-		newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 3, time.Hour))
+		newLimiter(t, s, ratekit.SlidingWindow, "a", p+"-a", 2, farWindow),
+		newLimiter(t, s, ratekit.SlidingLog, "b", p+"-b", 3, farWindow))
 	key := "k,\"}{\\ \xff'"
 	for i := int64(0); i < 3; i++ {
 		d, err := c.Allow(ctx, ratekit.Request{Key: key, Cost: 1, Parts: []ratekit.Part{{Key: key, Cost: 1}, {Key: key + "'", Cost: 1}}})

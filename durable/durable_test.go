@@ -42,7 +42,7 @@ func TestLimiterContract(t *testing.T) {
 	ctx := ctxT(t)
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
-			policy := ratekit.Policy{Name: "api", Quota: 3, Window: time.Hour, Algorithm: alg}
+			policy := ratekit.Policy{Name: "api", Quota: 3, Window: farWindow, Algorithm: alg}
 			l, err := durable.New(durable.Config{Store: s, Policy: policy, Prefix: pgstoretest.Prefix(t), Durability: durable.Logged})
 			if err != nil {
 				t.Fatal(err)
@@ -159,7 +159,7 @@ func TestDeniedCache(t *testing.T) {
 	now.Store(time.Now().UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	l, err := durable.New(durable.Config{Store: s, DeniedCacheSize: 2, Now: clock,
-		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
+		Policy: ratekit.Policy{Name: "cache", Quota: 2, Window: farWindow, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestDeniedCacheExactness(t *testing.T) {
 			var wg sync.WaitGroup
 			for i := 0; i < 4; i++ {
 				l, err := durable.New(durable.Config{Store: newStore(t, url, 4), DeniedCacheSize: 100,
-					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: prefix, Durability: durable.Unlogged})
+					Policy: ratekit.Policy{Name: "x", Quota: 100, Window: farWindow, Algorithm: ratekit.FixedWindow}, Prefix: prefix, Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -22,7 +22,7 @@ import (
 func TestBatchRefusedAsAWhole(t *testing.T) {
 	for _, simple := range []bool{false, true} {
 		s, _, ctx := migratedStore(t, 2, simple)
-		c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
+		c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: farWindow, CleanupProbability: -1, Durability: Unlogged})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestCoalesceRule(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s, _, ctx := migratedStoreWith(t, tt.conns, Config{MaxInFlight: tt.maxInFlight})
-			c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 1 << 40, Window: time.Hour, CleanupProbability: -1, Durability: Unlogged})
+			c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 1 << 40, Window: farWindow, CleanupProbability: -1, Durability: Unlogged})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -750,7 +750,7 @@ func TestCleanupIgnoresStaleStatistics(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: time.Hour, CleanupProbability: 1, Durability: pgengine.Unlogged})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 10, Window: pgengine.FarWindow, CleanupProbability: 1, Durability: pgengine.Unlogged})
 			if _, err := c.Peek(ctx, "k", 1); err != nil { // migrates
 				t.Fatal(err)
 			}
@@ -807,7 +807,7 @@ func TestDecisionsIgnoreStaleStatistics(t *testing.T) {
 		t.Run(alg.String(), func(t *testing.T) {
 			pool, s, schema := soleSessionStore(t)
 			ctx := ctxT(t)
-			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: time.Hour, Durability: pgengine.Unlogged})
+			c := newCounter(t, s, pgengine.CounterConfig{Prefix: "p", Algorithm: alg, Quota: 1000, Window: pgengine.FarWindow, Durability: pgengine.Unlogged})
 			q := `"` + schema + `".`
 			decide := func(n int) {
 				t.Helper()

@@ -76,7 +76,7 @@ func TestTakeStatement(t *testing.T) {
 			sync bool
 		}{{pgengine.Unlogged, false}, {pgengine.Logged, true}, {pgengine.Logged, false}} {
 			t.Run(fmt.Sprintf("%v/%v/sync=%v", alg, tc.dur, tc.sync), func(t *testing.T) {
-				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: time.Hour,
+				c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 3, Window: pgengine.FarWindow,
 					Durability: tc.dur, SynchronousCommit: tc.sync})
 				if _, err := c.Peek(ctx, "k", 1); err != nil { // the schema is there
 					t.Fatal(err)
@@ -250,7 +250,7 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 	pool := pgstoretest.TracedPool(t, pgstoretest.PostgresURL(t), 2, &log)
 	s := newStore(t, pool)
 	ctx := ctxT(t)
-	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1, Window: time.Hour, Durability: pgengine.Unlogged})
+	c := newCounter(t, s, pgengine.CounterConfig{Algorithm: ratekit.FixedWindow, Quota: 1, Window: pgengine.FarWindow, Durability: pgengine.Unlogged})
 	take := func(key string) (bool, string) {
 		t.Helper()
 		n := log.len()

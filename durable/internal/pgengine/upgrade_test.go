@@ -55,7 +55,7 @@ func testMigrateUpgrades(t *testing.T, version int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed := newCounter(t, s, pgengine.CounterConfig{Prefix: "fixed", Algorithm: ratekit.FixedWindow, Quota: 10, Window: time.Hour, Durability: pgengine.Unlogged})
+	fixed := newCounter(t, s, pgengine.CounterConfig{Prefix: "fixed", Algorithm: ratekit.FixedWindow, Quota: 10, Window: pgengine.FarWindow, Durability: pgengine.Unlogged})
 	bucket := newCounter(t, s, pgengine.CounterConfig{Prefix: "bucket", Algorithm: ratekit.TokenBucket, Quota: 10, Window: time.Hour, Durability: pgengine.Unlogged})
 	if o, err := fixed.Peek(ctx, "k", 1); err != nil || o.Remaining != 7 {
 		t.Fatalf("fixed window after the upgrade: %+v, %v; want 7 remaining", o, err)
@@ -64,7 +64,7 @@ func testMigrateUpgrades(t *testing.T, version int) {
 		t.Fatalf("token bucket after the upgrade: %+v, %v; want allowed, 5 remaining", o, err)
 	}
 	for _, alg := range []ratekit.Algorithm{ratekit.SlidingWindow, ratekit.SlidingLog} {
-		c := newCounter(t, s, pgengine.CounterConfig{Prefix: alg.String(), Algorithm: alg, Quota: 10, Window: time.Hour, Durability: pgengine.Unlogged})
+		c := newCounter(t, s, pgengine.CounterConfig{Prefix: alg.String(), Algorithm: alg, Quota: 10, Window: pgengine.FarWindow, Durability: pgengine.Unlogged})
 		if o, err := c.Take(ctx, "k", 2, "once"); err != nil || !o.Allowed || o.Remaining != 8 {
 			t.Fatalf("%v after the upgrade: %+v, %v", alg, o, err)
 		}

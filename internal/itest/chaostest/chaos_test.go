@@ -43,6 +43,11 @@ const (
 	// Margin is the documented bound on how late after its deadline a
 	// decision returns (README, "Failure and recovery").
 	margin = 100 * time.Millisecond
+	// farWindow is the fixed windows' span. Fixed windows are aligned to
+	// the epoch: with an hour, a test running across the hour counted
+	// nothing before it. A window of 1000 days rolls over once in 1000
+	// days.
+	farWindow = 1000 * 24 * time.Hour
 	// attempts is the number of decisions made during each fault.
 	attempts = 5
 	// limit is the quota of every limiter: no refill during a test.
@@ -110,11 +115,8 @@ func backends() []backend {
 				if err := store.Migrate(ctx); err != nil {
 					t.Fatal(err)
 				}
-				// Fixed windows are aligned to the epoch: with an hour,
-				// a test running across the hour counted nothing after
-				// it. A window of 1000 days rolls over once in 1000 days.
 				l, err := durable.New(durable.Config{Store: store,
-					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: 1000 * 24 * time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
+					Policy: ratekit.Policy{Name: "chaos", Quota: limit, Window: farWindow, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -42,7 +42,7 @@ func TestCoalescedFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			l, err := durable.New(durable.Config{Store: store,
-				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: time.Hour, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
+				Policy: ratekit.Policy{Name: "chaos", Quota: 100000, Window: farWindow, Algorithm: ratekit.FixedWindow}, Prefix: pgstoretest.Prefix(t), Durability: durable.Unlogged})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,8 +22,9 @@ func newStore(t testing.TB, db pgstore.DB) *pgstore.Store {
 	return s
 }
 
-// counter is a durable limiter of one algorithm and quota a day, on a
-// prefix of the test's own, with inline cleanup off.
+// counter is a durable limiter of one algorithm and a quota per 1000
+// days (a fixed window that no test runs across: windows are aligned to
+// the epoch), on a prefix of the test's own, with inline cleanup off.
 type counter struct {
 	l   *durable.Limiter
 	cfg durable.Config
@@ -33,7 +34,7 @@ type counter struct {
 func newCounter(t testing.TB, s *pgstore.Store, alg ratekit.Algorithm, quota int64) counter {
 	t.Helper()
 	return counter{cfg: durable.Config{
-		Policy:             ratekit.Policy{Name: "day", Quota: quota, Window: 24 * time.Hour, Algorithm: alg},
+		Policy:             ratekit.Policy{Name: "far", Quota: quota, Window: 1000 * 24 * time.Hour, Algorithm: alg},
 		Prefix:             pgstoretest.Prefix(t),
 		CleanupProbability: -1, Durability: durable.Unlogged,
 	}, t: t}.on(s)
