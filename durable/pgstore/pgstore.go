@@ -44,7 +44,7 @@ type Config struct {
 	// waits: decisions on distinct keys run side by side, one connection
 	// each. Otherwise (a hot key, every place taken, or a queue already) it
 	// waits, and when a statement in flight ends, the goroutine of one
-	// waiting caller sends a share of those that wait as one statement
+	// waiting caller sends a share of those that wait in one round trip
 	// (coalescing), with at most two such batches in flight: one round
 	// trip and one commit for all of them, each decided as if alone, in
 	// a fixed key order (see [Store]). Zero means [DefaultMaxInFlight];
@@ -72,14 +72,17 @@ const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 // the goroutine of a caller waiting for it. The zero Store is not usable.
 //
 // Decisions that wait (see [Config.MaxInFlight]), single-key and composite
-// alike, go to PostgreSQL together in one statement that calls each one's
-// decision function in turn, in lock order (durability, key, prefix,
-// idempotency key), in one implicit transaction. Each decision is decided exactly as if it
+// alike, go to PostgreSQL together in one round trip and one implicit
+// transaction, in lock order (durability, key, prefix, idempotency key):
+// one statement that calls each one's decision function in turn, or, for
+// up to 16 plain takes (no idempotency key) of fixed windows and token
+// buckets on a *pgxpool.Pool or *pgx.Conn that prepares its statements,
+// a pipeline of their upserts. Each decision is decided exactly as if it
 // were alone (it sees every decision before it, in its batch or not);
 // several decisions on one key in a batch are decided one after the other.
 // The commit is asynchronous only when no decision in the batch asks for a
 // synchronous commit on logged tables. When the server refuses the
-// statement, its transaction rolled back and none of its decisions was
+// batch, its transaction rolled back and none of its decisions was
 // applied: each caller then sends its own decision alone, so that one
 // decision's failure is not another's. A caller whose context ends while
 // its decision waits returns at once, and its decision is never sent; one

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -48,6 +50,13 @@ const maxBatch = 256
 // many wait; a larger queue is shared among the places in flight.
 const minShare = 8
 
+// maxPipeline bounds the decisions sendTakes sends as a pipeline of take
+// statements: a larger batch goes as one call of the batch function, whose
+// one statement costs the client less than many (with 64 callers on 2
+// cores, pipelines of 30 made fewer decisions a second than the function).
+// docs/postgres.md has the measurements.
+const maxPipeline = 16
+
 // batchMarker starts the text of every statement that carries more than one
 // decision, so that a query tracer can tell them apart.
 const batchMarker = "/* ratekit batch */ "
@@ -64,6 +73,9 @@ type decision struct {
 	idem    []byte // nil for none
 	lock    int64  // single-key only
 	cleanup int64
+	// refused is set once a take statement refused the take (writing
+	// nothing): the function decides it afresh.
+	refused bool
 
 	// A composite's arguments, one element per counter (four of bounds).
 	keys                 [][]byte
@@ -71,10 +83,13 @@ type decision struct {
 }
 
 // A result is a decision function's result: five integers for a
-// single-key decision, 1 + 6 × its counters for a composite's.
+// single-key decision, 1 + 6 × its counters for a composite's. refused
+// reports a take that a batch's take statement refused, writing nothing,
+// and that is still to be decided.
 type result struct {
-	one  [5]int64
-	many []int64
+	one     [5]int64
+	many    []int64
+	refused bool
 }
 
 // A rowID names a key's row: its table and primary key.
@@ -141,14 +156,16 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 // When a statement in flight ends, decisions wait and fewer than
 // batchesInFlight batches are in flight, its caller hands its place to one
 // queued caller (the leader), which takes a share of the queue and sends it
-// as one statement on its own goroutine; when that ends, it hands its place
-// on in turn. No goroutine is started: decisions are sent only by
+// in one round trip on its own goroutine; when that ends, it hands its
+// place on in turn. No goroutine is started: decisions are sent only by
 // goroutines of callers that wait for them.
 //
-// The statement calls the schema's batch function, which calls the same
-// decision functions as a lone decision, one after another in the lock
-// order (durability, key, prefix, idempotency key), in one implicit
-// transaction: one round trip, one commit. Every transaction that takes
+// A batch goes as the take statements a lone decision would send, in a
+// pipeline (see Store.sendTakes), or as one statement that calls the
+// schema's batch function, which calls the same decision functions as a
+// lone decision; either way one after another in the lock order
+// (durability, key, prefix, idempotency key), in one implicit transaction:
+// one round trip, one commit. Every transaction that takes
 // more than one key's locks takes them in that order, so two batches cannot
 // deadlock over keys; a decision still sees every earlier one, in its batch
 // or committed before, as it would alone. A composite decision whose keys
@@ -187,7 +204,7 @@ type waiter struct {
 
 	out   result
 	err   error
-	alone bool // the batch was rolled back as a whole: send d alone
+	alone bool // the batch was rolled back as a whole, or refused d: send d alone
 }
 
 // hashes appends to dst the hash of each row d locks.
@@ -518,6 +535,10 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	refused := rolledBack(err) && base.Err() == nil
 	for i, q := range live {
 		switch {
+		case err == nil && outs[i].refused:
+			// Its caller has the function decide it, alone.
+			q.d.refused = true
+			q.alone = true
 		case err == nil:
 			q.out = outs[i]
 		case refused:
@@ -582,9 +603,11 @@ func lockOrder(x, y *decision) int {
 	return bytes.Compare(x.idem, y.idem)
 }
 
-// sendBatch decides ds, which are in the lock order, in one statement and
-// returns their results in the order of ds. Errors are the statement's:
-// when it fails, no result is valid.
+// sendBatch decides ds, which are in the lock order, in one round trip and
+// one implicit transaction, and returns their results in the order of ds:
+// as a pipeline of take statements when sendTakes can, and otherwise as
+// one statement that calls the batch function. Errors are the round
+// trip's: when it fails, no result is valid.
 func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error) {
 	// One commit for the batch: it waits for its flush unless no decision
 	// in it asks for that.
@@ -593,6 +616,9 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error)
 		if d.durability() == Logged && (d.m == nil && d.c.cfg.SynchronousCommit || d.m != nil && d.m.keepSync) {
 			syncAll = true
 		}
+	}
+	if outs, sent, err := s.sendTakes(ctx, ds, syncAll); sent {
+		return outs, err
 	}
 	a := batchArgs{}
 	a.grow(len(ds) + 1)
@@ -651,6 +677,77 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error)
 		}
 	}
 	return outs, nil
+}
+
+// batchSender is the part of a pgx pool or connection that sends a batch
+// of statements as a pipeline.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// sendTakes decides ds, which are in the lock order, as a pipeline of their
+// counters' take statements in one implicit transaction (one round trip,
+// one commit), when every decision goes by its take statement (see
+// decision.byTake), s's DB sends pipelines and s prepares its statements
+// (a pgx batch goes in the connection's own mode). A take statement costs
+// the server less than a decision function, in a batch as alone. sent is
+// false when ds did not qualify or when nothing reached the server (a
+// pooler that refused the prepared statements, a dead connection): the
+// caller then sends ds as a call of the batch function. Results are valid
+// only once the transaction committed; a refused take is marked refused.
+func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (outs []result, sent bool, err error) {
+	db, ok := s.db.(batchSender)
+	mode := s.queryMode()
+	if !ok || mode != pgx.QueryExecModeCacheStatement || len(ds) > maxPipeline {
+		return nil, false, nil
+	}
+	for _, d := range ds {
+		if !d.byTake() {
+			return nil, false, nil
+		}
+	}
+	var b pgx.Batch
+	for _, d := range ds {
+		c := d.c
+		q := c.take
+		if syncAll && !c.keepSyncCommit {
+			// The transaction's commit waits for its flush: no
+			// statement of it may turn that off.
+			if q, err = s.takeStatement(takeKind{c.cfg.Durability, algName(c.cfg.Algorithm), true}); err != nil {
+				return nil, true, err
+			}
+		}
+		b.Queue(q, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
+	}
+	br := db.SendBatch(ctx, &b)
+	outs = make([]result, len(ds))
+	for i := range ds {
+		var raw []byte
+		err = br.QueryRow().Scan(&raw)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			outs[i].refused, err = true, nil
+		case err == nil && !parseResult(raw, &outs[i].one):
+			err = fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
+		}
+		if err != nil {
+			break
+		}
+	}
+	// The commit's outcome: no result counts before it.
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if ctx.Err() == nil && (s.preparedRefused(mode, err) || pgconn.SafeToRetry(err)) {
+			return nil, false, nil
+		}
+		return nil, true, wrapErr(ctx, "batch", err)
+	}
+	for i, d := range ds {
+		d.c.noteTake(!outs[i].refused)
+	}
+	return outs, true, nil
 }
 
 // batchArgs are the batch statement's array arguments: one element of the

@@ -18,3 +18,6 @@ func Unprepared(s *Store) bool { return s.unprepared.Load() }
 const FarWindow = farWindow
 
 const farWindow = 10000 * time.Hour
+
+// Queued returns how many decisions have waited in s's queue, for tests.
+func Queued(s *Store) int64 { return s.co.queued.Load() }

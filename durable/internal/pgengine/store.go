@@ -424,22 +424,37 @@ type Counter struct {
 	// take is the counter's take statement (schema.sql's "take"), or ""
 	// when its algorithm has none or it has a Period.
 	take string
-	// refused is the share of the counter's recent lone takes that were
-	// refused, in 1/1024ths: an exponentially weighted average, each take
-	// weighing 1/16. Updates may be lost between concurrent takes; it is
-	// an estimate.
+	// refused is the share of the counter's recent takes by its take
+	// statement that were refused, in 1/1024ths: an exponentially
+	// weighted average, each take weighing 1/16. Updates may be lost
+	// between concurrent takes; it is an estimate.
 	refused atomic.Int64
 }
 
 // refusedShareBound is the share of refused takes, in 1/1024ths of
-// Counter.refused, above which lone takes go to the function rather than
-// the take statement. A refused take costs one statement more by the take
+// Counter.refused, above which takes go to the function rather than the
+// take statement. A refused take costs one statement more by the take
 // statement (it refuses, then the function decides), an admitted one about
 // a third less: above about 30% refusals, as in a flood, the function
 // alone costs the server less.
 const refusedShareBound = 300
 
-// noteTake counts a lone take's outcome in c.refused.
+// plainTake reports whether d is a take that its counter's take statement
+// can decide: a single-key take without an idempotency key or cleanup, of
+// a counter that has a take statement.
+func (d *decision) plainTake() bool {
+	return d.m == nil && d.c.take != "" && d.op == opTake && d.idem == nil && d.cleanup == 0
+}
+
+// byTake reports whether d goes as its counter's take statement: a plain
+// take that no take statement refused already, of a counter few of whose
+// recent takes were refused.
+func (d *decision) byTake() bool {
+	return d.plainTake() && !d.refused && d.c.refused.Load() <= refusedShareBound
+}
+
+// noteTake counts the outcome of a take by c's take statement in
+// c.refused.
 func (c *Counter) noteTake(admitted bool) {
 	var x int64
 	if !admitted {
@@ -733,15 +748,16 @@ func (s *Store) sendOne(ctx context.Context, d *decision) (result, error) {
 	return result{one: out}, err
 }
 
-// sendSingle decides the single-key decision d alone: a take without an
-// idempotency key or cleanup with the counter's take statement, when it
-// has one and few of its recent takes were refused, and otherwise, or when
-// that statement refused the take (writing nothing), with its function.
+// sendSingle decides the single-key decision d alone: with its counter's
+// take statement when d.byTake, and otherwise, or when that statement
+// refused the take (writing nothing), with its function.
 func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	c := d.c
 	var out [5]int64
-	upsert := c.take != "" && d.op == opTake && d.idem == nil && d.cleanup == 0
-	if upsert && c.refused.Load() <= refusedShareBound {
+	// A plain take's outcome is counted once: by the take statement, or
+	// else by the function.
+	counted := !d.plainTake() || d.refused
+	if d.byTake() {
 		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
 		switch {
 		case err == nil && parseResult(raw, &out):
@@ -754,6 +770,8 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 			return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 		}
 		// Refused, and nothing written: the function decides afresh.
+		c.noteTake(false)
+		counted = true
 	}
 	raw, err := s.query(ctx, c.query, textResult, s.queryMode(),
 		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
@@ -764,7 +782,7 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	if err != nil {
 		return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 	}
-	if upsert {
+	if !counted {
 		c.noteTake(out[0] == 1)
 	}
 	return out, nil

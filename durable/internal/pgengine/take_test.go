@@ -3,6 +3,7 @@ package pgengine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -31,19 +32,49 @@ func (l *statementLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pg
 
 func (l *statementLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// pipelined starts the log's entry of a statement sent in a pipeline.
+const pipelined = "pipelined "
+
+// TraceBatchStart logs a pipeline, whose statements TraceBatchQuery logs
+// as their results are read.
+func (l *statementLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	l.sql = append(l.sql, "pipeline")
+	l.mu.Unlock()
+	return ctx
+}
+
+func (l *statementLog) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	l.mu.Lock()
+	l.sql = append(l.sql, pipelined+data.SQL)
+	l.mu.Unlock()
+}
+
+func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // since returns what each statement after the first n of the log sends:
 // "take" for a take statement, "function" for a call of a decision
-// function, and the text of any other.
+// function, "batch" for a call of the batch function, "pipeline" for the
+// start of a pipeline, whose statements follow prefixed with "pipelined ",
+// and the text of any other.
 func (l *statementLog) since(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var kinds []string
 	for _, q := range l.sql[n:] {
+		prefix := ""
+		if strings.HasPrefix(q, pipelined) {
+			prefix, q = pipelined, q[len(pipelined):]
+		}
 		switch {
+		case q == "pipeline":
+			kinds = append(kinds, q)
+		case strings.HasPrefix(q, "/* ratekit batch */"):
+			kinds = append(kinds, prefix+"batch")
 		case strings.HasPrefix(q, "WITH fresh AS"):
-			kinds = append(kinds, "take")
+			kinds = append(kinds, prefix+"take")
 		case strings.HasPrefix(q, "SELECT "):
-			kinds = append(kinds, "function")
+			kinds = append(kinds, prefix+"function")
 		case strings.HasPrefix(q, "DO $ratekit_migrate$"):
 			kinds = append(kinds, "migrate")
 		default:
@@ -51,6 +82,13 @@ func (l *statementLog) since(n int) []string {
 		}
 	}
 	return kinds
+}
+
+// texts returns the text of each entry after the first n of the log.
+func (l *statementLog) texts(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sql[n:])
 }
 
 func (l *statementLog) len() int {
@@ -288,4 +326,131 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 		}
 	}
 	t.Fatal("admitted takes never went back to the take statement")
+}
+
+// TestBatchOfTakesIsOnePipeline: decisions that queue behind a statement in
+// flight go together in one round trip: as a pipeline of take statements
+// when each is a take that its counter's take statement decides, where a
+// refused take writes nothing and its caller then has the function decide
+// it; as one call of the batch function when any is not (here, a take with
+// an idempotency key). A pipeline with a counter that waits for its
+// commit's flush never turns that off; one without turns it off as the
+// counters ask.
+func TestBatchOfTakesIsOnePipeline(t *testing.T) {
+	var log statementLog
+	url := pgstoretest.PostgresURL(t)
+	s, err := pgengine.New(pgstoretest.TracedPool(t, url, 8, &log), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := pgstoretest.Pool(t, url, 2, "")
+	ctx := ctxT(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prefix := pgstoretest.Prefix(t)
+	// Quota 2 each; async does not wait for its commit's flush, synced does.
+	async := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix + "-async", Algorithm: ratekit.FixedWindow, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged})
+	synced := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix + "-synced", Algorithm: ratekit.TokenBucket, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged, SynchronousCommit: true})
+	type take struct {
+		c             *pgengine.Counter
+		key, idem     string
+		allowed       bool
+		remaining     int64
+		refusedBefore bool // the key's quota is spent before the batch
+	}
+	for _, tc := range []struct {
+		name  string
+		takes []take
+		sent  []string
+		// syncOff is whether the pipeline's statements turn off waiting
+		// for the commit's flush.
+		syncOff bool
+	}{
+		{"pipeline", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", allowed: true, remaining: 1},
+			{c: synced, key: "c", allowed: true, remaining: 1}, {c: async, key: "d", refusedBefore: true}},
+			[]string{"pipeline", "pipelined take", "pipelined take", "pipelined take", "pipelined take", "function"}, false},
+		{"async", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", allowed: true, remaining: 1}},
+			[]string{"pipeline", "pipelined take", "pipelined take"}, true},
+		{"batch function", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", idem: "i", allowed: true, remaining: 1},
+			{c: async, key: "d", refusedBefore: true}},
+			[]string{"batch"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := func(k string) string { return tc.name + "-" + k }
+			for _, tk := range tc.takes {
+				if !tk.refusedBefore {
+					continue
+				}
+				for range 2 {
+					if _, err := tk.c.Take(ctx, key(tk.key), 1, ""); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// One take in flight, held by the key's row lock: the others
+			// queue behind it.
+			held := key("held")
+			if _, err := async.Take(ctx, held, 1, ""); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := admin.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(ctx)
+			if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, async.Config().Prefix, []byte(held)); err != nil {
+				t.Fatal(err)
+			}
+			blocked := make(chan error, 1)
+			go func() {
+				_, err := async.Take(ctx, held, 1, "")
+				blocked <- err
+			}()
+			waitForLockWaiters(ctx, t, admin, 1)
+			n := log.len()
+			q0 := pgengine.Queued(s)
+			got := make([]pgengine.Outcome, len(tc.takes))
+			errs := make([]error, len(tc.takes))
+			var wg sync.WaitGroup
+			for i, tk := range tc.takes {
+				wg.Go(func() { got[i], errs[i] = tk.c.Take(ctx, key(tk.key), 1, tk.idem) })
+			}
+			for pgengine.Queued(s) < q0+int64(len(tc.takes)) {
+				if ctx.Err() != nil {
+					t.Fatal("the takes never queued")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-blocked; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			for i, tk := range tc.takes {
+				if errs[i] != nil {
+					t.Fatalf("take of %s: %v", tk.key, errs[i])
+				}
+				if got[i].Allowed != tk.allowed || got[i].Remaining != tk.remaining || got[i].Allowed == (got[i].RetryAfter > 0) {
+					t.Errorf("take of %s: %+v, want allowed %v, remaining %d", tk.key, got[i], tk.allowed, tk.remaining)
+				}
+				// Exactly what was admitted was counted.
+				if p, err := tk.c.Peek(ctx, key(tk.key), 1); err != nil || p.Remaining != tk.remaining {
+					t.Errorf("peek of %s after the batch: %+v, %v; want remaining %d", tk.key, p, err, tk.remaining)
+				}
+			}
+			sent := log.since(n) // the batch, then the peeks
+			if sent = sent[:min(len(sent), len(tc.sent))]; !slices.Equal(sent, tc.sent) {
+				t.Errorf("sent %q, want %q", sent, tc.sent)
+			}
+			for _, q := range log.texts(n) {
+				if strings.HasPrefix(q, pipelined) && strings.Contains(q, "synchronous_commit") != tc.syncOff {
+					t.Errorf("a pipelined take turns synchronous_commit off: %v, want %v", !tc.syncOff, tc.syncOff)
+					break
+				}
+			}
+		})
+	}
 }

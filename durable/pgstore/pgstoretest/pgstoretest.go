@@ -199,12 +199,26 @@ func Drop(name string) error {
 }
 
 // BatchCounter is a pgx tracer that counts the statements a pool sends and,
-// among them, the coalesced batches of decisions. It is safe for
-// concurrent use.
+// among them, the coalesced batches of decisions: a statement that calls
+// the batch function, or a pipeline of statements (one round trip, counted
+// as one statement). It is safe for concurrent use.
 type BatchCounter struct {
 	Statements atomic.Int64
 	Batches    atomic.Int64
 }
+
+// TraceBatchStart counts one statement and one batch.
+func (b *BatchCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	b.Statements.Add(1)
+	b.Batches.Add(1)
+	return ctx
+}
+
+// TraceBatchQuery does nothing.
+func (b *BatchCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd does nothing.
+func (b *BatchCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
 // TraceQueryStart counts one statement, and one batch when it is one.
 func (b *BatchCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
