@@ -717,12 +717,12 @@ func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (ou
 				return nil, true, err
 			}
 		}
-		b.Queue(q, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
+		b.Queue(q, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
 	}
 	br := db.SendBatch(ctx, &b)
 	outs = make([]result, len(ds))
+	var raw []byte
 	for i := range ds {
-		var raw []byte
 		err = br.QueryRow().Scan(&raw)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):

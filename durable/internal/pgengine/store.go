@@ -190,8 +190,10 @@ func (s *Store) preparedRefused(mode pgx.QueryExecMode, err error) bool {
 }
 
 // textResult asks PostgreSQL for results in text form in every query exec
-// mode: query parses the decision functions' bigint arrays from it.
-var textResult = pgx.QueryResultFormats{pgx.TextFormatCode}
+// mode: query parses the decision functions' bigint arrays from it. It is
+// an interface value, which a statement's arguments take without
+// allocating.
+var textResult any = pgx.QueryResultFormats{pgx.TextFormatCode}
 
 // Made reports whether s was made by [New]: false for a zero Store (a
 // pgstore.Store{} literal).
@@ -424,6 +426,9 @@ type Counter struct {
 	// take is the counter's take statement (schema.sql's "take"), or ""
 	// when its algorithm has none or it has a Period.
 	take string
+	// args holds the counter's prefix, quota and windowUS as statement
+	// arguments, boxed once rather than on every decision.
+	args struct{ prefix, quota, window any }
 	// refused is the share of the counter's recent takes by its take
 	// statement that were refused, in 1/1024ths: an exponentially
 	// weighted average, each take weighing 1/16. Updates may be lost
@@ -510,6 +515,7 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	if c.batch == 0 {
 		c.batch = DefaultCleanupBatch
 	}
+	c.args.prefix, c.args.quota, c.args.window = cfg.Prefix, c.quota, c.windowUS
 	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 	if !periodic {
 		take, err := s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit})
@@ -758,7 +764,7 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	// else by the function.
 	counted := !d.plainTake() || d.refused
 	if d.byTake() {
-		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS)
+		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
 		switch {
 		case err == nil && parseResult(raw, &out):
 			c.noteTake(true)
@@ -774,7 +780,7 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 		counted = true
 	}
 	raw, err := s.query(ctx, c.query, textResult, s.queryMode(),
-		d.op, c.cfg.Prefix, []byte(d.key), d.cost, c.quota, c.windowUS,
+		d.op, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window,
 		d.lock, d.idem, c.ttlUS, d.cleanup, c.keepSyncCommit)
 	if err == nil && !parseResult(raw, &out) {
 		err = fmt.Errorf("function returned %q, want a bigint[5] in text form (schema version mismatch?)", raw)
