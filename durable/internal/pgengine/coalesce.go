@@ -603,20 +603,24 @@ func lockOrder(x, y *decision) int {
 	return bytes.Compare(x.idem, y.idem)
 }
 
+// waitsForFlush reports whether the one commit of a batch of ds waits for
+// its flush: when any decision in it asks for that.
+func waitsForFlush(ds []*decision) bool {
+	for _, d := range ds {
+		if d.durability() == Logged && (d.m == nil && d.c.cfg.SynchronousCommit || d.m != nil && d.m.keepSync) {
+			return true
+		}
+	}
+	return false
+}
+
 // sendBatch decides ds, which are in the lock order, in one round trip and
 // one implicit transaction, and returns their results in the order of ds:
 // as a pipeline of take statements when sendTakes can, and otherwise as
 // one statement that calls the batch function. Errors are the round
 // trip's: when it fails, no result is valid.
 func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error) {
-	// One commit for the batch: it waits for its flush unless no decision
-	// in it asks for that.
-	syncAll := false
-	for _, d := range ds {
-		if d.durability() == Logged && (d.m == nil && d.c.cfg.SynchronousCommit || d.m != nil && d.m.keepSync) {
-			syncAll = true
-		}
-	}
+	syncAll := waitsForFlush(ds)
 	if outs, sent, err := s.sendTakes(ctx, ds, syncAll); sent {
 		return outs, err
 	}
@@ -706,23 +710,50 @@ func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (ou
 			return nil, false, nil
 		}
 	}
-	var b pgx.Batch
+	b, err := s.takePipeline(ds, syncAll)
+	if err != nil {
+		return nil, true, err
+	}
+	outs, err = readTakes(db.SendBatch(ctx, b), len(ds))
+	if err != nil {
+		if ctx.Err() == nil && (s.preparedRefused(mode, err) || pgconn.SafeToRetry(err)) {
+			return nil, false, nil
+		}
+		return nil, true, wrapErr(ctx, "batch", err)
+	}
+	for i, d := range ds {
+		d.c.noteTake(!outs[i].refused)
+	}
+	return outs, true, nil
+}
+
+// takePipeline returns the take statements of ds as a pgx batch. When
+// syncAll, the transaction's commit waits for its flush, and no statement
+// of it may turn that off.
+func (s *Store) takePipeline(ds []*decision, syncAll bool) (*pgx.Batch, error) {
+	b := &pgx.Batch{}
 	for _, d := range ds {
 		c := d.c
 		q := c.take
 		if syncAll && !c.keepSyncCommit {
-			// The transaction's commit waits for its flush: no
-			// statement of it may turn that off.
+			var err error
 			if q, err = s.takeStatement(takeKind{c.cfg.Durability, algName(c.cfg.Algorithm), true}); err != nil {
-				return nil, true, err
+				return nil, err
 			}
 		}
 		b.Queue(q, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
 	}
-	br := db.SendBatch(ctx, &b)
-	outs = make([]result, len(ds))
+	return b, nil
+}
+
+// readTakes reads the results of n take statements sent as br, and then
+// the outcome of their commit: no result counts before it. A take that its
+// statement refused is marked refused.
+func readTakes(br pgx.BatchResults, n int) ([]result, error) {
+	outs := make([]result, n)
 	var raw []byte
-	for i := range ds {
+	var err error
+	for i := range outs {
 		err = br.QueryRow().Scan(&raw)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -734,20 +765,10 @@ func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (ou
 			break
 		}
 	}
-	// The commit's outcome: no result counts before it.
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		if ctx.Err() == nil && (s.preparedRefused(mode, err) || pgconn.SafeToRetry(err)) {
-			return nil, false, nil
-		}
-		return nil, true, wrapErr(ctx, "batch", err)
-	}
-	for i, d := range ds {
-		d.c.noteTake(!outs[i].refused)
-	}
-	return outs, true, nil
+	return outs, err
 }
 
 // batchArgs are the batch statement's array arguments: one element of the
