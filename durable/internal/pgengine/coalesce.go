@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -74,7 +73,9 @@ type decision struct {
 	lock    int64  // single-key only
 	cleanup int64
 	// refused is set once a take statement refused the take (writing
-	// nothing): the function decides it afresh.
+	// nothing): the function decides it afresh. A decision in a batch
+	// is never refused before the batch is sent: a refused take goes
+	// alone.
 	refused bool
 
 	// A composite's arguments, one element per counter (four of bounds).
@@ -83,13 +84,10 @@ type decision struct {
 }
 
 // A result is a decision function's result: five integers for a
-// single-key decision, 1 + 6 × its counters for a composite's. refused
-// reports a take that a batch's take statement refused, writing nothing,
-// and that is still to be decided.
+// single-key decision, 1 + 6 × its counters for a composite's.
 type result struct {
-	one     [5]int64
-	many    []int64
-	refused bool
+	one  [5]int64
+	many []int64
 }
 
 // A rowID names a key's row: its table and primary key.
@@ -535,9 +533,9 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	refused := rolledBack(err) && base.Err() == nil
 	for i, q := range live {
 		switch {
-		case err == nil && outs[i].refused:
-			// Its caller has the function decide it, alone.
-			q.d.refused = true
+		case err == nil && q.d.refused:
+			// Its take statement refused it, writing nothing: its
+			// caller has the function decide it, alone.
 			q.alone = true
 		case err == nil:
 			q.out = outs[i]
@@ -698,7 +696,8 @@ type batchSender interface {
 // false when ds did not qualify or when nothing reached the server (a
 // pooler that refused the prepared statements, a dead connection): the
 // caller then sends ds as a call of the batch function. Results are valid
-// only once the transaction committed; a refused take is marked refused.
+// only once the transaction committed; a decision whose take statement
+// refused it is marked refused, and has no result.
 func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (outs []result, sent bool, err error) {
 	db, ok := s.db.(batchSender)
 	mode := s.queryMode()
@@ -710,56 +709,47 @@ func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (ou
 			return nil, false, nil
 		}
 	}
-	b, err := s.takePipeline(ds, syncAll)
-	if err != nil {
-		return nil, true, err
+	var b pgx.Batch
+	for _, d := range ds {
+		c := d.c
+		q := c.take
+		if syncAll {
+			q = c.takeFlushed // no statement may turn the wait off
+		}
+		b.Queue(q, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
 	}
-	outs, err = readTakes(db.SendBatch(ctx, b), len(ds))
+	outs, err = readTakes(db.SendBatch(ctx, &b), ds)
 	if err != nil {
-		if ctx.Err() == nil && (s.preparedRefused(mode, err) || pgconn.SafeToRetry(err)) {
+		// The transaction rolled back or may not have committed: no
+		// refusal stands either.
+		for _, d := range ds {
+			d.refused = false
+		}
+		if s.neverRan(ctx, mode, err) {
 			return nil, false, nil
 		}
 		return nil, true, wrapErr(ctx, "batch", err)
 	}
-	for i, d := range ds {
-		d.c.noteTake(!outs[i].refused)
+	for _, d := range ds {
+		d.c.noteTake(!d.refused)
 	}
 	return outs, true, nil
 }
 
-// takePipeline returns the take statements of ds as a pgx batch. When
-// syncAll, the transaction's commit waits for its flush, and no statement
-// of it may turn that off.
-func (s *Store) takePipeline(ds []*decision, syncAll bool) (*pgx.Batch, error) {
-	b := &pgx.Batch{}
-	for _, d := range ds {
-		c := d.c
-		q := c.take
-		if syncAll && !c.keepSyncCommit {
-			var err error
-			if q, err = s.takeStatement(takeKind{c.cfg.Durability, algName(c.cfg.Algorithm), true}); err != nil {
-				return nil, err
-			}
-		}
-		b.Queue(q, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
-	}
-	return b, nil
-}
-
-// readTakes reads the results of n take statements sent as br, and then
-// the outcome of their commit: no result counts before it. A take that its
-// statement refused is marked refused.
-func readTakes(br pgx.BatchResults, n int) ([]result, error) {
-	outs := make([]result, n)
+// readTakes reads the results of the take statements of ds sent as br,
+// and then the outcome of their commit: no result counts before it. It
+// sets refused on a decision whose statement refused it.
+func readTakes(br pgx.BatchResults, ds []*decision) ([]result, error) {
+	outs := make([]result, len(ds))
 	var raw []byte
 	var err error
-	for i := range outs {
+	for i, d := range ds {
 		err = br.QueryRow().Scan(&raw)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			outs[i].refused, err = true, nil
-		case err == nil && !parseResult(raw, &outs[i].one):
-			err = fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
+			d.refused, err = true, nil
+		case err == nil:
+			err = parseTake(raw, &outs[i].one)
 		}
 		if err != nil {
 			break

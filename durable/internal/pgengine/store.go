@@ -424,8 +424,10 @@ type Counter struct {
 	batch          int64
 	query          string
 	// take is the counter's take statement (schema.sql's "take"), or ""
-	// when its algorithm has none or it has a Period.
-	take string
+	// when its algorithm has none or it has a Period; takeFlushed is the
+	// same statement leaving synchronous_commit alone, for a batch whose
+	// commit waits for its flush (take itself when keepSyncCommit).
+	take, takeFlushed string
 	// args holds the counter's prefix, quota and windowUS as statement
 	// arguments, boxed once rather than on every decision.
 	args struct{ prefix, quota, window any }
@@ -518,11 +520,13 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 	c.args.prefix, c.args.quota, c.args.window = cfg.Prefix, c.quota, c.windowUS
 	c.query = "SELECT " + s.quoted + "." + cfg.Durability.function(cfg.Algorithm) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
 	if !periodic {
-		take, err := s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit})
-		if err != nil {
+		var err error
+		if c.take, err = s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), c.keepSyncCommit}); err != nil {
 			return nil, err
 		}
-		c.take = take
+		if c.takeFlushed, err = s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), true}); err != nil {
+			return nil, err
+		}
 	}
 	if periodic {
 		single, err := NewComposite(c)
@@ -765,13 +769,13 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	counted := !d.plainTake() || d.refused
 	if d.byTake() {
 		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
+		if err == nil {
+			err = parseTake(raw, &out)
+		}
 		switch {
-		case err == nil && parseResult(raw, &out):
+		case err == nil:
 			c.noteTake(true)
 			return out, nil
-		case err == nil:
-			err = fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
-			return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 		case !errors.Is(err, pgx.ErrNoRows):
 			return out, wrapErr(ctx, c.cfg.Algorithm.String(), err)
 		}
@@ -794,27 +798,40 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	return out, nil
 }
 
+// parseTake parses the result of a take statement that admitted the take
+// into out.
+func parseTake(raw []byte, out *[5]int64) error {
+	if !parseResult(raw, out) {
+		return fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
+	}
+	return nil
+}
+
 // query runs sql with args, a statement that returns one bigint array, and
 // returns the array's text form, which is parsed here rather than by pgx's
 // generic array codec, which costs most of a decision's allocations. args
-// start with textResult and s.queryMode(). It retries once what never ran:
-// a statement that never reached the server (a dead pooled connection found
-// while sending), and one whose prepared statement a pooler refused (see
-// preparedRefused), then in exec mode. Anything else may have been applied,
-// and retrying it could count a request twice.
+// start with textResult and s.queryMode(). It sends the statement once more
+// when it never ran (see neverRan).
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]byte, error) {
 	var raw []byte
 	err := s.db.QueryRow(ctx, sql, args...).Scan(&raw)
-	if err == nil || ctx.Err() != nil {
+	if mode, _ := args[1].(pgx.QueryExecMode); err == nil || !s.neverRan(ctx, mode, err) {
 		return raw, err
 	}
-	if mode, _ := args[1].(pgx.QueryExecMode); s.preparedRefused(mode, err) {
-		args[1] = pgx.QueryExecModeExec
-	} else if !pgconn.SafeToRetry(err) {
-		return raw, err
-	}
+	args[1] = s.queryMode() // exec mode once a pooler refused a prepared statement
 	err = s.db.QueryRow(ctx, sql, args...).Scan(&raw)
 	return raw, err
+}
+
+// neverRan reports whether err, from statements sent in mode by a caller
+// still waiting (ctx not done), says that none of them ran, so that they
+// may be sent again: they never reached the server (a dead pooled
+// connection found while sending), or a pooler refused their prepared
+// statement (see preparedRefused, after which s.queryMode is exec mode).
+// Anything else may have been applied, and sending it again could count a
+// request twice.
+func (s *Store) neverRan(ctx context.Context, mode pgx.QueryExecMode, err error) bool {
+	return ctx.Err() == nil && (s.preparedRefused(mode, err) || pgconn.SafeToRetry(err))
 }
 
 // exec runs f, which sends one statement in the query exec mode it is
