@@ -178,18 +178,11 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Hold the key's row (or the sliding log's advisory lock).
-			tx, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
+			lock, args := `SELECT 1 FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1 AND key = $2 FOR UPDATE`, []any{c.Config().Prefix, []byte("held")}
 			if alg == ratekit.SlidingLog {
-				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgengine.SlidingLogLockID(pgengine.Unlogged, c.Config().Prefix, "held")); err != nil {
-					t.Fatal(err)
-				}
-			} else if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters_unlogged WHERE prefix = $1 AND key = $2 FOR UPDATE`, c.Config().Prefix, []byte("held")); err != nil {
-				t.Fatal(err)
+				lock, args = "SELECT pg_advisory_xact_lock($1)", []any{pgengine.SlidingLogLockID(pgengine.Unlogged, c.Config().Prefix, "held")}
 			}
+			tx := holdLock(ctx, t, pool, lock, args...)
 			n0 := tr.Statements.Load()
 			blocked := make(chan error, 1)
 			go func() {
@@ -206,7 +199,7 @@ func TestCoalescedCallerThatLeftIsNeverSent(t *testing.T) {
 			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			_, err = c.Take(short, "left", 1, "")
+			_, err := c.Take(short, "left", 1, "")
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("queued take: %v, want its deadline", err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
@@ -184,6 +185,22 @@ func checkRemaining(t *testing.T, remaining []int64, denied, wantDenied int) {
 		t.Fatalf("%d admitted, %d denied (want %d, %d); sorted Remaining values %v; want exactly 0 … %d once each",
 			len(remaining), denied, burstLimit, wantDenied, remaining, burstLimit-1)
 	}
+}
+
+// holdLock begins a transaction on pool that takes a lock with sql (a
+// row's FOR UPDATE, an advisory lock) and holds it until the caller rolls
+// it back, or the test ends.
+func holdLock(ctx context.Context, t *testing.T, pool *pgxpool.Pool, sql string, args ...any) pgx.Tx {
+	t.Helper()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+	return tx
 }
 
 // waitForLockWaiters returns once decisions on this test binary's schema

@@ -194,14 +194,7 @@ func TestTakeReadsTheClockAfterTheLock(t *testing.T) {
 				if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 					t.Fatal(err)
 				}
-				tx, err := pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer tx.Rollback(ctx)
-				if _, err := tx.Exec(ctx, `SELECT 1 FROM `+table+` WHERE prefix = $1 AND key = $2 FOR UPDATE`, prefix, []byte("k")); err != nil {
-					t.Fatal(err)
-				}
+				tx := holdLock(ctx, t, pool, `SELECT 1 FROM `+table+` WHERE prefix = $1 AND key = $2 FOR UPDATE`, prefix, []byte("k"))
 				type outcome struct {
 					o   pgengine.Outcome
 					err error
@@ -394,14 +387,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 			if _, err := async.Take(ctx, held, 1, ""); err != nil {
 				t.Fatal(err)
 			}
-			tx, err := admin.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, async.Config().Prefix, []byte(held)); err != nil {
-				t.Fatal(err)
-			}
+			tx := holdLock(ctx, t, admin, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, async.Config().Prefix, []byte(held))
 			blocked := make(chan error, 1)
 			go func() {
 				_, err := async.Take(ctx, held, 1, "")
