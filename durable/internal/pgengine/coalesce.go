@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -395,6 +396,12 @@ func (co *coalescer) lead(w *waiter) {
 			q.ready <- struct{}{}
 		}
 	}
+	// The callers just woken usually decide again at once. Letting them
+	// run before the place is released queues their next decisions in
+	// time for the next batch, rather than sending the first of them
+	// alone on the freed place (a round trip and a commit for one
+	// decision) while the rest wait behind it.
+	runtime.Gosched()
 	co.release(hs, true)
 }
 
