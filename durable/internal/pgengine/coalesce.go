@@ -155,9 +155,11 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 // When a statement in flight ends, decisions wait and fewer than
 // batchesInFlight batches are in flight, its caller hands its place to one
 // queued caller (the leader), which takes a share of the queue and sends it
-// in one round trip on its own goroutine; when that ends, it hands its
-// place on in turn. No goroutine is started: decisions are sent only by
-// goroutines of callers that wait for them.
+// in one round trip on its own goroutine; when that ends, it wakes the
+// batch's callers and lets them run before it hands its place on in turn,
+// so that the decisions they make next join the following batch. No
+// goroutine is started: decisions are sent only by goroutines of callers
+// that wait for them.
 //
 // A batch goes as the take statements a lone decision would send, in a
 // pipeline (see Store.sendTakes), or as one statement that calls the
