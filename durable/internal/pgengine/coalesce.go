@@ -393,17 +393,21 @@ func (co *coalescer) lead(w *waiter) {
 	if len(live) > 0 {
 		co.send(live, dl, bounded)
 	}
+	woken := 0
 	for _, q := range live {
 		if q != w {
 			q.ready <- struct{}{}
+			woken++
 		}
 	}
-	// The callers just woken usually decide again at once. Letting them
-	// run before the place is released queues their next decisions in
-	// time for the next batch, rather than sending the first of them
-	// alone on the freed place (a round trip and a commit for one
-	// decision) while the rest wait behind it.
-	runtime.Gosched()
+	if woken > 0 {
+		// The callers just woken usually decide again at once. Letting
+		// them run before the place is released queues their next
+		// decisions in time for the next batch, rather than sending the
+		// first of them alone on the freed place (a round trip and a
+		// commit for one decision) while the rest wait behind it.
+		runtime.Gosched()
+	}
 	co.release(hs, true)
 }
 
