@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"runtime"
 	"slices"
@@ -89,6 +90,9 @@ type decision struct {
 type result struct {
 	one  [5]int64
 	many []int64
+	// refused is set when a take statement or the set-based take refused
+	// the decision, writing nothing: it has no result yet.
+	refused bool
 }
 
 // A rowID names a key's row: its table and primary key.
@@ -161,12 +165,16 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 // goroutine is started: decisions are sent only by goroutines of callers
 // that wait for them.
 //
-// A batch goes as the take statements a lone decision would send, in a
-// pipeline (see Store.sendTakes), or as one statement that calls the
-// schema's batch function, which calls the same decision functions as a
-// lone decision; either way one after another in the lock order
-// (durability, key, prefix, idempotency key), in one implicit transaction:
-// one round trip, one commit. Every transaction that takes
+// A batch of plain takes of one counter goes as one call of the counter's
+// set-based take (see Store.sendMany), which locks the batch's keys in the
+// lock order and takes each key's total at once; other batches go as the
+// take statements a lone decision would send, in a pipeline (see
+// Store.sendTakes), or as one statement that calls the schema's batch
+// function, which calls the same decision functions as a lone decision one
+// after another in the lock order (durability, key, prefix, idempotency
+// key). Each is one implicit transaction: one round trip, one commit. The
+// takes that the set-based take or a take statement refused, writing
+// nothing, go on together to the batch function in one more round trip. Every transaction that takes
 // more than one key's locks takes them in that order, so two batches cannot
 // deadlock over keys; a decision still sees every earlier one, in its batch
 // or committed before, as it would alone. A composite decision whose keys
@@ -544,12 +552,15 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	outs, err := co.store.sendBatch(ctx, ds)
 	co.batches.Add(1)
 	refused := rolledBack(err) && base.Err() == nil
+	var again []*waiter
 	for i, q := range live {
 		switch {
-		case err == nil && q.d.refused:
-			// Its take statement refused it, writing nothing: its
-			// caller has the function decide it, alone.
+		case err == nil && outs[i].refused:
+			// Its take statement refused it, writing nothing: the
+			// function decides it, with the batch's other refused
+			// decisions or alone.
 			q.alone = true
+			again = append(again, q)
 		case err == nil:
 			q.out = outs[i]
 		case refused:
@@ -561,6 +572,14 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 		default:
 			q.err = err
 		}
+	}
+	if len(again) > 1 && ctx.Err() == nil {
+		// One more round trip, through the batch function (a refused
+		// take goes by its function), rather than one per decision.
+		for _, q := range again {
+			q.alone = false
+		}
+		co.send(again, dl, bounded)
 	}
 }
 
@@ -627,11 +646,15 @@ func waitsForFlush(ds []*decision) bool {
 
 // sendBatch decides ds, which are in the lock order, in one round trip and
 // one implicit transaction, and returns their results in the order of ds:
-// as a pipeline of take statements when sendTakes can, and otherwise as
-// one statement that calls the batch function. Errors are the round
+// as one call of the set-based take when sendMany can, as a pipeline of
+// take statements when sendTakes can, and otherwise as one statement that
+// calls the batch function. Errors are the round
 // trip's: when it fails, no result is valid.
 func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error) {
 	syncAll := waitsForFlush(ds)
+	if outs, sent, err := s.sendMany(ctx, ds, syncAll); sent {
+		return outs, err
+	}
 	if outs, sent, err := s.sendTakes(ctx, ds, syncAll); sent {
 		return outs, err
 	}
@@ -685,6 +708,12 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error)
 		if d.m == nil {
 			copy(outs[i].one[:], all[:5])
 			all = all[5:]
+			if d.plainTake() && !d.refused {
+				// Counted as a lone one is (see sendSingle), so that
+				// a counter whose takes went to the function only
+				// in batches goes back to its take statement.
+				d.c.noteTake(outs[i].one[0] == 1)
+			}
 		} else {
 			n := 1 + 6*len(d.m.counters)
 			outs[i].many = all[:n:n]
@@ -692,6 +721,78 @@ func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error)
 		}
 	}
 	return outs, nil
+}
+
+// sendMany decides ds, which are in the lock order, with one call of their
+// counter's set-based take (schema.sql's "many"), when every decision goes
+// by its take statement (see decision.byTake) and all are of one counter.
+// The call costs the server less than a pipeline of take statements or the
+// batch function, the more so the more decisions share a key. sent is false
+// when ds did not qualify or when nothing reached the server: the caller
+// then sends ds another way. A decision whose key's row did not exist or
+// whose key's decisions did not fit together is marked refused, and has no
+// result: nothing was written for its key.
+func (s *Store) sendMany(ctx context.Context, ds []*decision, syncAll bool) (outs []result, sent bool, err error) {
+	c := ds[0].c
+	if c == nil || c.many == "" {
+		return nil, false, nil
+	}
+	for _, d := range ds {
+		if d.c != c || !d.byTake() {
+			return nil, false, nil
+		}
+	}
+	// Keys in the lock order, each once, with the total cost of its
+	// decisions; per decision, its key's index (from 1) and the cost of
+	// the key's decisions after it.
+	keys := make([][]byte, 0, len(ds))
+	totals := make([]int64, 0, len(ds))
+	at := make([]int32, len(ds))
+	after := make([]int64, len(ds))
+	for i, d := range ds {
+		if i == 0 || d.key != ds[i-1].key {
+			keys, totals = append(keys, []byte(d.key)), append(totals, 0)
+		}
+		if d.cost > c.quota-totals[len(totals)-1] {
+			// The key's decisions cannot all fit: they go one
+			// after another.
+			return nil, false, nil
+		}
+		totals[len(totals)-1] += d.cost
+		at[i] = int32(len(keys))
+	}
+	left := int64(0)
+	for i, d := range ds {
+		if i == 0 || at[i] != at[i-1] {
+			left = totals[at[i]-1]
+		}
+		left -= d.cost
+		after[i] = left
+	}
+	mode := s.queryMode()
+	raw, err := s.query(ctx, c.many, textResult, mode, c.args.prefix, keys, totals, at, after,
+		c.args.quota, c.args.window, c.keepSyncCommit || syncAll)
+	if err != nil {
+		if s.neverRan(ctx, mode, err) {
+			return nil, false, nil
+		}
+		return nil, true, wrapErr(ctx, "batch", err)
+	}
+	all := make([]int64, 3*len(ds))
+	if !parseInts(raw, all) {
+		return nil, true, wrapErr(ctx, "batch", fmt.Errorf("set-based take returned %q, want a bigint[%d] in text form (schema version mismatch?)", raw, len(all)))
+	}
+	outs = make([]result, len(ds))
+	for i, d := range ds {
+		v := all[3*i : 3*i+3]
+		d.refused, outs[i].refused = v[0] < 0, v[0] < 0
+
+		if !d.refused {
+			outs[i].one = [5]int64{1, v[0], v[1], v[2], 0}
+		}
+		c.noteTake(!d.refused)
+	}
+	return outs, true, nil
 }
 
 // batchSender is the part of a pgx pool or connection that sends a batch
@@ -760,7 +861,7 @@ func readTakes(br pgx.BatchResults, ds []*decision) ([]result, error) {
 		err = br.QueryRow().Scan(&raw)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
-			d.refused, err = true, nil
+			d.refused, outs[i].refused, err = true, true, nil
 		case err == nil:
 			err = parseTake(raw, &outs[i].one)
 		}

@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 17
+const SchemaVersion = 18
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63
@@ -57,6 +57,10 @@ func SchemaSQL(schema string) (string, error) {
 	if err := ValidateSchemaName(schema); err != nil {
 		return "", err
 	}
+	tmpl, err := schemaTemplate()
+	if err != nil {
+		return "", fmt.Errorf("pgstore: schema template: %w", err)
+	}
 	var b bytes.Buffer
 	data := schemaData{Schema: `"` + schema + `"`, Version: SchemaVersion, CompositeCode: fnComposite}
 	for _, d := range []Durability{Unlogged, Logged} {
@@ -78,18 +82,18 @@ func SchemaSQL(schema string) (string, error) {
 			if a == "token_bucket" {
 				span = "p_interval_us"
 			}
-			t.Singles = append(t.Singles, flowData{tableData: t, Alg: a, Function: data.Schema + "." + d.table(a), Span: span,
-				IdemPrefix: "p_prefix", IdemKey: "p_key", Admitted: "admits"})
+			f := flowData{tableData: t, Alg: a, Function: data.Schema + "." + d.table(a), Span: span,
+				IdemPrefix: "p_prefix", IdemKey: "p_key", Admitted: "admits"}
+			if tmpl.Lookup(a+".many_set") != nil {
+				f.Many = data.Schema + "." + d.table(manyFunction(a))
+			}
+			t.Singles = append(t.Singles, f)
 			data.BatchCases = append(data.BatchCases, batchCase{Index: functionIndex(d, a), Function: data.Schema + "." + d.table(a)})
 		}
 		data.BatchCases = append(data.BatchCases, batchCase{Index: compositeIndex(d), Function: t.Composite, Composite: true})
 		t.CompositeFlow = flowData{tableData: t, InComposite: true, Algorithms: compositeAlgorithms,
 			IdemPrefix: "p_idem_prefix", IdemKey: "p_idem_key", Admitted: "all_admit", TagPrefix: "composite_"}
 		data.Tables = append(data.Tables, t)
-	}
-	tmpl, err := schemaTemplate()
-	if err != nil {
-		return "", fmt.Errorf("pgstore: schema template: %w", err)
 	}
 	if err := tmpl.Execute(&b, data); err != nil {
 		return "", fmt.Errorf("pgstore: schema template: %w", err)
@@ -177,6 +181,7 @@ type flowData struct {
 	*tableData
 	Alg         string   // a single-key function's algorithm
 	Function    string   // a single-key function's qualified name
+	Many        string   // its set-based take's qualified name, or "" for none
 	Span        string   // a single-key function's p_window_us or p_interval_us
 	InComposite bool     // the composite function
 	Algorithms  []string // the composite's algorithms, one CASE arm each
@@ -277,6 +282,12 @@ func schemaTemplate() (*template.Template, error) {
 			"statement": func(extra ...string) (map[string]string, error) {
 				return ruleNames(extra, "Cost", "$3::bigint", "Quota", "$4::bigint", "Span", "$5::bigint")
 			},
+			// many returns the names the rule expressions read in
+			// the set-based take: its parameters, the clock it read,
+			// a key's total cost, and the names and values of extra.
+			"many": func(extra ...string) (map[string]string, error) {
+				return ruleNames(extra, "Now", "now_us", "Cost", "g.total", "Quota", "p_quota", "Span", "p_span")
+			},
 			// phase returns f for the phase's "arms".
 			"phase": func(phase string, f flowData) flowData {
 				f.Phase = phase
@@ -302,6 +313,26 @@ func ruleNames(extra []string, base ...string) (map[string]string, error) {
 		}
 	}
 	return m, nil
+}
+
+// manyFunction returns the name, without schema or table suffix, of the
+// set-based take of algorithm alg (its name in sqlCodes).
+func manyFunction(alg string) string { return "take_many_" + alg }
+
+// manySQL returns the statement that calls the set-based take (schema.sql's
+// "many") of a counter of algorithm alg on the tables of d in the schema
+// quoted, or "" when alg has none. Its result is the function's array in
+// text form.
+func manySQL(quoted string, d Durability, alg string) (string, error) {
+	tmpl, err := schemaTemplate()
+	if err != nil {
+		return "", fmt.Errorf("pgstore: schema template: %w", err)
+	}
+	if tmpl.Lookup(alg+".many_set") == nil {
+		return "", nil
+	}
+	return batchMarker + "SELECT " + quoted + "." + d.table(manyFunction(alg)) +
+		"($1::text, $2::bytea[], $3::bigint[], $4::int[], $5::bigint[], $6::bigint, $7::bigint, $8::boolean)::text", nil
 }
 
 // takeSQL returns the take statement of schema.sql ("take") for a counter

@@ -81,6 +81,7 @@ BEGIN
 END
 $fn$;
 {{range .Singles}}{{template "single" .}}{{end}}
+{{range .Singles}}{{if .Many}}{{template "many" .}}{{end}}{{end}}
 {{with .CompositeFlow}}
 -- Composite: several policies over one table set, one decision. Element i
 -- of the arrays is policy i: p_algs[i] its algorithm's code (see "Codes"
@@ -625,6 +626,17 @@ returns. */}}
 {{- define "fixed_window.lock_clock"}}SELECT r.now_us, {{template "fixed_window.aligned" (statement "Now" "r.now_us")}} AS aligned_start
 		FROM (SELECT {{template "clock"}} AS now_us) AS r{{end}}
 
+{{- /* The set-based take's parts (see "many"): the state a key's total
+leaves, whether it fits, and what a decision reports of the state its own
+take left (the row t as updated, less the costs after it, x.after). */}}
+{{- define "fixed_window.many_set"}}
+{{- $s := many "Start" "c.window_start_us" "Used" "c.count" "Aligned" (include "fixed_window.aligned" (many))}}
+{{- $t := many "Start" (include "fixed_window.start" $s) "Expiry" "c.expires_at_us"}}window_start_us = {{template "fixed_window.start" $s}},
+			count = {{template "fixed_window.used" $s}} + g.total,
+			expires_at_us = {{template "fixed_window.expiry" $t}}{{end}}
+{{- define "fixed_window.many_admits"}}{{template "fixed_window.admits" (many "Start" "c.window_start_us" "Used" "c.count" "Aligned" (include "fixed_window.aligned" (many)))}}{{end}}
+{{- define "fixed_window.many_result"}}{{$s := many "Start" "t.window_start_us" "Used" "(t.count - x.after)"}}{{template "fixed_window.remaining" $s}}, 0, {{template "fixed_window.reset" $s}}{{end}}
+
 {{- /* Period: a fixed window over the calendar periods the client sent
 (composite only; see the composite function). */ -}}
 {{define "period.roll"}}	j := 4 * (i - 1);
@@ -748,6 +760,12 @@ stay HOT. */}}
 {{- $s := statement "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
 {{- define "token_bucket.lock_clock"}}SELECT {{template "clock"}} AS now_us{{end}}
 
+{{- define "token_bucket.many_set"}}
+{{- $next := print "(" (include "token_bucket.next" (many "Tat" "c.tat_us")) ")"}}tat_us = {{$next}},
+			expires_at_us = {{template "token_bucket.expiry" (many "Tat" $next "Expiry" "c.expires_at_us")}}{{end}}
+{{- define "token_bucket.many_admits"}}{{template "token_bucket.admits" (many "Tat" "c.tat_us")}}{{end}}
+{{- define "token_bucket.many_result"}}{{$s := many "Tat" "(t.tat_us - x.after * p_span)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
+
 {{- /* The take statement of a counter of an algorithm on a table: a lone
 take without an idempotency key or cleanup, in one upsert instead of a
 function call, which saves the server a good part of a decision's work.
@@ -772,6 +790,72 @@ INSERT INTO {{.Counters}} AS c (prefix, key, {{include (print .Alg ".fresh") .}}
 	FROM fresh AS f{{if not .Sync}}, sync_off{{end}}
 ON CONFLICT (prefix, key) DO UPDATE SET {{include (print .Alg ".row") .}}
 RETURNING ARRAY[1, {{include (print .Alg ".result") .}}, 0]::text{{end}}
+
+{{- /* The set-based take of a counter of an algorithm on a table: the plain
+takes of a batch (no idempotency key or cleanup) of one counter, on one key
+or many, in one call, which costs the server a fraction of a statement or a
+function call per decision. The client sends the batch's keys in the lock
+order (byte order), each once, with the total cost of its decisions
+(p_totals), and for each decision in the batch's order its key (p_at, an
+index into p_keys) and the cost of the key's decisions after it in the
+batch (p_after). The call locks every key's row in the lock order, then
+reads the clock once, so that no decision sees a state written with a
+later clock, and takes each key's total in one update when the total
+fits, as its decisions one after another would. It returns, per decision,
+remaining, retry after (0) and reset after (µs) of the state its own take
+left; or -1, -1, -1 when its key's row does not exist or its key's total
+does not fit: nothing was written for that key, and the client decides
+those decisions afresh, alone. */ -}}
+{{define "many"}}
+-- The set-based take of {{.Alg}} (see the batch function): one counter's
+-- plain takes on keys p_keys, each once, in byte order.
+DROP FUNCTION IF EXISTS {{.Many}}(text, bytea[], bigint[], int[], bigint[], bigint, bigint, boolean);
+CREATE OR REPLACE FUNCTION {{.Many}}(
+	p_prefix text, p_keys bytea[], p_totals bigint[], p_at int[], p_after bigint[], p_quota bigint, p_span bigint,
+	p_sync boolean)
+RETURNS bigint[] LANGUAGE plpgsql SET enable_seqscan = off SET plan_cache_mode = force_generic_plan AS $fn$
+DECLARE
+	n int := cardinality(p_keys);
+	now_us bigint;
+	ids tid[]; -- the rows locked, as locked
+	locked bytea[]; -- their keys
+	res bigint[];
+BEGIN
+	IF n IS NULL OR n < 1 OR cardinality(p_totals) IS DISTINCT FROM n OR cardinality(p_at) IS NULL
+		OR cardinality(p_after) IS DISTINCT FROM cardinality(p_at) OR p_quota IS NULL OR p_quota < 1
+		OR p_span IS NULL OR p_span < 1 OR p_sync IS NULL
+		OR (SELECT count(DISTINCT g.key) <> n OR bool_or(g.key IS NULL OR g.total IS NULL OR g.total < 1)
+			FROM unnest(p_keys, p_totals) AS g(key, total))
+		OR (SELECT bool_or(x.at IS NULL OR x.at < 1 OR x.at > n OR x.after IS NULL OR x.after < 0
+			OR x.after >= p_totals[x.at]) FROM unnest(p_at, p_after) AS x(at, after)) THEN
+		RAISE EXCEPTION 'ratekit: set-based take arguments are invalid' USING ERRCODE = '22023';
+	END IF;
+	IF NOT p_sync THEN
+		PERFORM set_config('synchronous_commit', 'off', true);
+	END IF;
+	-- Lock the rows one key at a time in the lock order, each found
+	-- through the primary key and updated by its ctid: a plan kept from
+	-- when the table was small must not scan a prefix's rows.
+	SELECT array_agg(l.id), array_agg(k.key) INTO ids, locked
+	FROM (SELECT u.key FROM unnest(p_keys) AS u(key) ORDER BY u.key OFFSET 0) AS k
+	CROSS JOIN LATERAL (SELECT c.ctid AS id FROM {{.Counters}} AS c
+		WHERE c.prefix = p_prefix AND c.key = k.key FOR UPDATE) AS l;
+	now_us := {{template "clock"}};
+	WITH t AS (
+		UPDATE {{.Counters}} AS c SET {{include (print .Alg ".many_set") .}}
+		FROM unnest(ids, locked) AS l(id, key) JOIN unnest(p_keys, p_totals) AS g(key, total) ON g.key = l.key
+		WHERE c.ctid = l.id AND {{include (print .Alg ".many_admits") .}}
+		RETURNING c.key, c.window_start_us, c.count, c.tat_us
+	)
+	SELECT array_agg(r.v ORDER BY x.ord, r.j) INTO res
+	FROM unnest(p_at, p_after) WITH ORDINALITY AS x(at, after, ord)
+	LEFT JOIN t ON t.key = p_keys[x.at]
+	CROSS JOIN LATERAL unnest(CASE WHEN t.key IS NULL THEN ARRAY[-1, -1, -1]::bigint[]
+		ELSE ARRAY[{{include (print .Alg ".many_result") .}}] END) WITH ORDINALITY AS r(v, j);
+	RETURN res;
+END
+$fn$;
+{{end}}
 
 {{- /* Sliding log: the units of the log entries that have not expired.
 Per-key conditions on expires_at_us are written "+ 0" so that the planner

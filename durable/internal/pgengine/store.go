@@ -428,6 +428,9 @@ type Counter struct {
 	// same statement leaving synchronous_commit alone, for a batch whose
 	// commit waits for its flush (take itself when keepSyncCommit).
 	take, takeFlushed string
+	// many is the statement that calls the counter's set-based take, or
+	// "" when it has none (see Store.sendMany).
+	many string
 	// args holds the counter's prefix, quota and windowUS as statement
 	// arguments, boxed once rather than on every decision.
 	args struct{ prefix, quota, window any }
@@ -525,6 +528,9 @@ func (s *Store) Counter(cfg CounterConfig) (*Counter, error) {
 			return nil, err
 		}
 		if c.takeFlushed, err = s.takeStatement(takeKind{cfg.Durability, algName(cfg.Algorithm), true}); err != nil {
+			return nil, err
+		}
+		if c.many, err = manySQL(s.quoted, cfg.Durability, algName(cfg.Algorithm)); err != nil {
 			return nil, err
 		}
 	}

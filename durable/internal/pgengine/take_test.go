@@ -54,7 +54,8 @@ func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 
 // since returns what each statement after the first n of the log sends:
 // "take" for a take statement, "function" for a call of a decision
-// function, "batch" for a call of the batch function, "pipeline" for the
+// function, "batch" for a call of the batch function, "many" for one of a
+// set-based take, "pipeline" for the
 // start of a pipeline, whose statements follow prefixed with "pipelined ",
 // and the text of any other.
 func (l *statementLog) since(n int) []string {
@@ -69,6 +70,8 @@ func (l *statementLog) since(n int) []string {
 		switch {
 		case q == "pipeline":
 			kinds = append(kinds, q)
+		case strings.Contains(q, ".take_many_"):
+			kinds = append(kinds, prefix+"many")
 		case strings.HasPrefix(q, "/* ratekit batch */"):
 			kinds = append(kinds, prefix+"batch")
 		case strings.HasPrefix(q, "WITH fresh AS"):
@@ -322,13 +325,16 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 }
 
 // TestBatchOfTakesIsOnePipeline: decisions that queue behind a statement in
-// flight go together in one round trip: as a pipeline of take statements
-// when each is a take that its counter's take statement decides, where a
-// refused take writes nothing and its caller then has the function decide
-// it; as one call of the batch function when any is not (here, a take with
-// an idempotency key). A pipeline with a counter that waits for its
-// commit's flush never turns that off; one without turns it off as the
-// counters ask.
+// flight go together in one round trip: as one call of the set-based take
+// when all are takes of one counter that its take statement would decide;
+// as a pipeline of take statements when each is such a take but of several
+// counters; and as one call of the batch function when any is not (here, a
+// take with an idempotency key). A take that the set-based take or its take
+// statement refuses (its key's row is missing, or its quota spent) has
+// nothing written: the batch's refused takes then go to the function
+// together in one more round trip, or alone. A pipeline with a counter
+// that waits for its commit's flush never turns that off; one without
+// turns it off as the counters ask.
 func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 	var log statementLog
 	url := pgstoretest.PostgresURL(t)
@@ -342,17 +348,18 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := pgstoretest.Prefix(t)
-	// Quota 2 each; async does not wait for its commit's flush, synced does.
-	async := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix + "-async", Algorithm: ratekit.FixedWindow, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged})
-	synced := newCounter(t, s, pgengine.CounterConfig{Prefix: prefix + "-synced", Algorithm: ratekit.TokenBucket, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged, SynchronousCommit: true})
+	// Quota 2 each; async does not wait for its commit's flush, synced
+	// does. Each case has counters of its own, so that no case's refusals
+	// steer the next one's takes to the function (see refusedShareBound).
+	var async, synced *pgengine.Counter
 	type take struct {
-		c             *pgengine.Counter
-		key, idem     string
-		allowed       bool
-		remaining     int64
-		refusedBefore bool // the key's quota is spent before the batch
+		c         **pgengine.Counter
+		key, idem string
+		allowed   bool
+		remaining int64
+		before    int // takes of the key before the batch
 	}
-	for _, tc := range []struct {
+	for i, tc := range []struct {
 		name  string
 		takes []take
 		sent  []string
@@ -360,23 +367,26 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 		// for the commit's flush.
 		syncOff bool
 	}{
-		{"pipeline", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", allowed: true, remaining: 1},
-			{c: synced, key: "c", allowed: true, remaining: 1}, {c: async, key: "d", refusedBefore: true}},
+		{"pipeline", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", allowed: true, remaining: 1},
+			{c: &synced, key: "c", allowed: true, remaining: 1}, {c: &async, key: "d", before: 2}},
 			[]string{"pipeline", "pipelined take", "pipelined take", "pipelined take", "pipelined take", "function"}, false},
-		{"async", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", allowed: true, remaining: 1}},
-			[]string{"pipeline", "pipelined take", "pipelined take"}, true},
-		{"batch function", []take{{c: async, key: "a", allowed: true, remaining: 1}, {c: async, key: "b", idem: "i", allowed: true, remaining: 1},
-			{c: async, key: "d", refusedBefore: true}},
+		{"set-based", []take{{c: &async, key: "a", allowed: true, before: 1}, {c: &async, key: "b", allowed: true, before: 1}},
+			[]string{"many"}, true},
+		{"set-based, one refused", []take{{c: &async, key: "a", allowed: true, before: 1}, {c: &async, key: "d", before: 2}},
+			[]string{"many", "function"}, true},
+		{"set-based, new keys", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", allowed: true, remaining: 1}},
+			[]string{"many", "batch"}, true},
+		{"batch function", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", idem: "i", allowed: true, remaining: 1},
+			{c: &async, key: "d", before: 2}},
 			[]string{"batch"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			async = newCounter(t, s, pgengine.CounterConfig{Prefix: fmt.Sprint(prefix, "-async-", i), Algorithm: ratekit.FixedWindow, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged})
+			synced = newCounter(t, s, pgengine.CounterConfig{Prefix: fmt.Sprint(prefix, "-synced-", i), Algorithm: ratekit.TokenBucket, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged, SynchronousCommit: true})
 			key := func(k string) string { return tc.name + "-" + k }
 			for _, tk := range tc.takes {
-				if !tk.refusedBefore {
-					continue
-				}
-				for range 2 {
-					if _, err := tk.c.Take(ctx, key(tk.key), 1, ""); err != nil {
+				for range tk.before {
+					if _, err := (*tk.c).Take(ctx, key(tk.key), 1, ""); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -400,7 +410,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 			errs := make([]error, len(tc.takes))
 			var wg sync.WaitGroup
 			for i, tk := range tc.takes {
-				wg.Go(func() { got[i], errs[i] = tk.c.Take(ctx, key(tk.key), 1, tk.idem) })
+				wg.Go(func() { got[i], errs[i] = (*tk.c).Take(ctx, key(tk.key), 1, tk.idem) })
 			}
 			for pgengine.Queued(s) < q0+int64(len(tc.takes)) {
 				if ctx.Err() != nil {
@@ -423,7 +433,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 					t.Errorf("take of %s: %+v, want allowed %v, remaining %d", tk.key, got[i], tk.allowed, tk.remaining)
 				}
 				// Exactly what was admitted was counted.
-				if p, err := tk.c.Peek(ctx, key(tk.key), 1); err != nil || p.Remaining != tk.remaining {
+				if p, err := (*tk.c).Peek(ctx, key(tk.key), 1); err != nil || p.Remaining != tk.remaining {
 					t.Errorf("peek of %s after the batch: %+v, %v; want remaining %d", tk.key, p, err, tk.remaining)
 				}
 			}
@@ -438,5 +448,163 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSetBasedTakeOnOneKey: takes of one counter on one key that queue
+// together go as one call of the set-based take, which takes the key's
+// total at once and reports each decision as if they had gone one after
+// another: every remaining count from the last before the batch down to
+// the last after it, once. When the total does not fit, nothing is written
+// by that call and the batch function decides the takes one after another.
+func TestSetBasedTakeOnOneKey(t *testing.T) {
+	var log statementLog
+	url := pgstoretest.PostgresURL(t)
+	s, err := pgengine.New(pgstoretest.TracedPool(t, url, 8, &log), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := pgstoretest.Pool(t, url, 2, "")
+	ctx := ctxT(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const queued = 4
+	for _, tc := range []struct {
+		alg      ratekit.Algorithm
+		quota    int64
+		admitted int // of the queued takes
+		sent     []string
+	}{
+		{ratekit.FixedWindow, 10, queued, []string{"many"}},
+		{ratekit.TokenBucket, 10, queued, []string{"many"}},
+		{ratekit.FixedWindow, queued, queued - 1, []string{"many", "batch"}},
+		{ratekit.TokenBucket, queued, queued - 1, []string{"many", "batch"}},
+	} {
+		t.Run(fmt.Sprint(tc.alg, "/", tc.quota), func(t *testing.T) {
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: tc.alg, Quota: tc.quota, Window: pgengine.FarWindow, Durability: pgengine.Logged})
+			// The key's row exists, with one unit taken; a take on
+			// another key holds the only place in flight while the
+			// batch queues.
+			if _, err := c.Take(ctx, "k", 1, ""); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
+				t.Fatal(err)
+			}
+			tx := holdLock(ctx, t, admin, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, c.Config().Prefix, []byte("held"))
+			blocked := make(chan error, 1)
+			go func() {
+				_, err := c.Take(ctx, "held", 1, "")
+				blocked <- err
+			}()
+			waitForLockWaiters(ctx, t, admin, 1)
+			n := log.len()
+			q0 := pgengine.Queued(s)
+			got := make([]pgengine.Outcome, queued)
+			errs := make([]error, queued)
+			var wg sync.WaitGroup
+			for i := range queued {
+				wg.Go(func() { got[i], errs[i] = c.Take(ctx, "k", 1, "") })
+			}
+			for pgengine.Queued(s) < q0+queued {
+				if ctx.Err() != nil {
+					t.Fatal("the takes never queued")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-blocked; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			var remaining []int64
+			for i := range queued {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
+				}
+				if got[i].Allowed {
+					remaining = append(remaining, got[i].Remaining)
+				}
+				if got[i].Allowed == (got[i].RetryAfter > 0) || got[i].ResetAfter <= 0 {
+					t.Errorf("take %d: %+v: retry after and reset disagree with the outcome", i, got[i])
+				}
+			}
+			slices.Sort(remaining)
+			var want []int64
+			for r := tc.quota - 1 - int64(tc.admitted); r < tc.quota-1; r++ {
+				want = append(want, r)
+			}
+			if !slices.Equal(remaining, want) {
+				t.Errorf("admitted takes left %v remaining, want %v", remaining, want)
+			}
+			if p, err := c.Peek(ctx, "k", 1); err != nil || p.Remaining != want[0] {
+				t.Errorf("peek after the batch: %+v, %v; want remaining %d", p, err, want[0])
+			}
+			if sent := log.since(n); !slices.Equal(sent[:min(len(sent), len(tc.sent))], tc.sent) {
+				t.Errorf("sent %q, want %q first", sent, tc.sent)
+			}
+		})
+	}
+}
+
+// TestSetBasedTakePlanOutlivesASmallTable: the set-based take keeps its
+// statements' plans for the session, planned at its first call. Made on an
+// empty table, a plan that joined the keys to the table could read every
+// row of the prefix at each call once the table has grown. The call reads
+// no more index entries than it has keys, whatever the table held when it
+// was planned.
+func TestSetBasedTakePlanOutlivesASmallTable(t *testing.T) {
+	url := pgstoretest.PostgresURL(t)
+	schema := freshSchema(t)
+	pool := pgstoretest.Pool(t, url, 1, "")
+	admin := pgstoretest.Pool(t, url, 2, "")
+	ctx := ctxT(t)
+	s, err := pgengine.New(pool, pgengine.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, alg := range []string{"fixed_window", "token_bucket"} {
+		prefix := "plan-" + alg
+		call := `SELECT "` + schema + `".take_many_` + alg + `($1, $2, '{1}', '{1}', '{0}', 1000000, 1000, true)::text`
+		take := func(key string) string {
+			var out string
+			if err := pool.QueryRow(ctx, call, prefix, [][]byte{[]byte(key)}).Scan(&out); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		// Planned on the empty table: the key has no row yet.
+		if got := take("k-1"); got != "{-1,-1,-1}" {
+			t.Fatalf("%s on a missing row: %s, want {-1,-1,-1}", alg, got)
+		}
+		if _, err := admin.Exec(ctx, `INSERT INTO "`+schema+`".counters (prefix, key, expires_at_us)
+			SELECT $1, convert_to('k-' || g, 'UTF8'), 0 FROM generate_series(1, 20000) AS g
+			ON CONFLICT DO NOTHING`, prefix); err != nil {
+			t.Fatal(err)
+		}
+		read := func() int64 {
+			var n int64
+			if _, err := pool.Exec(ctx, "SELECT pg_stat_force_next_flush()"); err != nil {
+				t.Fatal(err)
+			}
+			if err := admin.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_read), 0)::bigint + (SELECT coalesce(seq_tup_read, 0) FROM pg_stat_user_tables
+				WHERE schemaname = $1 AND relname = 'counters') FROM pg_stat_user_indexes WHERE schemaname = $1 AND relname = 'counters'`, schema).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		before := read()
+		if got := take("k-2"); got == "{-1,-1,-1}" {
+			t.Fatalf("%s on an existing row refused it", alg)
+		}
+		if n := read() - before; n > 10 {
+			t.Errorf("%s: one key's take read %d index entries or rows of a 20,000-row table", alg, n)
+		}
 	}
 }
