@@ -73,15 +73,20 @@ const DefaultMaxInFlight = pgengine.DefaultMaxInFlight
 //
 // Decisions that wait (see [Config.MaxInFlight]), single-key and composite
 // alike, go to PostgreSQL together in one round trip and one implicit
-// transaction, in lock order (durability, key, prefix, idempotency key):
-// one statement that calls each one's decision function in turn, or, for
-// up to 16 plain takes (no idempotency key) of fixed windows and token
-// buckets on a *pgxpool.Pool or *pgx.Conn that prepares its statements,
-// a pipeline of their upserts. Each decision is decided exactly as if it
-// were alone (it sees every decision before it, in its batch or not);
-// several decisions on one key in a batch are decided one after the other.
-// The commit is asynchronous only when no decision in the batch asks for a
-// synchronous commit on logged tables. When the server refuses the
+// transaction, in lock order (durability, key, prefix, idempotency key).
+// Plain takes (no idempotency key) of one fixed-window or token-bucket
+// limiter go as one call of a set-based take, which locks their keys,
+// reads the clock once and takes each key's total at once; plain takes of
+// several such limiters, up to 16, on a *pgxpool.Pool or *pgx.Conn that
+// prepares its statements, as a pipeline of their upserts; any other batch
+// as one statement that calls each one's decision function in turn. Each
+// decision sees every decision before it, in its batch or not; several
+// decisions on one key in a batch count one after the other, and each
+// reports the state its own take left. A take refused there (a key's first
+// take, or a quota's last units) has written nothing; the batch's refused
+// takes are then decided by the function, together. The commit is
+// asynchronous only when no decision in the batch asks for a synchronous
+// commit on logged tables. When the server refuses the
 // batch, its transaction rolled back and none of its decisions was
 // applied: each caller then sends its own decision alone, so that one
 // decision's failure is not another's. A caller whose context ends while
