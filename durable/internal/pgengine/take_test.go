@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/durable/internal/pgengine"
@@ -336,17 +337,7 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 // that waits for its commit's flush never turns that off; one without
 // turns it off as the counters ask.
 func TestBatchOfTakesIsOnePipeline(t *testing.T) {
-	var log statementLog
-	url := pgstoretest.PostgresURL(t)
-	s, err := pgengine.New(pgstoretest.TracedPool(t, url, 8, &log), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := pgstoretest.Pool(t, url, 2, "")
-	ctx := ctxT(t)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	log, s, admin, ctx := oneInFlight(t)
 	prefix := pgstoretest.Prefix(t)
 	// Quota 2 each; async does not wait for its commit's flush, synced
 	// does. Each case has counters of its own, so that no case's refusals
@@ -391,40 +382,12 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 					}
 				}
 			}
-			// One take in flight, held by the key's row lock: the others
-			// queue behind it.
-			held := key("held")
-			if _, err := async.Take(ctx, held, 1, ""); err != nil {
-				t.Fatal(err)
+			var n int
+			var takes []func() (pgengine.Outcome, error)
+			for _, tk := range tc.takes {
+				takes = append(takes, func() (pgengine.Outcome, error) { return (*tk.c).Take(ctx, key(tk.key), 1, tk.idem) })
 			}
-			tx := holdLock(ctx, t, admin, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, async.Config().Prefix, []byte(held))
-			blocked := make(chan error, 1)
-			go func() {
-				_, err := async.Take(ctx, held, 1, "")
-				blocked <- err
-			}()
-			waitForLockWaiters(ctx, t, admin, 1)
-			n := log.len()
-			q0 := pgengine.Queued(s)
-			got := make([]pgengine.Outcome, len(tc.takes))
-			errs := make([]error, len(tc.takes))
-			var wg sync.WaitGroup
-			for i, tk := range tc.takes {
-				wg.Go(func() { got[i], errs[i] = (*tk.c).Take(ctx, key(tk.key), 1, tk.idem) })
-			}
-			for pgengine.Queued(s) < q0+int64(len(tc.takes)) {
-				if ctx.Err() != nil {
-					t.Fatal("the takes never queued")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-blocked; err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
+			got, errs := queueBehind(ctx, t, s, admin, async, key("held"), func() { n = log.len() }, takes...)
 			for i, tk := range tc.takes {
 				if errs[i] != nil {
 					t.Fatalf("take of %s: %v", tk.key, errs[i])
@@ -458,17 +421,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 // the last after it, once. When the total does not fit, nothing is written
 // by that call and the batch function decides the takes one after another.
 func TestSetBasedTakeOnOneKey(t *testing.T) {
-	var log statementLog
-	url := pgstoretest.PostgresURL(t)
-	s, err := pgengine.New(pgstoretest.TracedPool(t, url, 8, &log), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := pgstoretest.Pool(t, url, 2, "")
-	ctx := ctxT(t)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	log, s, admin, ctx := oneInFlight(t)
 	const queued = 4
 	for _, tc := range []struct {
 		alg      ratekit.Algorithm
@@ -489,37 +442,12 @@ func TestSetBasedTakeOnOneKey(t *testing.T) {
 			if _, err := c.Take(ctx, "k", 1, ""); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := c.Take(ctx, "held", 1, ""); err != nil {
-				t.Fatal(err)
+			var n int
+			takes := make([]func() (pgengine.Outcome, error), queued)
+			for i := range takes {
+				takes[i] = func() (pgengine.Outcome, error) { return c.Take(ctx, "k", 1, "") }
 			}
-			tx := holdLock(ctx, t, admin, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, c.Config().Prefix, []byte("held"))
-			blocked := make(chan error, 1)
-			go func() {
-				_, err := c.Take(ctx, "held", 1, "")
-				blocked <- err
-			}()
-			waitForLockWaiters(ctx, t, admin, 1)
-			n := log.len()
-			q0 := pgengine.Queued(s)
-			got := make([]pgengine.Outcome, queued)
-			errs := make([]error, queued)
-			var wg sync.WaitGroup
-			for i := range queued {
-				wg.Go(func() { got[i], errs[i] = c.Take(ctx, "k", 1, "") })
-			}
-			for pgengine.Queued(s) < q0+queued {
-				if ctx.Err() != nil {
-					t.Fatal("the takes never queued")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-			if err := tx.Rollback(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-blocked; err != nil {
-				t.Fatal(err)
-			}
-			wg.Wait()
+			got, errs := queueBehind(ctx, t, s, admin, c, "held", func() { n = log.len() }, takes...)
 			var remaining []int64
 			for i := range queued {
 				if errs[i] != nil {
@@ -607,4 +535,64 @@ func TestSetBasedTakePlanOutlivesASmallTable(t *testing.T) {
 			t.Errorf("%s: one key's take read %d index entries or rows of a 20,000-row table", alg, n)
 		}
 	}
+}
+
+// queueBehind takes c's key held once, then holds its row lock while a
+// second take of it waits, so that the Store's one place in flight stays
+// taken; it then calls started (a test's mark in its statement log) and
+// runs the takes, each on a goroutine of its own, waits until all of them
+// queue, lets the held take go, and returns the takes' outcomes and
+// errors in order.
+func queueBehind(ctx context.Context, t *testing.T, s *pgengine.Store, admin *pgxpool.Pool, c *pgengine.Counter, held string,
+	started func(), takes ...func() (pgengine.Outcome, error)) ([]pgengine.Outcome, []error) {
+	t.Helper()
+	if _, err := c.Take(ctx, held, 1, ""); err != nil {
+		t.Fatal(err)
+	}
+	tx := holdLock(ctx, t, admin, `SELECT 1 FROM "`+s.Schema()+`".counters WHERE prefix = $1 AND key = $2 FOR UPDATE`, c.Config().Prefix, []byte(held))
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := c.Take(ctx, held, 1, "")
+		blocked <- err
+	}()
+	waitForLockWaiters(ctx, t, admin, 1)
+	started()
+	q0 := pgengine.Queued(s)
+	got := make([]pgengine.Outcome, len(takes))
+	errs := make([]error, len(takes))
+	var wg sync.WaitGroup
+	for i, take := range takes {
+		wg.Go(func() { got[i], errs[i] = take() })
+	}
+	for pgengine.Queued(s) < q0+int64(len(takes)) {
+		if ctx.Err() != nil {
+			t.Fatal("the takes never queued")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	return got, errs
+}
+
+// oneInFlight returns a migrated Store with one place in flight whose
+// statements log records, a pool for other sessions, and t's context.
+func oneInFlight(t *testing.T) (*statementLog, *pgengine.Store, *pgxpool.Pool, context.Context) {
+	t.Helper()
+	log := &statementLog{}
+	url := pgstoretest.PostgresURL(t)
+	s, err := pgengine.New(pgstoretest.TracedPool(t, url, 8, log), pgengine.Config{Schema: pgstoretest.Schema(), MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return log, s, pgstoretest.Pool(t, url, 2, ""), ctx
 }
