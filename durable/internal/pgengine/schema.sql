@@ -818,7 +818,6 @@ DECLARE
 	n int := cardinality(p_keys);
 	now_us bigint;
 	ids tid[]; -- the rows locked, as locked
-	locked bytea[]; -- their keys
 	res bigint[];
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_totals) IS DISTINCT FROM n OR cardinality(p_at) IS NULL
@@ -836,15 +835,15 @@ BEGIN
 	-- Lock the rows one key at a time in the lock order, each found
 	-- through the primary key and updated by its ctid: a plan kept from
 	-- when the table was small must not scan a prefix's rows.
-	SELECT array_agg(l.id), array_agg(k.key) INTO ids, locked
+	SELECT array_agg(l.id) INTO ids
 	FROM (SELECT u.key FROM unnest(p_keys) AS u(key) ORDER BY u.key OFFSET 0) AS k
 	CROSS JOIN LATERAL (SELECT c.ctid AS id FROM {{.Counters}} AS c
 		WHERE c.prefix = p_prefix AND c.key = k.key FOR UPDATE) AS l;
 	now_us := {{template "clock"}};
 	WITH t AS (
 		UPDATE {{.Counters}} AS c SET {{include (print .Alg ".many_set") .}}
-		FROM unnest(ids, locked) AS l(id, key) JOIN unnest(p_keys, p_totals) AS g(key, total) ON g.key = l.key
-		WHERE c.ctid = l.id AND {{include (print .Alg ".many_admits") .}}
+		FROM unnest(p_keys, p_totals) AS g(key, total)
+		WHERE c.ctid = ANY (ids) AND c.key = g.key AND {{include (print .Alg ".many_admits") .}}
 		RETURNING c.key, c.window_start_us, c.count, c.tat_us
 	)
 	SELECT array_agg(r.v ORDER BY x.ord, r.j) INTO res
