@@ -174,9 +174,9 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 // after another in the lock order (durability, key, prefix, idempotency
 // key). Each is one implicit transaction: one round trip, one commit. The
 // takes that the set-based take or a take statement refused, writing
-// nothing, go on together to the batch function in one more round trip. Every transaction that takes
-// more than one key's locks takes them in that order, so two batches cannot
-// deadlock over keys; a decision still sees every earlier one, in its batch
+// nothing, go on together to the batch function in one more round trip.
+// Every transaction that takes more than one key's locks takes them in
+// that order, so two batches cannot deadlock over keys; a decision still sees every earlier one, in its batch
 // or committed before, as it would alone. A composite decision whose keys
 // would be locked out of that order after the batch's earlier decisions
 // waits for the next batch.
@@ -556,10 +556,9 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	for i, q := range live {
 		switch {
 		case err == nil && outs[i].refused:
-			// Its take statement refused it, writing nothing: the
-			// function decides it, with the batch's other refused
-			// decisions or alone.
-			q.alone = true
+			// Refused by its take statement or the set-based take,
+			// writing nothing: the function decides it, with the
+			// batch's other refused decisions or alone.
 			again = append(again, q)
 		case err == nil:
 			q.out = outs[i]
@@ -576,10 +575,11 @@ func (co *coalescer) send(live []*waiter, dl time.Time, bounded bool) {
 	if len(again) > 1 && ctx.Err() == nil {
 		// One more round trip, through the batch function (a refused
 		// take goes by its function), rather than one per decision.
-		for _, q := range again {
-			q.alone = false
-		}
 		co.send(again, dl, bounded)
+		return
+	}
+	for _, q := range again {
+		q.alone = true
 	}
 }
 
@@ -648,8 +648,8 @@ func waitsForFlush(ds []*decision) bool {
 // one implicit transaction, and returns their results in the order of ds:
 // as one call of the set-based take when sendMany can, as a pipeline of
 // take statements when sendTakes can, and otherwise as one statement that
-// calls the batch function. Errors are the round
-// trip's: when it fails, no result is valid.
+// calls the batch function. Errors are the round trip's: when it fails, no
+// result is valid.
 func (s *Store) sendBatch(ctx context.Context, ds []*decision) ([]result, error) {
 	syncAll := waitsForFlush(ds)
 	if outs, sent, err := s.sendMany(ctx, ds, syncAll); sent {
@@ -753,21 +753,17 @@ func (s *Store) sendMany(ctx context.Context, ds []*decision, syncAll bool) (out
 		if i == 0 || d.key != ds[i-1].key {
 			keys, totals = append(keys, []byte(d.key)), append(totals, 0)
 		}
-		if d.cost > c.quota-totals[len(totals)-1] {
+		k := len(keys) - 1
+		if d.cost > c.quota-totals[k] {
 			// The key's decisions cannot all fit: they go one
 			// after another.
 			return nil, false, nil
 		}
-		totals[len(totals)-1] += d.cost
-		at[i] = int32(len(keys))
+		totals[k] += d.cost
+		at[i], after[i] = int32(k+1), totals[k] // the cost up to d, for now
 	}
-	left := int64(0)
-	for i, d := range ds {
-		if i == 0 || at[i] != at[i-1] {
-			left = totals[at[i]-1]
-		}
-		left -= d.cost
-		after[i] = left
+	for i := range ds {
+		after[i] = totals[at[i]-1] - after[i]
 	}
 	mode := s.queryMode()
 	raw, err := s.query(ctx, c.many, textResult, mode, c.args.prefix, keys, totals, at, after,
@@ -786,7 +782,6 @@ func (s *Store) sendMany(ctx context.Context, ds []*decision, syncAll bool) (out
 	for i, d := range ds {
 		v := all[3*i : 3*i+3]
 		d.refused, outs[i].refused = v[0] < 0, v[0] < 0
-
 		if !d.refused {
 			outs[i].one = [5]int64{1, v[0], v[1], v[2], 0}
 		}

@@ -804,8 +804,8 @@ later clock, and takes each key's total in one update when the total
 fits, as its decisions one after another would. It returns, per decision,
 remaining, retry after (0) and reset after (µs) of the state its own take
 left; or -1, -1, -1 when its key's row does not exist or its key's total
-does not fit: nothing was written for that key, and the client decides
-those decisions afresh, alone. */ -}}
+does not fit: nothing was written for that key, and the client has the
+batch function decide those decisions afresh. */ -}}
 {{define "many"}}
 -- The set-based take of {{.Alg}} (see the batch function): one counter's
 -- plain takes on keys p_keys, each once, in byte order.

@@ -56,9 +56,8 @@ func (l *statementLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchE
 // since returns what each statement after the first n of the log sends:
 // "take" for a take statement, "function" for a call of a decision
 // function, "batch" for a call of the batch function, "many" for one of a
-// set-based take, "pipeline" for the
-// start of a pipeline, whose statements follow prefixed with "pipelined ",
-// and the text of any other.
+// set-based take, "pipeline" for the start of a pipeline, whose statements
+// follow prefixed with "pipelined ", and the text of any other.
 func (l *statementLog) since(n int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -339,12 +338,12 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 	log, s, admin, ctx := oneInFlight(t)
 	prefix := pgstoretest.Prefix(t)
-	// Quota 2 each; async does not wait for its commit's flush, synced
-	// does. Each case has counters of its own, so that no case's refusals
-	// steer the next one's takes to the function (see refusedShareBound).
-	var async, synced *pgengine.Counter
+	// Quota 2 each; async and async2 do not wait for their commit's
+	// flush, synced does. Each case has counters of its own, so that no
+	// case's refusals steer the next one's takes to the function (see
+	// refusedShareBound).
 	type take struct {
-		c         **pgengine.Counter
+		c         string // async, async2 or synced
 		key, idem string
 		allowed   bool
 		remaining int64
@@ -358,26 +357,31 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 		// for the commit's flush.
 		syncOff bool
 	}{
-		{"pipeline", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", allowed: true, remaining: 1},
-			{c: &synced, key: "c", allowed: true, remaining: 1}, {c: &async, key: "d", before: 2}},
+		{"pipeline", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async", key: "b", allowed: true, remaining: 1},
+			{c: "synced", key: "c", allowed: true, remaining: 1}, {c: "async", key: "d", before: 2}},
 			[]string{"pipeline", "pipelined take", "pipelined take", "pipelined take", "pipelined take", "function"}, false},
-		{"set-based", []take{{c: &async, key: "a", allowed: true, before: 1}, {c: &async, key: "b", allowed: true, before: 1}},
+		{"async pipeline", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async2", key: "b", allowed: true, remaining: 1}},
+			[]string{"pipeline", "pipelined take", "pipelined take"}, true},
+		{"set-based", []take{{c: "async", key: "a", allowed: true, before: 1}, {c: "async", key: "b", allowed: true, before: 1}},
 			[]string{"many"}, true},
-		{"set-based, one refused", []take{{c: &async, key: "a", allowed: true, before: 1}, {c: &async, key: "d", before: 2}},
+		{"set-based, one refused", []take{{c: "async", key: "a", allowed: true, before: 1}, {c: "async", key: "d", before: 2}},
 			[]string{"many", "function"}, true},
-		{"set-based, new keys", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", allowed: true, remaining: 1}},
+		{"set-based, new keys", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async", key: "b", allowed: true, remaining: 1}},
 			[]string{"many", "batch"}, true},
-		{"batch function", []take{{c: &async, key: "a", allowed: true, remaining: 1}, {c: &async, key: "b", idem: "i", allowed: true, remaining: 1},
-			{c: &async, key: "d", before: 2}},
+		{"batch function", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async", key: "b", idem: "i", allowed: true, remaining: 1},
+			{c: "async", key: "d", before: 2}},
 			[]string{"batch"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			async = newCounter(t, s, pgengine.CounterConfig{Prefix: fmt.Sprint(prefix, "-async-", i), Algorithm: ratekit.FixedWindow, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged})
-			synced = newCounter(t, s, pgengine.CounterConfig{Prefix: fmt.Sprint(prefix, "-synced-", i), Algorithm: ratekit.TokenBucket, Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged, SynchronousCommit: true})
+			counters := map[string]*pgengine.Counter{}
+			for name, alg := range map[string]ratekit.Algorithm{"async": ratekit.FixedWindow, "async2": ratekit.TokenBucket, "synced": ratekit.TokenBucket} {
+				counters[name] = newCounter(t, s, pgengine.CounterConfig{Prefix: fmt.Sprint(prefix, "-", name, "-", i), Algorithm: alg,
+					Quota: 2, Window: pgengine.FarWindow, Durability: pgengine.Logged, SynchronousCommit: name == "synced"})
+			}
 			key := func(k string) string { return tc.name + "-" + k }
 			for _, tk := range tc.takes {
 				for range tk.before {
-					if _, err := (*tk.c).Take(ctx, key(tk.key), 1, ""); err != nil {
+					if _, err := counters[tk.c].Take(ctx, key(tk.key), 1, ""); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -385,9 +389,9 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 			var n int
 			var takes []func() (pgengine.Outcome, error)
 			for _, tk := range tc.takes {
-				takes = append(takes, func() (pgengine.Outcome, error) { return (*tk.c).Take(ctx, key(tk.key), 1, tk.idem) })
+				takes = append(takes, func() (pgengine.Outcome, error) { return counters[tk.c].Take(ctx, key(tk.key), 1, tk.idem) })
 			}
-			got, errs := queueBehind(ctx, t, s, admin, async, key("held"), func() { n = log.len() }, takes...)
+			got, errs := queueBehind(ctx, t, s, admin, counters["async"], key("held"), func() { n = log.len() }, takes...)
 			for i, tk := range tc.takes {
 				if errs[i] != nil {
 					t.Fatalf("take of %s: %v", tk.key, errs[i])
@@ -396,7 +400,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 					t.Errorf("take of %s: %+v, want allowed %v, remaining %d", tk.key, got[i], tk.allowed, tk.remaining)
 				}
 				// Exactly what was admitted was counted.
-				if p, err := (*tk.c).Peek(ctx, key(tk.key), 1); err != nil || p.Remaining != tk.remaining {
+				if p, err := counters[tk.c].Peek(ctx, key(tk.key), 1); err != nil || p.Remaining != tk.remaining {
 					t.Errorf("peek of %s after the batch: %+v, %v; want remaining %d", tk.key, p, err, tk.remaining)
 				}
 			}
