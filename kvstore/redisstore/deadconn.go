@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratekit/ratekit/kvstore/redisstore/internal/busypoll"
 	"github.com/ratekit/ratekit/kvstore/redisstore/internal/tcpdial"
 )
 
@@ -117,11 +118,14 @@ func (c watchedSysConn) SyscallConn() (syscall.RawConn, error) {
 // a TCP dial with keepalive, TCP_USER_TIMEOUT and timeout, in TLS when
 // tlsConfig is set), with every connection watched.
 func watchedDialer(dial func(context.Context, string, string) (net.Conn, error), tlsConfig *tls.Config, timeout time.Duration) func(context.Context, string, string) (net.Conn, error) {
+	var poll busypoll.Group
 	if dial == nil {
 		d := tcpdial.New(timeout)
-		dial = d.DialContext
-		if tlsConfig != nil {
-			dial = (&tls.Dialer{NetDialer: d, Config: tlsConfig}).DialContext
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if tlsConfig == nil {
+				return d.DialContext(ctx, network, addr)
+			}
+			return poll.DialTLS(ctx, d, network, addr, tlsConfig)
 		}
 	}
 	w := &watch{}
@@ -130,7 +134,7 @@ func watchedDialer(dial func(context.Context, string, string) (net.Conn, error),
 		if err != nil {
 			return nil, err
 		}
-		return w.wrap(conn), nil
+		return w.wrap(poll.Wrap(conn)), nil
 	}
 }
 

@@ -239,7 +239,13 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 //     since are in doubt (they sat through the same outage) and the pool
 //     replaces them instead of using them. A [Store] sends a command again
 //     only when it was refused on such a connection before any byte was
-//     sent, so no command is applied twice.
+//     sent, so no command is applied twice. A caller that waits alone for
+//     its reply (no other connection of the client awaits one) polls its
+//     socket for up to 100µs before it sleeps: on a virtual machine a
+//     sleeping caller's wake-up can cost more than the command itself, and
+//     a function instance is billed for the time it waits, not for the
+//     processor it keeps busy meanwhile. Polls that keep finding no reply
+//     (a server across a network) stop for a while.
 //
 // After a thaw in which every pooled connection went silent within
 // ConnMaxIdleTime, at most one command fails (at its deadline: nothing can

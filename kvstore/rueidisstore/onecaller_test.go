@@ -17,8 +17,10 @@ import (
 // client built with rueidis's defaults, beside what the same client pays
 // for a bare command: INCR, and EVALSHA of a script that runs one INCR.
 // Update is the store's take alone, Allow a tokenbucket decision in Atomic
-// mode (what a function instance makes per request). Each reports
-// allocations and system calls per call (redistest.BenchOneCaller).
+// mode (what a function instance makes per request); the Serverless
+// cases run INCR and Allow through a client configured by
+// ServerlessOptions. Each reports allocations and system calls per call
+// (redistest.BenchOneCaller).
 func BenchmarkOneCaller(b *testing.B) {
 	p := redistest.Prefix(b)
 	c := newClient(b, testenv.RedisAddr(b))
@@ -63,6 +65,22 @@ func BenchmarkOneCaller(b *testing.B) {
 		})
 	})
 	b.Run("Allow", func(b *testing.B) { redistest.BenchOneCallerAllow(b, s) })
+	// The client ServerlessOptions configures, whose lone caller polls
+	// its socket for the reply (see ServerlessOptions).
+	sc, err := rueidis.NewClient(*rueidisstore.ServerlessOptions(&rueidis.ClientOption{InitAddress: []string{testenv.RedisAddr(b)}, DisableCache: true}, time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(sc.Close)
+	ss, err := rueidisstore.New(sc, rueidisstore.Config{Prefix: p})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ServerlessINCR", func(b *testing.B) {
+		key := p + "incr"
+		redistest.BenchOneCaller(b, func(ctx context.Context) error { return sc.Do(ctx, sc.B().Incr().Key(key).Build()).Error() })
+	})
+	b.Run("ServerlessAllow", func(b *testing.B) { redistest.BenchOneCallerAllow(b, ss) })
 }
 
 // TestOneCallerAllocs pins what a lone caller's decisions allocate on a

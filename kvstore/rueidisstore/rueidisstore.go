@@ -53,7 +53,9 @@ package rueidisstore
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +64,7 @@ import (
 	"github.com/ratekit/ratekit"
 	"github.com/ratekit/ratekit/kvstore"
 	"github.com/ratekit/ratekit/kvstore/redisengine"
+	"github.com/ratekit/ratekit/kvstore/rueidisstore/internal/busypoll"
 )
 
 // Store is a Redis-backed store: a [redisengine.Engine] on a rueidis
@@ -158,7 +161,16 @@ type Config struct {
 //     A function instance's concurrent decisions then share fewer, larger
 //     writes and reads, which costs Redis less per decision, and a thaw
 //     finds one pipelined connection to replace, not two (beside the
-//     dedicated one of a store that has served a burst).
+//     dedicated one of a store that has served a burst);
+//   - DialCtxFn: o.DialCtxFn, or o.DialFn, or rueidis's own dial (TCP, in
+//     TLS when o.TLSConfig is set), with each socket's reads polled while
+//     a caller waits alone: a caller whose connection is the client's only
+//     one awaiting a reply polls its socket for up to 100µs before it
+//     sleeps. On a virtual machine a sleeping caller's wake-up can cost
+//     more than the command itself, and a function instance is billed for
+//     the time it waits, not for the processor it keeps busy meanwhile.
+//     Polls that keep finding no reply (a server across a network) stop
+//     for a while.
 //
 // rueidis's defaults (ten seconds and one second) leave a connection that
 // went silent, as a NAT gateway or load balancer leaves the flows it
@@ -190,7 +202,35 @@ func ServerlessOptions(o *rueidis.ClientOption, timeout time.Duration) *rueidis.
 	if o.PipelineMultiplex == 0 {
 		o.PipelineMultiplex = -1
 	}
+	o.DialCtxFn = polledDial(o.DialCtxFn, o.DialFn)
 	return o
+}
+
+// polledDial returns a DialCtxFn for ServerlessOptions: dialCtx, or dial,
+// or else rueidis's own dial (TCP, in TLS when the options' TLSConfig is
+// set), with every socket's reads by a lone caller polled (busypoll).
+func polledDial(dialCtx func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error), dial func(string, *net.Dialer, *tls.Config) (net.Conn, error)) func(context.Context, string, *net.Dialer, *tls.Config) (net.Conn, error) {
+	poll := new(busypoll.Group)
+	return func(ctx context.Context, dst string, d *net.Dialer, config *tls.Config) (net.Conn, error) {
+		var (
+			conn net.Conn
+			err  error
+		)
+		switch {
+		case dialCtx != nil:
+			conn, err = dialCtx(ctx, dst, d, config)
+		case dial != nil:
+			conn, err = dial(dst, d, config)
+		case config != nil:
+			return poll.DialTLS(ctx, d, "tcp", dst, config)
+		default:
+			conn, err = d.DialContext(ctx, "tcp", dst)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return poll.Wrap(conn), nil
+	}
 }
 
 // conn is a Store seen as the Redis engine's connection: the commands the
