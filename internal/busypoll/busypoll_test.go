@@ -335,9 +335,15 @@ func TestDialTLS(t *testing.T) {
 		}
 	}
 
-	// A certificate for another name fails the handshake.
+	// A certificate for another name fails the handshake, and the
+	// connection it closes awaits nothing: a lone caller of the group
+	// still polls.
+	c.Close()
 	if _, err := g.DialTLS(context.Background(), d, "tcp", ln.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "example.com"}); err == nil {
 		t.Error("DialTLS verified a certificate for 127.0.0.1 as example.com")
+	}
+	if a := g.awaiting.Load(); a != 0 {
+		t.Errorf("awaiting = %d after a failed handshake, want 0", a)
 	}
 	if _, err := g.DialTLS(context.Background(), d, "tcp", "127.0.0.1:1", &tls.Config{RootCAs: pool}); err == nil {
 		t.Error("DialTLS to a closed port succeeded")

@@ -13,8 +13,8 @@ import (
 const supported = true
 
 // pollState is what a poll's callback works on, kept in the connection so
-// that a poll allocates nothing: the callback is bound once, by Wrap.
-// Reads of one connection do not overlap.
+// that a poll allocates nothing: the callback is bound once, on the
+// connection's first poll. Reads of one connection do not overlap.
 type pollState struct {
 	fn     func(fd uintptr) bool // c.pollFD, bound once
 	buf    []byte

@@ -99,9 +99,10 @@ func (g *Group) DialTLS(ctx context.Context, d *net.Dialer, network, addr string
 		config = config.Clone()
 		config.ServerName = host
 	}
-	tc := tls.Client(g.Wrap(conn), config)
+	conn = g.Wrap(conn)
+	tc := tls.Client(conn, config)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		conn.Close()
+		conn.Close() // the wrapper's Close, which ends its wait for a reply
 		return nil, err
 	}
 	return tc, nil
