@@ -19,9 +19,10 @@
 //
 // A decision goes alone, at once, unless its key is hot (a statement in
 // flight holds it), [Config.MaxInFlight] statements are in flight
-// ([DefaultMaxInFlight], 2, at most the pool's size) or decisions already
-// wait; waiting decisions travel together in one statement and one commit,
-// each decided exactly as if alone. No goroutine runs in the background.
+// ([DefaultMaxInFlight], 2, at most the pool's size), a batch is in flight
+// or decisions already wait; waiting decisions travel together in one
+// statement and one commit, each decided exactly as if alone. No goroutine
+// runs in the background.
 //
 // All limiters share three tables per durability (counters, log and
 // idempotency), keyed by (prefix, key). Keys are stored byte for byte.

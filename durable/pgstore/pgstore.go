@@ -40,9 +40,10 @@ type Config struct {
 	// MaxInFlight bounds the statements the Store has in flight at once,
 	// and so when decisions coalesce. A decision is sent alone, at once,
 	// on its caller's goroutine, when fewer than MaxInFlight statements
-	// are in flight, none of them holds one of its keys, and no decision
-	// waits: decisions on distinct keys run side by side, one connection
-	// each. Otherwise (a hot key, every place taken, or a queue already) it
+	// are in flight, none of them is a batch or holds one of its keys, and
+	// no decision waits: decisions on distinct keys run side by side, one
+	// connection each, until the Store is under load. Otherwise (a hot
+	// key, every place taken, a batch in flight or a queue already) it
 	// waits, and when a statement in flight ends, the goroutine of one
 	// waiting caller sends a share of those that wait in one round trip
 	// (coalescing), with at most two such batches in flight: one round

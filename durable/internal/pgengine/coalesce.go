@@ -21,8 +21,9 @@ import (
 // DefaultMaxInFlight is the bound on a Store's statements in flight used
 // when [Config.MaxInFlight] is zero (and the pool is larger). Below it, a
 // decision on keys that no statement in flight holds goes at once, alone,
-// on its caller's connection while no decision waits, so one or two
-// callers never wait for each other. Beyond it, decisions queue and go to
+// on its caller's connection while no decision waits and no batch is in
+// flight, so one or two callers never wait for each other. Beyond it,
+// decisions queue and go to
 // PostgreSQL together, where one statement and one commit for many
 // decisions cost the server less than one each: with prepared statements
 // that wins over a statement per decision from the third caller on, even
@@ -154,8 +155,12 @@ func rowLess(k1 []byte, p1 string, k2 []byte, p2 string) bool {
 
 // coalescer sends a Store's decisions. A decision goes at once, alone, on
 // its caller's goroutine and context, as it would without coalescing, when
-// fewer than max statements are in flight, fewer than keyInFlight of them
-// hold any of its keys, and no decision waits. Otherwise it joins a queue.
+// fewer than max statements are in flight, none of them is a batch, fewer
+// than keyInFlight of them hold any of its keys, and no decision waits.
+// Otherwise it joins a queue. A batch in flight means the Store is under
+// load: a decision sent beside it would take a place, a round trip and a
+// commit for itself alone, while the next batch carries it with the others
+// for one statement and one commit.
 // When a statement in flight ends, decisions wait and fewer than
 // batchesInFlight batches are in flight, its caller hands its place to one
 // queued caller (the leader), which takes a share of the queue and sends it
@@ -277,7 +282,7 @@ func (co *coalescer) do(ctx context.Context, d *decision) (result, error) {
 	var buf [1]uint64
 	hs := dedupe(co.hashes(buf[:0], d))
 	co.mu.Lock()
-	if co.inflight < co.max && len(co.queue) == 0 && co.free(hs) {
+	if co.inflight < co.max && co.batching == 0 && len(co.queue) == 0 && co.free(hs) {
 		co.inflight++
 		co.hold(hs, 1)
 		co.mu.Unlock()

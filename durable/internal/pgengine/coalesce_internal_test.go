@@ -203,6 +203,57 @@ func TestCoalesceRule(t *testing.T) {
 	}
 }
 
+// TestNoLoneDecisionBesideABatch: while a batch is in flight, a decision
+// queues for the next batch even when a place is free and no statement
+// holds its key, so that under load the places carry batches rather than
+// one decision each; the batch's end hands its place to it. With no batch
+// in flight the same decision goes alone.
+func TestNoLoneDecisionBesideABatch(t *testing.T) {
+	s, _, ctx := migratedStore(t, 4, false)
+	c, err := s.Counter(CounterConfig{Prefix: pgstoretest.Prefix(t), Algorithm: ratekit.FixedWindow, Quota: 10, Window: farWindow, CleanupProbability: -1, Durability: Unlogged})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Take(ctx, "alone", 1, ""); err != nil || s.co.queued.Load() != 0 {
+		t.Fatalf("with nothing in flight: %v, %d queued; want alone", err, s.co.queued.Load())
+	}
+
+	// A batch in flight on other keys, one place of two free.
+	s.co.mu.Lock()
+	s.co.inflight, s.co.batching = 1, 1
+	s.co.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Take(ctx, "beside", 1, "")
+		done <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.co.queued.Load() == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the decision went alone beside a batch (err %v)", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the decision neither went nor queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.co.release(nil, true) // the batch ends: its place goes to the queued decision
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s.co.mu.Lock()
+	inflight, batching, queue := s.co.inflight, s.co.batching, len(s.co.queue)
+	s.co.mu.Unlock()
+	if inflight != 0 || batching != 0 || queue != 0 {
+		t.Fatalf("after the batches: %d in flight, %d batches, %d queued; want none", inflight, batching, queue)
+	}
+	if r, err := c.Peek(ctx, "beside", 1); err != nil || r.Remaining != 9 {
+		t.Fatalf("the queued decision: %+v, %v; want one unit taken", r, err)
+	}
+}
+
 // TestInOrder: a batch keeps the decisions that lock their rows in the lock
 // order (key, then prefix) when sent one after another, and leaves out a
 // composite whose rows would be locked out of it; a leader that would be
