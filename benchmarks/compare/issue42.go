@@ -137,7 +137,7 @@ func runIssue42(ctx context.Context, e *env, rows, scenarios, rlfDir string, con
 		table = append(table, row42{"in process (memstore) vs x/time/rate, go-limiter", "in process", []scenario{hot, tenK}, x.memoryContenders(), nil, 1})
 	}
 	if want("plans") {
-		table = append(table, x.planRows(hot)...)
+		table = append(table, x.planRows(hot, admin)...)
 	}
 	for i := range table {
 		table[i].scenarios = slices.DeleteFunc(table[i].scenarios, func(s scenario) bool { return !slices.Contains(strings.Split(scenarios, ","), s.short) })
@@ -485,7 +485,7 @@ func planPolicies() (ratekit.Plan, ratekit.Policy) {
 // customer): a planned decision (role ours) against a composite of the same
 // policies (role peer) on PostgreSQL (durable, logged tables, the default
 // commit) and on Redis (tokenbucket on redisstore and on rueidisstore).
-func (x *issue42) planRows(hot scenario) []row42 {
+func (x *issue42) planRows(hot scenario, admin *redis.Client) []row42 {
 	plan, monthBucket := planPolicies()
 	planOf := func(context.Context, string) (ratekit.Plan, error) { return plan, nil }
 	pg := func(planned bool) func(scenario, int) (harness.Runner, error) {
@@ -563,11 +563,11 @@ func (x *issue42) planRows(hot scenario) []row42 {
 		{"plans on Redis (redisstore), planned ÷ composite", "plans, redisstore", scen, []turnContender{
 			{"tokenbucket.Planned on redisstore (burst + monthly quota)", ours, onRedis(goRedis, true), false},
 			{"tokenbucket.Composite on redisstore of the same policies", peer, onRedis(goRedis, false), false},
-		}, nil, planBound},
+		}, admin, planBound},
 		{"plans on Redis (rueidisstore), planned ÷ composite", "plans, rueidisstore", scen, []turnContender{
 			{"tokenbucket.Planned on rueidisstore (burst + monthly quota)", ours, onRedis(rueidisStore, true), false},
 			{"tokenbucket.Composite on rueidisstore of the same policies", peer, onRedis(rueidisStore, false), false},
-		}, nil, planBound},
+		}, admin, planBound},
 	}
 }
 
