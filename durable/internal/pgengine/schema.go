@@ -19,7 +19,7 @@ const DefaultSchema = "ratekit"
 // creates and calls. The schema SQL creates a marker function named
 // ratekit_schema_v<SchemaVersion> last, and automatic migration skips all
 // work when it exists.
-const SchemaVersion = 18
+const SchemaVersion = 19
 
 // maxSchemaNameLen is PostgreSQL's NAMEDATALEN-1.
 const maxSchemaNameLen = 63

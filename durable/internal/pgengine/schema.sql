@@ -798,12 +798,17 @@ function call per decision. The client sends the batch's keys in the lock
 order (byte order), each once, with the total cost of its decisions
 (p_totals), and for each decision in the batch's order its key (p_at, an
 index into p_keys) and the cost of the key's decisions after it in the
-batch (p_after). The call locks every key's row in the lock order, then
-reads the clock once, so that no decision sees a state written with a
-later clock, and takes each key's total in one update when the total
-fits, as its decisions one after another would. It returns, per decision,
-remaining, retry after (0) and reset after (µs) of the state its own take
-left; or -1, -1, -1 when its key's row does not exist or its key's total
+batch (p_after). The call locks every key's row in the lock order. A key
+with no row yet (its first take) gets an empty one, which reads as a fresh
+key: inserted after the rows found, which may come after it in the lock
+order, so the insert waits at most 10 ms for another transaction
+that is inserting the same key (which may be waiting for a row this call
+holds) and leaves the keys it would insert without a row when it would wait
+longer. The call then reads the clock once, so that no decision sees a
+state written with a later clock, and takes each key's total in one update
+when the total fits, as its decisions one after another would. It returns,
+per decision, remaining, retry after (0) and reset after (µs) of the state
+its own take left; or -1, -1, -1 when its key has no row or its key's total
 does not fit: nothing was written for that key, and the client has the
 batch function decide those decisions afresh. */ -}}
 {{define "many"}}
@@ -818,6 +823,8 @@ DECLARE
 	n int := cardinality(p_keys);
 	now_us bigint;
 	ids tid[]; -- the rows locked, as locked
+	found bytea[]; -- their keys
+	wait text;
 	res bigint[];
 BEGIN
 	IF n IS NULL OR n < 1 OR cardinality(p_totals) IS DISTINCT FROM n OR cardinality(p_at) IS NULL
@@ -839,6 +846,29 @@ BEGIN
 	FROM (SELECT u.key FROM unnest(p_keys) AS u(key) ORDER BY u.key OFFSET 0) AS k
 	CROSS JOIN LATERAL (SELECT c.ctid AS id FROM {{.Counters}} AS c
 		WHERE c.prefix = p_prefix AND c.key = k.key FOR UPDATE) AS l;
+	IF cardinality(ids) IS DISTINCT FROM n THEN
+		-- Empty rows for the keys without one, in the lock order. This
+		-- call holds rows that may come after them in that order, so it
+		-- must not wait long for a transaction inserting one of them:
+		-- that one may be waiting for a row held here.
+		SELECT array_agg(c.key) INTO found FROM {{.Counters}} AS c WHERE c.ctid = ANY (ids);
+		wait := current_setting('lock_timeout');
+		PERFORM set_config('lock_timeout', '10ms', true);
+		BEGIN
+			WITH made AS (
+				INSERT INTO {{.Counters}} AS c (prefix, key, expires_at_us)
+				SELECT p_prefix, g.key, 0 FROM unnest(p_keys, p_totals) AS g(key, total)
+				WHERE g.total <= p_quota AND g.key <> ALL (COALESCE(found, '{}'))
+				ORDER BY g.key
+				ON CONFLICT (prefix, key) DO NOTHING
+				RETURNING c.ctid
+			)
+			SELECT COALESCE(ids, '{}') || COALESCE(array_agg(made.ctid), '{}') INTO ids FROM made;
+		EXCEPTION WHEN lock_not_available THEN
+			NULL; -- inserted by another transaction meanwhile: refused here
+		END;
+		PERFORM set_config('lock_timeout', wait, true);
+	END IF;
 	now_us := {{template "clock"}};
 	WITH t AS (
 		UPDATE {{.Counters}} AS c SET {{include (print .Alg ".many_set") .}}

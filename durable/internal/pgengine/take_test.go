@@ -329,10 +329,11 @@ func TestTakeStatementUnderAFlood(t *testing.T) {
 // when all are takes of one counter that its take statement would decide;
 // as a pipeline of take statements when each is such a take but of several
 // counters; and as one call of the batch function when any is not (here, a
-// take with an idempotency key). A take that the set-based take or its take
-// statement refuses (its key's row is missing, or its quota spent) has
-// nothing written: the batch's refused takes then go to the function
-// together in one more round trip, or alone. A pipeline with a counter
+// take with an idempotency key). The set-based take gives a key without a
+// row its first row in the same call. A take that the set-based take or its
+// take statement refuses (its quota spent) has nothing written: the
+// batch's refused takes then go to the function together in one more
+// round trip, or alone. A pipeline with a counter
 // that waits for its commit's flush never turns that off; one without
 // turns it off as the counters ask.
 func TestBatchOfTakesIsOnePipeline(t *testing.T) {
@@ -367,7 +368,7 @@ func TestBatchOfTakesIsOnePipeline(t *testing.T) {
 		{"set-based, one refused", []take{{c: "async", key: "a", allowed: true, before: 1}, {c: "async", key: "d", before: 2}},
 			[]string{"many", "function"}, true},
 		{"set-based, new keys", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async", key: "b", allowed: true, remaining: 1}},
-			[]string{"many", "batch"}, true},
+			[]string{"many", "function", "function"}, true}, // the take, then the peeks
 		{"batch function", []take{{c: "async", key: "a", allowed: true, remaining: 1}, {c: "async", key: "b", idem: "i", allowed: true, remaining: 1},
 			{c: "async", key: "d", before: 2}},
 			[]string{"batch"}, false},
@@ -511,9 +512,10 @@ func TestSetBasedTakePlanOutlivesASmallTable(t *testing.T) {
 			}
 			return out
 		}
-		// Planned on the empty table: the key has no row yet.
-		if got := take("k-1"); got != "{-1,-1,-1}" {
-			t.Fatalf("%s on a missing row: %s, want {-1,-1,-1}", alg, got)
+		// Planned on the empty table: the key has no row yet, and gets
+		// one.
+		if got := take("k-1"); !strings.HasPrefix(got, "{999999,0,") {
+			t.Fatalf("%s on a missing row: %s, want admitted with 999999 remaining", alg, got)
 		}
 		if _, err := admin.Exec(ctx, `INSERT INTO "`+schema+`".counters (prefix, key, expires_at_us)
 			SELECT $1, convert_to('k-' || g, 'UTF8'), 0 FROM generate_series(1, 20000) AS g
@@ -537,6 +539,14 @@ func TestSetBasedTakePlanOutlivesASmallTable(t *testing.T) {
 		}
 		if n := read() - before; n > 10 {
 			t.Errorf("%s: one key's take read %d index entries or rows of a 20,000-row table", alg, n)
+		}
+		// A new key's insert was planned on the empty table too.
+		before = read()
+		if got := take("new-1"); !strings.HasPrefix(got, "{999999,0,") {
+			t.Fatalf("%s on a new key of a 20,000-row table: %s, want admitted with 999999 remaining", alg, got)
+		}
+		if n := read() - before; n > 10 {
+			t.Errorf("%s: a new key's take read %d index entries or rows of a 20,000-row table", alg, n)
 		}
 	}
 }
@@ -599,4 +609,71 @@ func oneInFlight(t *testing.T) (*statementLog, *pgengine.Store, *pgxpool.Pool, c
 		t.Fatal(err)
 	}
 	return log, s, pgstoretest.Pool(t, url, 2, ""), ctx
+}
+
+// TestSetBasedTakeWaitsBrieflyForANewKey: the set-based take inserts the
+// row of a key that has none after locking the rows found, some of which
+// may come after that key in the lock order. Another transaction inserting
+// the same key meanwhile may be waiting for one of those rows, so the
+// insert waits for it at most a few milliseconds: past that, the key is
+// refused with nothing written, the other keys are decided, and the
+// session's lock_timeout is as it was.
+func TestSetBasedTakeWaitsBrieflyForANewKey(t *testing.T) {
+	url := pgstoretest.PostgresURL(t)
+	pool := pgstoretest.Pool(t, url, 2, "")
+	s := newStore(t, pool)
+	ctx := ctxT(t)
+	for _, alg := range []ratekit.Algorithm{ratekit.FixedWindow, ratekit.TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			c := newCounter(t, s, pgengine.CounterConfig{Algorithm: alg, Quota: 10, Window: pgengine.FarWindow, Durability: pgengine.Unlogged})
+			prefix := c.Config().Prefix
+			if _, err := c.Take(ctx, "x", 1, ""); err != nil { // x has a row
+				t.Fatal(err)
+			}
+			// Another transaction inserts k, which comes before x, and
+			// stays open.
+			other := holdLock(ctx, t, pool, `INSERT INTO "`+s.Schema()+`".counters_unlogged (prefix, key, expires_at_us) VALUES ($1, $2, 0)`, prefix, []byte("k"))
+
+			conn, err := pgx.Connect(ctx, url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Rollback(context.Background())
+			if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '7s'"); err != nil {
+				t.Fatal(err)
+			}
+			call := `SELECT "` + s.Schema() + `".take_many_` + map[ratekit.Algorithm]string{ratekit.FixedWindow: "fixed_window", ratekit.TokenBucket: "token_bucket"}[alg] +
+				`_unlogged($1, $2, '{1,1}', '{1,2}', '{0,0}', 10, $3, true)::text`
+			span := pgengine.FarWindow.Microseconds()
+			if alg == ratekit.TokenBucket {
+				span /= 10
+			}
+			start := time.Now()
+			var got, timeout string
+			if err := tx.QueryRow(ctx, call, prefix, [][]byte{[]byte("k"), []byte("x")}, span).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			waited := time.Since(start)
+			if err := tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&timeout); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(got, "{-1,-1,-1,8,0,") || waited > 2*time.Second || timeout != "7s" {
+				t.Fatalf("set-based take of k (being inserted) and x: %s after %v, lock_timeout then %s; want k refused, x admitted with 8 remaining, at once, 7s", got, waited, timeout)
+			}
+			if err := other.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if o, err := c.Take(ctx, "k", 1, ""); err != nil || !o.Allowed || o.Remaining != 9 {
+				t.Fatalf("k after the other transaction: %+v, %v; want its first unit taken", o, err)
+			}
+		})
+	}
 }
