@@ -823,7 +823,6 @@ DECLARE
 	n int := cardinality(p_keys);
 	now_us bigint;
 	ids tid[]; -- the rows locked, as locked
-	found bytea[]; -- their keys
 	wait text;
 	res bigint[];
 BEGIN
@@ -847,18 +846,19 @@ BEGIN
 	CROSS JOIN LATERAL (SELECT c.ctid AS id FROM {{.Counters}} AS c
 		WHERE c.prefix = p_prefix AND c.key = k.key FOR UPDATE) AS l;
 	IF cardinality(ids) IS DISTINCT FROM n THEN
-		-- Empty rows for the keys without one, in the lock order. This
-		-- call holds rows that may come after them in that order, so it
-		-- must not wait long for a transaction inserting one of them:
-		-- that one may be waiting for a row held here.
-		SELECT array_agg(c.key) INTO found FROM {{.Counters}} AS c WHERE c.ctid = ANY (ids);
+		-- Empty rows for the keys without one, in the lock order (the
+		-- rows locked here conflict, and DO NOTHING neither waits for
+		-- them nor returns them). This call holds rows that may come
+		-- after the new keys in that order, so it must not wait long for
+		-- a transaction inserting one of them: that one may be waiting
+		-- for a row held here.
 		wait := current_setting('lock_timeout');
 		PERFORM set_config('lock_timeout', '10ms', true);
 		BEGIN
 			WITH made AS (
 				INSERT INTO {{.Counters}} AS c (prefix, key, expires_at_us)
 				SELECT p_prefix, g.key, 0 FROM unnest(p_keys, p_totals) AS g(key, total)
-				WHERE g.total <= p_quota AND g.key <> ALL (COALESCE(found, '{}'))
+				WHERE g.total <= p_quota
 				ORDER BY g.key
 				ON CONFLICT (prefix, key) DO NOTHING
 				RETURNING c.ctid
