@@ -59,7 +59,7 @@ func runBlocks(ctx context.Context, addr, prefix, rlfDir string, maxInFlight int
 	}
 	fmt.Printf("### Redis in blocks: rounds of %v warm-up + %v measured per contender, one after the other, order reversed every other round; medians of %d rounds\n\n", warm, d, rounds)
 	fmt.Println("Go contenders have clients of their own (go-redis: PoolSize = MinIdleConns = concurrency; rueidis: one client); ratekit's are")
-	fmt.Println("configured as the README says (ServerlessOptions, a 1 s deadline per decision). Redis µs/decision is the server's")
+	fmt.Println("configured as the README says (ServerlessOptions); every Go contender gives each decision a 1 s deadline. Redis µs/decision is the server's")
 	fmt.Println("time in commands (INFO commandstats, reset before each block) over the block's decisions. × best peer: over the")
 	fmt.Println("fastest of redis_rate, ulule and rate-limiter-flexible in the same cell; × INCR: over one go-redis INCR round trip.")
 	fmt.Println()

@@ -155,6 +155,20 @@ func opRunner(ctx context.Context, s scenario, conc int, op decide) (harness.Run
 	}), nil
 }
 
+// roundTripRunner is opRunner for a contender whose decisions make round
+// trips: each decision gets a context with a one-second deadline, as a
+// function gives its decisions (the invocation's deadline, or a Guard's
+// Timeout). Every such contender gets one, peers and floors as well as
+// ratekit's, so that what the deadline costs (a timer set and stopped per
+// decision) weighs on all alike; in-process contenders get none.
+func roundTripRunner(ctx context.Context, s scenario, conc int, op decide) (harness.Runner, error) {
+	return opRunner(ctx, s, conc, func(ctx context.Context, w int, key string) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return op(ctx, w, key)
+	})
+}
+
 func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 	tb := func(s scenario, conc int, store kvstore.Store) (harness.Runner, error) {
 		l, err := tokenbucket.New(tokenbucket.Config{Name: s.short, Burst: s.lim.n, RefillRate: tokenbucket.Rate{Tokens: s.lim.n, Per: s.lim.period},
@@ -162,13 +176,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 		if err != nil {
 			return nil, err
 		}
-		decide := ratekitDecide(l)
-		// A deadline per decision, as a function gives its decisions.
-		return opRunner(ctx, s, conc, func(ctx context.Context, w int, key string) (bool, error) {
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			return decide(ctx, w, key)
-		})
+		return roundTripRunner(ctx, s, conc, ratekitDecide(l))
 	}
 	cs := []turnContender{
 		{"ratekit tokenbucket Atomic, redisstore (go-redis)", ours, func(s scenario, conc int) (harness.Runner, error) {
@@ -228,7 +236,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 			rrl := redis_rate.NewLimiter(t.goRedis(conc))
 			l := redis_rate.Limit{Rate: int(s.lim.n), Burst: int(s.lim.n), Period: s.lim.period}
 			prefix := fmt.Sprintf("%s:redis_rate-%s-%d:", t.prefix, s.short, conc)
-			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
+			return roundTripRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				res, err := rrl.Allow(ctx, prefix+key, l)
 				if err != nil {
 					return false, err
@@ -242,7 +250,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				return nil, err
 			}
 			l := ulule.New(store, ulule.Rate{Period: s.lim.period, Limit: s.lim.n})
-			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
+			return roundTripRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				c, err := l.Get(ctx, key)
 				if err != nil {
 					return false, err
@@ -265,7 +273,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 		turnContender{"floor: one INCR round trip (go-redis)", floor, func(s scenario, conc int) (harness.Runner, error) {
 			c := t.goRedis(conc)
 			prefix := fmt.Sprintf("%s:incr-%s-%d:", t.prefix, s.short, conc)
-			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
+			return roundTripRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				return true, c.Incr(ctx, prefix+key).Err()
 			})
 		}, false},
@@ -275,7 +283,7 @@ func turnContenders(ctx context.Context, t *turnEnv) []turnContender {
 				return nil, err
 			}
 			prefix := fmt.Sprintf("%s:rincr-%s-%d:", t.prefix, s.short, conc)
-			return opRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
+			return roundTripRunner(ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 				return true, c.Do(ctx, c.B().Incr().Key(prefix+key).Build()).Error()
 			})
 		}, false},

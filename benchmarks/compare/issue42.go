@@ -183,6 +183,7 @@ func (x *issue42) run(table []row42) error {
 	fmt.Printf("Command: `go run ./compare %s`.\n\n", strings.Join(os.Args[1:], " "))
 	fmt.Println("Allocations/decision: this process's heap allocations over the block's decisions (Go contenders; the whole process,")
 	fmt.Println("idle clients' background work included). Redis µs/decision: Redis's time in commands (INFO commandstats) over them.")
+	fmt.Println("Every Go contender that makes round trips gives each decision a context with a 1 s deadline, as a function does.")
 	fmt.Println()
 	fmt.Println("| backend | cell | callers | contender | decisions/s | p50 | p99 | admitted | × floor | allocations/decision | Redis µs/decision |")
 	fmt.Println("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -427,7 +428,7 @@ func (x *issue42) pgContenders(dur durable.Durability) []turnContender {
 			if err != nil {
 				return nil, err
 			}
-			return opRunner(x.ctx, s, conc, ratekitDecide(l))
+			return roundTripRunner(x.ctx, s, conc, ratekitDecide(l))
 		}
 	}
 	cs := []turnContender{
@@ -455,7 +456,7 @@ ON CONFLICT (prefix, key) DO UPDATE SET count = f.count + 1 RETURNING count`, x.
 			return nil, err
 		}
 		prefix := fmt.Sprintf("%s-%d", s.short, conc)
-		return opRunner(x.ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
+		return roundTripRunner(x.ctx, s, conc, func(ctx context.Context, _ int, key string) (bool, error) {
 			var n int64
 			return true, p.QueryRow(ctx, q, pgx.QueryExecModeExec, prefix, []byte(key)).Scan(&n)
 		})
@@ -519,7 +520,7 @@ func (x *issue42) planRows(hot scenario, admin *redis.Client) []row42 {
 			if err != nil {
 				return nil, err
 			}
-			return opRunner(x.ctx, s, conc, ratekitDecide(l))
+			return roundTripRunner(x.ctx, s, conc, ratekitDecide(l))
 		}
 	}
 	onRedis := func(store func(conc int, prefix string) (kvstore.Store, error), planned bool) func(scenario, int) (harness.Runner, error) {
@@ -541,7 +542,7 @@ func (x *issue42) planRows(hot scenario, admin *redis.Client) []row42 {
 			if err != nil {
 				return nil, err
 			}
-			return opRunner(x.ctx, s, conc, ratekitDecide(l))
+			return roundTripRunner(x.ctx, s, conc, ratekitDecide(l))
 		}
 	}
 	goRedis := func(conc int, prefix string) (kvstore.Store, error) {
