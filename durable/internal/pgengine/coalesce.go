@@ -855,15 +855,11 @@ func (s *Store) sendTakes(ctx context.Context, ds []*decision, syncAll bool) (ou
 // sets refused on a decision whose statement refused it.
 func readTakes(br pgx.BatchResults, ds []*decision) ([]result, error) {
 	outs := make([]result, len(ds))
-	var raw []byte
 	var err error
 	for i, d := range ds {
-		err = br.QueryRow().Scan(&raw)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		err = d.c.scanTake(br.QueryRow(), &outs[i].one)
+		if errors.Is(err, pgx.ErrNoRows) {
 			d.refused, outs[i].refused, err = true, true, nil
-		case err == nil:
-			err = parseTake(raw, &outs[i].one)
 		}
 		if err != nil {
 			break

@@ -610,7 +610,7 @@ locals and the take statement on a row. */}}
 {{- /* The take statement's parts: the state a take leaves, for the row a
 missing key gets (fresh: no state, the clock read before the insert) and
 for the row found (row: the clock read after its lock), and what it
-returns. */}}
+returns (result): remaining and reset after. */}}
 {{- define "fixed_window.fresh"}}
 {{- $a := include "fixed_window.aligned" (statement "Now" "f.now_us")}}window_start_us, count, expires_at_us)
 	SELECT $1, $2, {{$a}}, $3::bigint, {{$a}} + $5::bigint{{end}}
@@ -622,7 +622,7 @@ returns. */}}
 		expires_at_us = {{template "fixed_window.expiry" $t}}
 	WHERE {{template "fixed_window.admits" $s}}{{end}}
 {{- define "fixed_window.result"}}
-{{- $s := statement "Start" "c.window_start_us" "Used" "c.count" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.window_start_us + $5::bigint - 1)"}}{{template "fixed_window.remaining" $s}}, 0, {{template "fixed_window.reset" $s}}{{end}}
+{{- $s := statement "Start" "c.window_start_us" "Used" "c.count" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.window_start_us + $5::bigint - 1)"}}{{template "fixed_window.remaining" $s}}, {{template "fixed_window.reset" $s}}{{end}}
 {{- define "fixed_window.lock_clock"}}SELECT r.now_us, {{template "fixed_window.aligned" (statement "Now" "r.now_us")}} AS aligned_start
 		FROM (SELECT {{template "clock"}} AS now_us) AS r{{end}}
 
@@ -740,7 +740,9 @@ row's tat_us and expires_at_us), the clock (Now) and the policy (Cost,
 Quota, Span: the emission interval), which the blocks above run on a
 decision's locals and the take statement on a row. */}}
 {{- define "token_bucket.due"}}GREATEST({{.Tat}}, {{.Now}}){{end}}
-{{- define "token_bucket.admits"}}{{template "token_bucket.due" .}} + {{.Cost}} * {{.Span}} - {{.Now}} <= {{.Quota}} * {{.Span}}{{end}}
+{{- /* admits reads the clock once: due - Now is GREATEST(Tat - Now, 0). In
+the take statement each reading of lock_clock is a sub-plan of its own. */}}
+{{- define "token_bucket.admits"}}GREATEST({{.Tat}} - {{.Now}}, 0) + {{.Cost}} * {{.Span}} <= {{.Quota}} * {{.Span}}{{end}}
 {{- define "token_bucket.next"}}{{template "token_bucket.due" .}} + {{.Cost}} * {{.Span}}{{end}}
 {{- /* The expiry is the new tat (Tat) rounded up to a multiple of the burst
 offset, so that it changes about once per burst offset and most updates
@@ -748,6 +750,11 @@ stay HOT. */}}
 {{- define "token_bucket.expiry"}}GREATEST({{.Expiry}}, ({{.Tat}} / ({{.Quota}} * {{.Span}}) + 1) * ({{.Quota}} * {{.Span}})){{end}}
 {{- define "token_bucket.remaining"}}GREATEST(({{.Quota}} * {{.Span}} - ({{.Tat}} - {{.Now}})) / {{.Span}}, 0){{end}}
 {{- define "token_bucket.reset"}}{{.Tat}} - {{.Now}}{{end}}
+{{- /* The take statement's parts, as the fixed window's; its result is the
+reset after alone, from which the client derives remaining as
+token_bucket.remaining does (Tat - Now is the reset after): reading the
+clock once more would cost the server more than the division costs the
+client. */}}
 {{- define "token_bucket.fresh"}}
 {{- $next := "(f.now_us + $3::bigint * $5::bigint)"}}tat_us, expires_at_us)
 	SELECT $1, $2, {{$next}}, {{template "token_bucket.expiry" (statement "Tat" $next "Expiry" "0")}}{{end}}
@@ -757,7 +764,7 @@ stay HOT. */}}
 		expires_at_us = {{template "token_bucket.expiry" (statement "Tat" $next "Expiry" "c.expires_at_us")}}
 	WHERE {{template "token_bucket.admits" $s}}{{end}}
 {{- define "token_bucket.result"}}
-{{- $s := statement "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.remaining" $s}}, 0, {{template "token_bucket.reset" $s}}{{end}}
+{{- $s := statement "Tat" "c.tat_us" "Now" "LEAST((SELECT k.now_us FROM lock_clock AS k), c.tat_us - $3::bigint * $5::bigint)"}}{{template "token_bucket.reset" $s}}{{end}}
 {{- define "token_bucket.lock_clock"}}SELECT {{template "clock"}} AS now_us{{end}}
 
 {{- define "token_bucket.many_set"}}
@@ -770,26 +777,29 @@ stay HOT. */}}
 take without an idempotency key or cleanup, in one upsert instead of a
 function call, which saves the server a good part of a decision's work.
 A missing row is inserted as a take on a fresh key leaves it, on the
-clock read before the insert (fresh): there is no lock to wait for and no
-state to be late for. A row found is locked first (ON CONFLICT DO UPDATE
-locks it even when its WHERE refuses), and lock_clock reads the clock
-where an expression first reads it, in the WHERE, after the lock; SET
-reads that reading. An admitted take returns the function's result array
-as of the clock it was decided on: RETURNING reads lock_clock (for an
-inserted row, only then) bounded by what the row shows (a bucket's tat
-less the cost is that clock for a fresh key and no earlier than it for a
-row found; a window ends after it). A refused take returns no row and
-has written nothing; the client decides it afresh with the function. $1
-prefix, $2 key, $3 cost, $4 quota, $5 window or emission interval (µs);
-Sync false turns synchronous_commit off for the transaction, as the
-function's p_sync does. */}}
-{{- define "take"}}WITH fresh AS MATERIALIZED (SELECT {{template "clock"}} AS now_us),
-	lock_clock AS MATERIALIZED ({{include (print .Alg ".lock_clock") .}}){{if not .Sync}},
+clock read before the insert (f, a subquery that OFFSET 0 keeps from
+being folded into the expressions that read it): there is no lock to
+wait for and no state to be late for. A row found is locked first (ON
+CONFLICT DO UPDATE locks it even when its WHERE refuses), and lock_clock
+reads the clock where an expression first reads it, in the WHERE, after
+the lock; SET reads that reading. Each expression that reads lock_clock
+is a sub-plan the server sets up on every call, so the rules read it as
+few times as they can. An admitted take returns what the function would
+report, as of the clock it was decided on, in bigints ("<alg>.result"):
+RETURNING reads lock_clock (for an inserted row, only then) bounded by
+what the row shows (a bucket's tat less the cost is that clock for a
+fresh key and no earlier than it for a row found; a window ends after
+it). A refused take returns no row and has written nothing; the client
+decides it afresh with the function. $1 prefix, $2 key, $3 cost, $4
+quota, $5 window or emission interval (µs); Sync false turns
+synchronous_commit off for the transaction, as the function's p_sync
+does. */}}
+{{- define "take"}}WITH lock_clock AS MATERIALIZED ({{include (print .Alg ".lock_clock") .}}){{if not .Sync}},
 	sync_off AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)){{end}}
 INSERT INTO {{.Counters}} AS c (prefix, key, {{include (print .Alg ".fresh") .}}
-	FROM fresh AS f{{if not .Sync}}, sync_off{{end}}
+	FROM (SELECT {{template "clock"}} AS now_us OFFSET 0) AS f{{if not .Sync}}, sync_off{{end}}
 ON CONFLICT (prefix, key) DO UPDATE SET {{include (print .Alg ".row") .}}
-RETURNING ARRAY[1, {{include (print .Alg ".result") .}}, 0]::text{{end}}
+RETURNING {{include (print .Alg ".result") .}}{{end}}
 
 {{- /* The set-based take of a counter of an algorithm on a table: the plain
 takes of a batch (no idempotency key or cleanup) of one counter, on one key

@@ -53,3 +53,37 @@ func TestCodes(t *testing.T) {
 		seen[c] = a
 	}
 }
+
+// TestTakeStatementReadsTheClockSparingly holds the take statements to the
+// number of times they read lock_clock: each reading is a sub-plan that
+// the server sets up on every call (about a microsecond each), and a lone
+// caller waits for all of them. A token bucket reads it in its WHERE, in
+// its two SET expressions and for its reset; a fixed window in its WHERE,
+// its three SET expressions and for its reset. The clock read before the
+// insert is a subquery, not a materialised CTE.
+func TestTakeStatementReadsTheClockSparingly(t *testing.T) {
+	for _, tc := range []struct {
+		alg  string
+		most int
+	}{{"token_bucket", 4}, {"fixed_window", 5}} {
+		for _, sync := range []bool{true, false} {
+			q, err := takeSQL(`"s"`, Unlogged, tc.alg, sync)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(q, "FROM lock_clock"); n > tc.most {
+				t.Errorf("%s (sync %v): the take statement reads lock_clock %d times, want at most %d:\n%s", tc.alg, sync, n, tc.most, q)
+			}
+			if n := strings.Count(q, "MATERIALIZED"); n > 1+btoi(!sync) {
+				t.Errorf("%s (sync %v): %d materialised CTEs, want lock_clock's (and sync_off's):\n%s", tc.alg, sync, n, q)
+			}
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -774,10 +774,7 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	// else by the function.
 	counted := !d.plainTake() || d.refused
 	if d.byTake() {
-		raw, err := s.query(ctx, c.take, textResult, s.queryMode(), c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window)
-		if err == nil {
-			err = parseTake(raw, &out)
-		}
+		err := s.queryTake(ctx, d, &out)
 		switch {
 		case err == nil:
 			c.noteTake(true)
@@ -804,13 +801,38 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 	return out, nil
 }
 
-// parseTake parses the result of a take statement that admitted the take
-// into out.
-func parseTake(raw []byte, out *[5]int64) error {
-	if !parseResult(raw, out) {
-		return fmt.Errorf("take statement returned %q, want a bigint[5] in text form", raw)
+// queryTake runs d's take statement and, when it admitted the take, reads
+// its result into out. It sends the statement once more when it never ran
+// (see neverRan). It returns pgx.ErrNoRows when the statement refused
+// the take.
+func (s *Store) queryTake(ctx context.Context, d *decision, out *[5]int64) error {
+	c := d.c
+	mode := s.queryMode()
+	err := c.scanTake(s.db.QueryRow(ctx, c.take, mode, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window), out)
+	if err != nil && s.neverRan(ctx, mode, err) {
+		err = c.scanTake(s.db.QueryRow(ctx, c.take, s.queryMode(), c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window), out)
 	}
-	return nil
+	return err
+}
+
+// scanTake reads the result of c's take statement (schema.sql's
+// "<alg>.result") from row into out, in the decision functions' layout:
+// a fixed window's remaining and reset after, or a token bucket's reset
+// after, whose remaining follows as token_bucket.remaining derives it
+// (reset after is the bucket's tat less the clock).
+func (c *Counter) scanTake(row pgx.Row, out *[5]int64) error {
+	var remaining, reset int64
+	var err error
+	if c.cfg.Algorithm == ratekit.TokenBucket {
+		err = row.Scan(&reset)
+		remaining = max((c.quota*c.windowUS-reset)/c.windowUS, 0)
+	} else {
+		err = row.Scan(&remaining, &reset)
+	}
+	if err == nil {
+		*out = [5]int64{1, remaining, 0, reset, 0}
+	}
+	return err
 }
 
 // query runs sql with args, a statement that returns one bigint array, and

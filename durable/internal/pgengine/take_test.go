@@ -74,7 +74,7 @@ func (l *statementLog) since(n int) []string {
 			kinds = append(kinds, prefix+"many")
 		case strings.HasPrefix(q, "/* ratekit batch */"):
 			kinds = append(kinds, prefix+"batch")
-		case strings.HasPrefix(q, "WITH fresh AS"):
+		case strings.HasPrefix(q, "WITH lock_clock AS"):
 			kinds = append(kinds, prefix+"take")
 		case strings.HasPrefix(q, "SELECT "):
 			kinds = append(kinds, prefix+"function")
