@@ -807,10 +807,13 @@ func (s *Store) sendSingle(ctx context.Context, d *decision) ([5]int64, error) {
 // the take.
 func (s *Store) queryTake(ctx context.Context, d *decision, out *[5]int64) error {
 	c := d.c
+	take := func(mode pgx.QueryExecMode) error {
+		return c.scanTake(s.db.QueryRow(ctx, c.take, mode, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window), out)
+	}
 	mode := s.queryMode()
-	err := c.scanTake(s.db.QueryRow(ctx, c.take, mode, c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window), out)
+	err := take(mode)
 	if err != nil && s.neverRan(ctx, mode, err) {
-		err = c.scanTake(s.db.QueryRow(ctx, c.take, s.queryMode(), c.args.prefix, []byte(d.key), d.cost, c.args.quota, c.args.window), out)
+		err = take(s.queryMode()) // exec mode once a pooler refused a prepared statement
 	}
 	return err
 }
