@@ -24,7 +24,8 @@ func TestEvictRule(t *testing.T) {
 		sh := &s.shards[0]
 		sh.max = 5
 		for i, k := range []string{"a", "b", "c", "d", "e"} {
-			e := &entry{key: k, hash: maphash.String(s.seed, k), expires: int64(10 * (i + 1)), pos: int32(i), scope: &s.Scope} // a:10 … e:50
+			e := newEntry(k)
+			e.hash, e.expires, e.pos, e.scope = maphash.String(s.seed, k), int64(10*(i+1)), int32(i), &s.Scope // a:10 … e:50
 			sh.index(e)
 			sh.entries = append(sh.entries, e)
 		}
@@ -33,10 +34,10 @@ func TestEvictRule(t *testing.T) {
 	keys := func(s *Store, sh *shard) map[string]bool {
 		m := map[string]bool{}
 		for i, e := range sh.entries {
-			if int(e.pos) != i || e.dead || sh.find(&s.Scope, e.key, e.hash) != e {
-				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key, i, e.pos, e.dead, sh.find(&s.Scope, e.key, e.hash) == e)
+			if int(e.pos) != i || e.dead || sh.find(&s.Scope, e.key(), e.hash) != e {
+				t.Fatalf("entry %s at %d has pos %d, dead %v, indexed %v", e.key(), i, e.pos, e.dead, sh.find(&s.Scope, e.key(), e.hash) == e)
 			}
-			m[e.key] = true
+			m[e.key()] = true
 		}
 		if n := indexed(t, sh); n != len(m) {
 			t.Fatalf("index holds %d keys, the shard lists %d", n, len(m))
@@ -79,11 +80,11 @@ func checkConsistent(t *testing.T, s *Store, maxKeys int) {
 			t.Fatalf("shard %d holds %d entries, its share is %d", i, len(sh.entries), sh.max)
 		}
 		for j, e := range sh.entries {
-			if int(e.pos) != j || e.dead || e.hash != maphash.String(s.seed, e.key) || s.shard(e.hash) != sh {
-				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key, e.pos, e.dead)
+			if int(e.pos) != j || e.dead || e.hash != maphash.String(s.seed, e.key()) || s.shard(e.hash) != sh {
+				t.Fatalf("shard %d entry %d (%q): pos %d, dead %v", i, j, e.key(), e.pos, e.dead)
 			}
-			if sh.find(e.scope, e.key, e.hash) != e {
-				t.Fatalf("listed key %q is not indexed to its entry", e.key)
+			if sh.find(e.scope, e.key(), e.hash) != e {
+				t.Fatalf("listed key %q is not indexed to its entry", e.key())
 			}
 			listed++
 		}
@@ -108,8 +109,8 @@ func indexed(t *testing.T, sh *shard) int {
 		if sl.e == nil {
 			continue
 		}
-		if sl.e.dead || sl.hash != sl.e.hash || sh.find(sl.e.scope, sl.e.key, sl.hash) != sl.e {
-			t.Fatalf("a table slot holds a dead or unreachable entry %q", sl.e.key)
+		if sl.e.dead || sl.hash != sl.e.hash || sh.find(sl.e.scope, sl.e.key(), sl.hash) != sl.e {
+			t.Fatalf("a table slot holds a dead or unreachable entry %q", sl.e.key())
 		}
 		n++
 	}
@@ -135,7 +136,7 @@ func TestTableRuns(t *testing.T) {
 		if len(live) > 0 && rng.IntN(60) < min(len(live), 50) { // about 30 to 50 keys
 			for _, e := range live { // a random key: map order
 				sh.drop(e)
-				delete(live, e.key)
+				delete(live, e.key())
 				gone = append(gone, e)
 				break
 			}
@@ -144,19 +145,20 @@ func TestTableRuns(t *testing.T) {
 			// Homes 0, 1 and the last slots of tables up to 64 slots:
 			// the low bits choose the shard, the next ones the home.
 			h := uint64([]int{0, 1, 7, 15, 31, 63}[rng.IntN(6)]) << maxShardBits
-			e := &entry{key: k, hash: h, scope: &s.Scope, pos: int32(len(sh.entries))}
+			e := newEntry(k)
+			e.hash, e.scope, e.pos = h, &s.Scope, int32(len(sh.entries))
 			sh.index(e)
 			sh.entries = append(sh.entries, e)
 			live[k] = e
 		}
 		for _, e := range live {
-			if sh.find(&s.Scope, e.key, e.hash) != e {
-				t.Fatalf("step %d: key %q not found among %d", i, e.key, len(live))
+			if sh.find(&s.Scope, e.key(), e.hash) != e {
+				t.Fatalf("step %d: key %q not found among %d", i, e.key(), len(live))
 			}
 		}
 		for _, e := range gone[max(len(gone)-20, 0):] {
-			if sh.find(&s.Scope, e.key, e.hash) != nil {
-				t.Fatalf("step %d: removed key %q found", i, e.key)
+			if sh.find(&s.Scope, e.key(), e.hash) != nil {
+				t.Fatalf("step %d: removed key %q found", i, e.key())
 			}
 		}
 		if n := indexed(t, sh); n != len(live) {
@@ -222,27 +224,34 @@ func TestChurnKeepsIndexAndListsConsistent(t *testing.T) {
 // heldEntry keeps TestCacheLines' entries on the heap.
 var heldEntry *entry
 
-// TestCacheLines keeps an entry on one cache line and a short key on the
-// next, in one allocation (a lookup of a key that is not in the cache reads
-// two adjacent lines), and shards on cache lines of their own (two shards'
-// locks never share one).
+// TestCacheLines keeps an entry and a key of up to 16 bytes on one cache
+// line, a key of up to 80 bytes on the next one, in one allocation (a
+// lookup of a short key that is not in the cache reads one line, of a
+// longer one two adjacent lines), a longer key in an allocation of its own,
+// and shards on cache lines of their own (two shards' locks never share
+// one).
 func TestCacheLines(t *testing.T) {
 	if n := unsafe.Sizeof(entry{}); n != 64 {
 		t.Fatalf("an entry takes %d bytes, want 64", n)
 	}
-	if n := unsafe.Sizeof(entryKey{}); n != 128 {
-		t.Fatalf("an entry with its key takes %d bytes, want 128", n)
+	if n := unsafe.Sizeof(entryWide{}); n != 128 {
+		t.Fatalf("an entry with a wide key takes %d bytes, want 128", n)
 	}
-	for _, key := range []string{"k", strings.Repeat("k", 64), strings.Repeat("k", 65)} {
+	for _, tc := range []struct {
+		len  int
+		size uintptr // of the allocation that holds the key after the entry's fields; 0: elsewhere
+	}{{0, 64}, {1, 64}, {16, 64}, {17, 128}, {80, 128}, {81, 0}, {512, 0}, {longKey + 1, 0}} {
+		key := strings.Repeat("k", tc.len)
 		e := newEntry(key)
 		heldEntry = e // on the heap, as a store's entries are
-		if e.key != key {
-			t.Fatalf("newEntry(%d bytes) holds %q", len(key), e.key)
+		if e.key() != key {
+			t.Fatalf("newEntry(%d bytes) holds %d bytes", tc.len, len(e.key()))
 		}
 		at := uintptr(unsafe.Pointer(e))
-		inline := uintptr(unsafe.Pointer(unsafe.StringData(e.key))) == at+64
-		if inline != (len(key) <= 64) || at%64 != 0 {
-			t.Fatalf("newEntry(%d bytes): entry at %#x, key inline %v", len(key), at, inline)
+		data := uintptr(unsafe.Pointer(unsafe.StringData(e.key())))
+		inline := tc.len == 0 || data == at+unsafe.Offsetof(e.kb)
+		if inline != (tc.size > 0) || at%64 != 0 && tc.size > 0 {
+			t.Fatalf("newEntry(%d bytes): entry at %#x, key at %#x", tc.len, at, data)
 		}
 	}
 	if n := unsafe.Sizeof(shard{}); n%64 != 0 {

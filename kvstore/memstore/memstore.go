@@ -143,7 +143,7 @@ type shard struct {
 // and expiry (the smallest time for no entry). Missing the hot entry, it
 // writes the hot record back first. The caller holds sh.mu.
 func (sh *shard) lookup(c *Scope, key string, h uint64) (e *entry, hot bool, rec kvstore.Record, expires int64) {
-	if e = sh.hot; e != nil && e.hash == h && e.scope == c && e.key == key {
+	if e = sh.hot; e != nil && e.hash == h && e.scope == c && e.key() == key {
 		return e, true, sh.hotRec, sh.hotExp
 	}
 	sh.flush()
@@ -181,40 +181,71 @@ type slot struct {
 }
 
 // An entry holds one key's record; its shard's mutex guards it. An entry
-// that is removed is marked dead and never written again. Its 61 bytes of
-// fields fill one cache line; a key of up to 64 bytes fills the next one,
-// in the same allocation (see entryKey).
+// that is removed is marked dead and never written again. Its fields and
+// the first 16 bytes of its key fill one cache line, so that looking up a
+// short key (an IPv4 address, a user ID) that is not in the processor's
+// cache reads one line: the key's bytes follow the fields in the same
+// allocation (see newEntry).
 type entry struct {
 	rec     kvstore.Record
 	expires int64  // store clock, nanoseconds since the Unix epoch
-	hash    uint64 // immutable: the hash of key
-	key     string // immutable, owned by the store
+	hash    uint64 // immutable: the hash of the key
 	scope   *Scope // immutable: the scope that holds the entry
 	pos     int32  // index in the shard's entries (at most maxShardKeys)
 	dead    bool
+	// klen is the key's length, its bytes starting at kb and running on
+	// into the allocation (an entryWide) past shortKey; or longKey for a
+	// key held by an entryLong.
+	klen uint16
+	kb   [shortKey]byte
 }
 
-// entryKey is an entry and, right after it, room for a short key, in one
-// 128-byte allocation (aligned to 128 bytes, as Go aligns its size class):
-// looking a key up reads the entry's two cache lines, which sit side by
-// side, rather than a line elsewhere for the key's bytes. A longer key has
-// an allocation of its own.
-type entryKey struct {
+// entryWide is an entry whose key runs past kb into the next cache line:
+// a key of up to wideKey bytes, in one 128-byte allocation.
+type entryWide struct {
 	entry
-	buf [inlineKey]byte
+	_ [wideKey - shortKey]byte
 }
 
-const inlineKey = 128 - unsafe.Sizeof(entry{})
+// entryLong is an entry whose key, longer than wideKey bytes, has an
+// allocation of its own.
+type entryLong struct {
+	entry
+	long string
+}
 
-// newEntry returns an entry whose key is a copy of key.
-func newEntry(key string) *entry {
-	if len(key) > int(inlineKey) {
-		return &entry{key: strings.Clone(key)}
+const (
+	shortKey = 16                  // the most key bytes an entry holds in its own cache line
+	wideKey  = 128 - 64 + shortKey // the most an entryWide holds
+	longKey  = math.MaxUint16      // the klen of an entryLong
+)
+
+// key returns e's key, owned by the store.
+func (e *entry) key() string {
+	if e.klen != longKey {
+		return unsafe.String(&e.kb[0], e.klen)
 	}
-	ek := new(entryKey)
-	n := copy(ek.buf[:], key)
-	ek.key = unsafe.String(&ek.buf[0], n)
-	return &ek.entry
+	return (*entryLong)(unsafe.Pointer(e)).long
+}
+
+// newEntry returns an entry whose key is a copy of key: an entry, an
+// entryWide or an entryLong (the entry first in each, so that e points to
+// the allocation), by the key's length.
+func newEntry(key string) *entry {
+	var e *entry
+	switch {
+	case len(key) <= shortKey:
+		e = new(entry)
+	case len(key) <= wideKey:
+		e = &new(entryWide).entry
+	default:
+		l := &entryLong{long: strings.Clone(key)}
+		l.klen = longKey
+		return &l.entry
+	}
+	copy(unsafe.Slice(&e.kb[0], len(key)), key)
+	e.klen = uint16(len(key))
+	return e
 }
 
 // maxShardKeys is the most entries a shard holds, whatever MaxKeys is: the
@@ -337,7 +368,7 @@ func (sh *shard) find(c *Scope, key string, h uint64) *entry {
 		if sl.e == nil {
 			return nil
 		}
-		if sl.hash == h && sl.e.scope == c && sl.e.key == key {
+		if sl.hash == h && sl.e.scope == c && sl.e.key() == key {
 			return sl.e
 		}
 	}
