@@ -30,8 +30,9 @@ type CompositeHarness struct {
 
 	// Advance moves the limiter's clock forward by d; nil means a real
 	// clock. The composite checks use windows of an hour or more and do
-	// not move time, so they pass on either; the field mirrors
-	// [Harness.Advance] so that one clock serves both suites.
+	// not move time, so they pass on either (on a real clock, checks of
+	// windows start clear of the hour: see [CompositeChecks]); the field
+	// mirrors [Harness.Advance] so that one clock serves both suites.
 	Advance func(d time.Duration)
 
 	// ratekit.Algorithm selects the counting rules of every policy, as in [Harness].
@@ -103,9 +104,10 @@ func RunComposite(t *testing.T, h CompositeHarness) {
 }
 
 // CompositeChecks returns the composite checks, in the order RunComposite
-// runs them.
+// runs them. On a real clock, a check of fixed or sliding windows waits
+// out the hour as [Checks] says.
 func CompositeChecks() []CompositeCheck {
-	return []CompositeCheck{
+	checks := []CompositeCheck{
 		{"EachQuota", checkEachQuota},
 		{"DenialTakesFromNone", checkDenialTakesFromNone},
 		{"PartsValidation", checkPartsValidation},
@@ -115,6 +117,10 @@ func CompositeChecks() []CompositeCheck {
 		{"PartKeys", checkPartKeys},
 		{"Concurrency", checkCompositeConcurrency},
 	}
+	for i := range checks {
+		checks[i].Check = clearOfRollover(checks[i].Check, func(h CompositeHarness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
+	}
+	return checks
 }
 
 // twoPolicies returns a small and a large policy of different windows,

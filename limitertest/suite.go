@@ -46,7 +46,8 @@ type Harness struct {
 
 	// Advance moves the limiter's clock forward by d. Nil means the
 	// limiter runs on a real clock (a store's), and the suite checks
-	// boundaries with short windows and sleeps, with margins.
+	// boundaries with short windows and sleeps, with margins, and starts
+	// the checks of windows clear of the hour (see [Checks]).
 	Advance func(d time.Duration)
 
 	// Algorithm is the limiter's counting algorithm; it selects the
@@ -109,9 +110,12 @@ type Check struct {
 	Check func(t testing.TB, h Harness) error
 }
 
-// Checks returns the suite's checks, in the order Run runs them.
+// Checks returns the suite's checks, in the order Run runs them. On a real
+// clock, a check of a fixed or sliding window that would start within a
+// minute of the hour (when its windows of an hour roll over) waits until
+// the hour has passed.
 func Checks() []Check {
-	return []Check{
+	checks := []Check{
 		{"FreshKey", checkFreshKey},
 		{"AdvertisedPolicy", checkAdvertisedPolicy},
 		{"CostN", checkCostN},
@@ -128,10 +132,50 @@ func Checks() []Check {
 		{"Validation", checkValidation},
 		{"Concurrency", checkConcurrency},
 	}
+	for i := range checks {
+		checks[i].Check = clearOfRollover(checks[i].Check, func(h Harness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
+	}
+	return checks
 }
 
 // longWindow is the window of checks that must see no refill.
 const longWindow = time.Hour
+
+// The clock that the checks of a limiter on a real clock read and wait on
+// (the tests of this package replace it).
+var (
+	wallNow   = time.Now
+	wallSleep = time.Sleep
+)
+
+// rolloverMargin is how close to a rollover of the checks' long windows a
+// check on a real clock does not start: longer than any check takes.
+const rolloverMargin = time.Minute
+
+// rolloverSkew is how long after that rollover the check starts, so that a
+// store's clock a little behind the process's has passed it too.
+const rolloverSkew = 2 * time.Second
+
+// clearOfRollover returns check, which waits first, when the limiter runs
+// on a real clock (advance nil) and counts in windows (alg a fixed or
+// sliding window), until its windows of longWindow and 2 × longWindow
+// cannot roll over for rolloverMargin. Windows start at multiples of their
+// length since the Unix epoch, so both roll over at every multiple of
+// longWindow; a check that straddled one would see its counts start afresh
+// mid-check and fail a correct limiter.
+func clearOfRollover[H any](check func(testing.TB, H) error, clock func(H) (advance func(time.Duration), alg ratekit.Algorithm)) func(testing.TB, H) error {
+	return func(t testing.TB, h H) error {
+		advance, alg := clock(h)
+		if advance == nil && (alg == ratekit.FixedWindow || alg == ratekit.SlidingWindow) {
+			left := longWindow - time.Duration(wallNow().UnixNano()%int64(longWindow))
+			if left < rolloverMargin {
+				t.Logf("limitertest: waiting %v for the windows of an hour to roll over", left+rolloverSkew)
+				wallSleep(left + rolloverSkew)
+			}
+		}
+		return check(t, h)
+	}
+}
 
 func ctxFor() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), 30*time.Second)
