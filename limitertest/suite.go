@@ -156,10 +156,10 @@ const rolloverMargin = time.Minute
 // store's clock a little behind the process's has passed it too.
 const rolloverSkew = 2 * time.Second
 
-// clearOfRollover returns check, which waits first, when the limiter runs
+// clearOfRollover returns check preceded by a wait: when the limiter runs
 // on a real clock (advance nil) and counts in windows (alg a fixed or
-// sliding window), until its windows of longWindow and 2 × longWindow
-// cannot roll over for rolloverMargin. Windows start at multiples of their
+// sliding window), it waits until the windows of longWindow and
+// 2 × longWindow cannot roll over for rolloverMargin. Windows start at multiples of their
 // length since the Unix epoch, so both roll over at every multiple of
 // longWindow; a check that straddled one would see its counts start afresh
 // mid-check and fail a correct limiter.
