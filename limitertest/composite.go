@@ -118,7 +118,11 @@ func CompositeChecks() []CompositeCheck {
 		{"Concurrency", checkCompositeConcurrency},
 	}
 	for i := range checks {
-		checks[i].Check = clearOfRollover(checks[i].Check, func(h CompositeHarness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
+		check := checks[i].Check
+		checks[i].Check = func(t testing.TB, h CompositeHarness) error {
+			waitOutRollover(t, h.Advance, h.Algorithm)
+			return check(t, h)
+		}
 	}
 	return checks
 }

@@ -133,7 +133,11 @@ func Checks() []Check {
 		{"Concurrency", checkConcurrency},
 	}
 	for i := range checks {
-		checks[i].Check = clearOfRollover(checks[i].Check, func(h Harness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
+		check := checks[i].Check
+		checks[i].Check = func(t testing.TB, h Harness) error {
+			waitOutRollover(t, h.Advance, h.Algorithm)
+			return check(t, h)
+		}
 	}
 	return checks
 }
@@ -156,24 +160,20 @@ const rolloverMargin = time.Minute
 // store's clock a little behind the process's has passed it too.
 const rolloverSkew = 2 * time.Second
 
-// clearOfRollover returns check preceded by a wait: when the limiter runs
-// on a real clock (advance nil) and counts in windows (alg a fixed or
-// sliding window), it waits until the windows of longWindow and
-// 2 × longWindow cannot roll over for rolloverMargin. Windows start at multiples of their
-// length since the Unix epoch, so both roll over at every multiple of
-// longWindow; a check that straddled one would see its counts start afresh
-// mid-check and fail a correct limiter.
-func clearOfRollover[H any](check func(testing.TB, H) error, clock func(H) (advance func(time.Duration), alg ratekit.Algorithm)) func(testing.TB, H) error {
-	return func(t testing.TB, h H) error {
-		advance, alg := clock(h)
-		if advance == nil && (alg == ratekit.FixedWindow || alg == ratekit.SlidingWindow) {
-			left := longWindow - time.Duration(wallNow().UnixNano()%int64(longWindow))
-			if left < rolloverMargin {
-				t.Logf("limitertest: waiting %v for the windows of an hour to roll over", left+rolloverSkew)
-				wallSleep(left + rolloverSkew)
-			}
-		}
-		return check(t, h)
+// waitOutRollover waits, when the limiter runs on a real clock (advance
+// nil) and counts in windows (alg a fixed or sliding window), until the
+// checks' windows of longWindow and 2 × longWindow cannot roll over for
+// rolloverMargin. Windows start at multiples of their length since the
+// Unix epoch, so both roll over at every multiple of longWindow; a check
+// that straddled one would see its counts start afresh mid-check and fail
+// a correct limiter.
+func waitOutRollover(t testing.TB, advance func(time.Duration), alg ratekit.Algorithm) {
+	if advance != nil || alg != ratekit.FixedWindow && alg != ratekit.SlidingWindow {
+		return
+	}
+	if left := longWindow - time.Duration(wallNow().UnixNano()%int64(longWindow)); left < rolloverMargin {
+		t.Logf("limitertest: waiting %v for the windows of an hour to roll over", left+rolloverSkew)
+		wallSleep(left + rolloverSkew)
 	}
 }
 
