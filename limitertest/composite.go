@@ -118,11 +118,7 @@ func CompositeChecks() []CompositeCheck {
 		{"Concurrency", checkCompositeConcurrency},
 	}
 	for i := range checks {
-		check := checks[i].Check
-		checks[i].Check = func(t testing.TB, h CompositeHarness) error {
-			waitOutRollover(t, h.Advance, h.Algorithm)
-			return check(t, h)
-		}
+		checks[i].Check = afterRollover(checks[i].Check, func(h CompositeHarness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
 	}
 	return checks
 }

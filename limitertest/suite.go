@@ -133,11 +133,7 @@ func Checks() []Check {
 		{"Concurrency", checkConcurrency},
 	}
 	for i := range checks {
-		check := checks[i].Check
-		checks[i].Check = func(t testing.TB, h Harness) error {
-			waitOutRollover(t, h.Advance, h.Algorithm)
-			return check(t, h)
-		}
+		checks[i].Check = afterRollover(checks[i].Check, func(h Harness) (func(time.Duration), ratekit.Algorithm) { return h.Advance, h.Algorithm })
 	}
 	return checks
 }
@@ -174,6 +170,16 @@ func waitOutRollover(t testing.TB, advance func(time.Duration), alg ratekit.Algo
 	if left := longWindow - time.Duration(wallNow().UnixNano()%int64(longWindow)); left < rolloverMargin {
 		t.Logf("limitertest: waiting %v for the windows of an hour to roll over", left+rolloverSkew)
 		wallSleep(left + rolloverSkew)
+	}
+}
+
+// afterRollover returns check preceded by waitOutRollover, on the clock and
+// algorithm that clock reads from the check's harness.
+func afterRollover[H any](check func(testing.TB, H) error, clock func(H) (func(time.Duration), ratekit.Algorithm)) func(testing.TB, H) error {
+	return func(t testing.TB, h H) error {
+		advance, alg := clock(h)
+		waitOutRollover(t, advance, alg)
+		return check(t, h)
 	}
 }
 
